@@ -1,0 +1,4 @@
+#ifndef LARDER_CZLIB_SHIM_H
+#define LARDER_CZLIB_SHIM_H
+#include <zlib.h>
+#endif

@@ -1,0 +1,166 @@
+import CZlib
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+/// Errors of the gzip codec used for repository objects.
+public enum GzipError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// zlib refused the stream.
+    case zlib(code: Int32, message: String)
+    /// The inflated content is longer than allowed.
+    case tooLarge(limit: Int64)
+    /// The stream ended before the gzip trailer.
+    case truncated
+    /// Bytes follow the end of the gzip member.
+    case trailingData
+    /// Reading or writing a file failed.
+    case io(FileSystemError)
+
+    public var description: String {
+        switch self {
+        case .zlib(let c, let m): "not a valid gzip stream (zlib \(c): \(m))"
+        case .tooLarge(let l): "inflates to more than \(l) bytes"
+        case .truncated: "the gzip stream is truncated"
+        case .trailingData: "data follows the end of the gzip stream"
+        case .io(let e): e.description
+        }
+    }
+}
+
+/// gzip (RFC 1952) through zlib: a fixed header (no name, mtime 0), level 9, so the same
+/// content gives the same object bytes with the same zlib.
+public enum Gzip {
+    private static let chunk = 256 << 10
+
+    /// Compresses the file at `source` into `output` atomically; returns the size and SHA-256 of
+    /// the content read (so the caller can check it is what it expected) and the compressed size.
+    @discardableResult
+    public static func compressFile(
+        _ source: FilePath, to output: FilePath
+    ) throws(GzipError) -> (size: Int64, sha256: SHA256Digest, compressedSize: Int64) {
+        var produced: Int64 = 0
+        var hasher = SHA256Stream()
+        do {
+            let src = try AtomicFile.check("open", source) { try FileDescriptor.open(source, .readOnly) }
+            defer { try? src.close() }
+            try AtomicFile.replace(output) { out, temp in
+                var stream = z_stream()
+                var r = deflateInit2_(&stream, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, zlibVersion(), Int32(MemoryLayout<z_stream>.size))
+                guard r == Z_OK else { throw GzipError.zlib(code: r, message: "deflateInit2") }
+                defer { deflateEnd(&stream) }
+                var input = [UInt8](repeating: 0, count: chunk)
+                var outBuf = [UInt8](repeating: 0, count: chunk)
+                var finished = false
+                while !finished {
+                    let n = try input.withUnsafeMutableBytes { raw in
+                        try AtomicFile.check("read", source) { try src.read(into: raw) }
+                    }
+                    input.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+                    let flush = n == 0 ? Z_FINISH : Z_NO_FLUSH
+                    try input.withUnsafeMutableBufferPointer { inPtr in
+                        stream.next_in = inPtr.baseAddress
+                        stream.avail_in = UInt32(n)
+                        repeat {
+                            try outBuf.withUnsafeMutableBufferPointer { outPtr in
+                                stream.next_out = outPtr.baseAddress
+                                stream.avail_out = UInt32(chunk)
+                                r = deflate(&stream, flush)
+                                guard r != Z_STREAM_ERROR else { throw GzipError.zlib(code: r, message: "deflate") }
+                                let have = chunk - Int(stream.avail_out)
+                                if have > 0 {
+                                    _ = try AtomicFile.check("write", temp) {
+                                        try out.writeAll(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(outPtr)[0..<have]))
+                                    }
+                                    produced += Int64(have)
+                                }
+                            }
+                        } while stream.avail_out == 0
+                    }
+                    if flush == Z_FINISH {
+                        guard r == Z_STREAM_END else { throw GzipError.zlib(code: r, message: "deflate did not finish") }
+                        finished = true
+                    }
+                }
+            }
+        } catch let e as GzipError {
+            throw e
+        } catch let e as FileSystemError {
+            throw .io(e)
+        } catch {
+            throw .io(FileSystemError("write", output, .ioError))
+        }
+        return (hasher.count, hasher.finish(), produced)
+    }
+
+    /// Inflates a gzip stream fed in chunks, handing the inflated bytes to a closure.
+    public final class Inflater {
+        private var stream = z_stream()
+        private var out: [UInt8]
+        private var ended = false
+        /// Inflated bytes so far.
+        public private(set) var produced: Int64 = 0
+        private let limit: Int64
+
+        /// Starts a gzip-only inflater that refuses to produce more than `limit` bytes.
+        public init(limit: Int64) throws(GzipError) {
+            self.limit = limit
+            out = [UInt8](repeating: 0, count: 256 << 10)
+            let r = inflateInit2_(&stream, 15 + 16, zlibVersion(), Int32(MemoryLayout<z_stream>.size))
+            guard r == Z_OK else { throw .zlib(code: r, message: "inflateInit2") }
+        }
+
+        deinit { inflateEnd(&stream) }
+
+        /// Whether the gzip trailer has been read.
+        public var isFinished: Bool { ended }
+
+        /// Feeds compressed bytes; `sink` receives inflated chunks.
+        public func feed(_ input: UnsafeRawBufferPointer, _ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
+            guard input.count > 0 else { return }
+            if ended { throw GzipError.trailingData }
+            stream.next_in = UnsafeMutablePointer(mutating: input.baseAddress?.assumingMemoryBound(to: UInt8.self))
+            stream.avail_in = UInt32(input.count)
+            let size = out.count
+            while stream.avail_in > 0 || stream.avail_out == 0 {
+                if ended { throw GzipError.trailingData }
+                var r: Int32 = Z_OK
+                var have = 0
+                out.withUnsafeMutableBufferPointer { o in
+                    stream.next_out = o.baseAddress
+                    stream.avail_out = UInt32(size)
+                    r = inflate(&stream, Z_NO_FLUSH)
+                    have = size - Int(stream.avail_out)
+                }
+                if r == Z_STREAM_END {
+                    ended = true
+                } else if r != Z_OK {
+                    let msg = stream.msg.map { String(cString: $0) } ?? "inflate"
+                    throw GzipError.zlib(code: r, message: msg)
+                }
+                produced += Int64(have)
+                if produced > limit { throw GzipError.tooLarge(limit: limit) }
+                if have > 0 { try out.withUnsafeBytes { try sink(UnsafeRawBufferPointer(rebasing: $0[0..<have])) } }
+                if have == 0 && r == Z_OK && stream.avail_in == 0 { break }
+            }
+            if ended && stream.avail_in > 0 { throw GzipError.trailingData }
+        }
+    }
+
+    /// Inflates the gzip file at `path`, returning the size and SHA-256 of its content.
+    public static func digestOfInflated(_ path: FilePath, limit: Int64) throws -> (size: Int64, sha256: SHA256Digest) {
+        let fd = try AtomicFile.check("open", path) { try FileDescriptor.open(path, .readOnly) }
+        defer { try? fd.close() }
+        let inflater = try Inflater(limit: limit)
+        var hasher = SHA256Stream()
+        var buf = [UInt8](repeating: 0, count: chunk)
+        while true {
+            let n = try buf.withUnsafeMutableBytes { raw in try AtomicFile.check("read", path) { try fd.read(into: raw) } }
+            if n == 0 { break }
+            try buf.withUnsafeBytes { raw in
+                try inflater.feed(UnsafeRawBufferPointer(rebasing: raw[0..<n])) { hasher.update($0) }
+            }
+        }
+        guard inflater.isFinished else { throw GzipError.truncated }
+        return (hasher.count, hasher.finish())
+    }
+}

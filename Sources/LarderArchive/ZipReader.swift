@@ -1,0 +1,237 @@
+import CArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Receives the contents of an archive as the hardened reader validates it.
+///
+/// For each regular file: `beginFile`, any number of `write` calls with consecutive chunks, then
+/// `endFile` with the size and SHA-256 the reader computed itself. Any error thrown stops the
+/// read; the reader reports it as `ArchiveError.sink`.
+public protocol ArchiveConsumer {
+    /// A directory entry (already validated).
+    mutating func directory(_ path: RelativePath) throws
+    /// A regular file starts; `declaredSize` is the header's size when the archive states one.
+    mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws
+    /// The next chunk of the current file.
+    mutating func write(_ chunk: UnsafeRawBufferPointer) throws
+    /// The current file is complete and its size matches its header.
+    mutating func endFile(_ entry: FileEntry) throws
+}
+
+extension ArchiveConsumer {
+    public mutating func directory(_ path: RelativePath) throws {}
+    public mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws {}
+    public mutating func write(_ chunk: UnsafeRawBufferPointer) throws {}
+    public mutating func endFile(_ entry: FileEntry) throws {}
+}
+
+/// A consumer that keeps nothing: reading with it validates the archive and lists its files.
+public struct ValidatingConsumer: ArchiveConsumer {
+    /// Creates one.
+    public init() {}
+}
+
+/// What a successful read found.
+public struct ArchiveListing: Sendable, Equatable {
+    /// Every regular file, sorted by path, with the size and SHA-256 computed while reading.
+    public var files: [FileEntry]
+    /// Every explicit directory entry.
+    public var directories: [RelativePath]
+}
+
+/// The strict zip reader shared by `pack` (self-check), `verify` and the device's install.
+///
+/// It registers the zip format only and accepts regular files and directories only. Names must
+/// be UTF-8 and pass `RelativePath`'s rules (a leading `./`, as bsdtar writes, is dropped);
+/// duplicates, case/normalisation collisions and file/directory conflicts are refused. Sizes are
+/// counted by this code, never trusted from headers: a file longer or shorter than its declared
+/// size, more than `limits` allow, or a compression ratio over the limit stops the read. Any
+/// libarchive warning is an error.
+public struct ZipReader: Sendable {
+    /// The bounds applied.
+    public var limits: TreeLimits
+
+    /// Creates a reader with the given bounds.
+    public init(limits: TreeLimits = .standard) {
+        self.limits = limits
+    }
+
+    /// Validates the archive at `path` without keeping its contents.
+    public func validate(_ path: FilePath) throws(ArchiveError) -> ArchiveListing {
+        var consumer = ValidatingConsumer()
+        return try read(path, into: &consumer)
+    }
+
+    /// Reads and validates the archive at `path`, handing every entry to `consumer`.
+    public func read<C: ArchiveConsumer>(_ path: FilePath, into consumer: inout C) throws(ArchiveError) -> ArchiveListing {
+        var st = stat()
+        guard lstat(path.string, &st) == 0 else {
+            throw .io(FileSystemError("stat", path, Errno(rawValue: errno)))
+        }
+        guard (st.st_mode & S_IFMT) == S_IFREG else {
+            throw .unreadable(detail: "\(path) is not a regular file")
+        }
+        let archiveSize = Int64(st.st_size)
+        let result: Result<ArchiveListing, ArchiveError> = withUTF8Locale {
+            guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
+            defer { archive_read_free(a) }
+            archive_read_support_format_zip(a)
+            guard archive_read_open_filename(a, path.string, 128 << 10) == LA.ok else {
+                return .failure(.unreadable(detail: LA.message(a)))
+            }
+            var state = ReadState(limits: limits, archiveSize: archiveSize)
+            do throws(ArchiveError) {
+                try state.run(a, &consumer)
+            } catch {
+                return .failure(error)
+            }
+            return .success(state.listing())
+        }
+        return try result.get()
+    }
+}
+
+/// The bookkeeping of one read.
+private struct ReadState {
+    let limits: TreeLimits
+    let archiveSize: Int64
+    var files: [FileEntry] = []
+    var directories: [RelativePath] = []
+    var entries = 0
+    var total: Int64 = 0
+    /// Collision key → the name that claimed it, and whether it is a file.
+    var claimed: [String: (name: String, isFile: Bool)] = [:]
+    /// Collision keys of directories stated by their own entry.
+    var explicitDirectories: Set<String> = []
+
+    init(limits: TreeLimits, archiveSize: Int64) {
+        self.limits = limits
+        self.archiveSize = archiveSize
+    }
+
+    func listing() -> ArchiveListing {
+        ArchiveListing(files: files.sorted { $0.path < $1.path }, directories: directories)
+    }
+
+    mutating func run<C: ArchiveConsumer>(_ a: OpaquePointer, _ consumer: inout C) throws(ArchiveError) {
+        var entryPointer: OpaquePointer?
+        while true {
+            let r = archive_read_next_header(a, &entryPointer)
+            if r == LA.eof { break }
+            let rawName = entryPointer.flatMap { archive_entry_pathname($0) }.map { String(cString: $0) }
+            guard r == LA.ok, let entry = entryPointer else {
+                throw .libarchive(entry: rawName, message: LA.message(a))
+            }
+            entries += 1
+            if entries > limits.maxEntries { throw .tooManyEntries(limit: limits.maxEntries) }
+            guard let cName = archive_entry_pathname(entry) else {
+                throw .libarchive(entry: nil, message: "an entry has no name")
+            }
+            let nameBytes = Array(UnsafeBufferPointer(start: UnsafeRawPointer(cName).assumingMemoryBound(to: UInt8.self), count: strlen(cName)))
+            let display = String(decoding: nameBytes, as: UTF8.self)
+            if archive_entry_is_encrypted(entry) != 0 { throw .encrypted(entry: display) }
+            if let target = archive_entry_hardlink(entry) {
+                throw .hardLink(entry: display, target: String(cString: target))
+            }
+            let type = archive_entry_filetype(entry)
+            guard type == LA.regular || type == LA.directory else {
+                throw .unsupportedEntryType(entry: display, type: LA.typeName(type))
+            }
+            // bsdtar writes "./name"; the archive root itself ("./") carries nothing.
+            var name = nameBytes[...]
+            while name.starts(with: [0x2E, 0x2F]) { name = name.dropFirst(2) }
+            if name.isEmpty, type == LA.directory { continue }
+            let path: RelativePath
+            switch RelativePath.validate(bytes: Array(name), limits: limits) {
+            case .success(let p): path = p
+            case .failure(let problem): throw .badName(entry: display, problem: problem)
+            }
+            try claim(path, isFile: type == LA.regular)
+            if type == LA.directory {
+                do { try consumer.directory(path) } catch { throw .sink(entry: path.string, detail: "\(error)") }
+                directories.append(path)
+                continue
+            }
+            try readFile(a, entry, path, &consumer)
+        }
+        if files.isEmpty { throw .empty }
+    }
+
+    /// Records `path` and its parent directories, refusing duplicates, collisions and a name
+    /// used as both a file and a directory.
+    mutating func claim(_ path: RelativePath, isFile: Bool) throws(ArchiveError) {
+        let comps = path.components
+        var prefix = ""
+        for (i, c) in comps.enumerated() {
+            prefix = prefix.isEmpty ? String(c) : prefix + "/" + c
+            let last = i == comps.count - 1
+            let wantFile = last && isFile
+            let key = RelativePath.collisionKey(prefix)
+            guard let existing = claimed[key] else {
+                claimed[key] = (prefix, wantFile)
+                if last && !isFile { explicitDirectories.insert(key) }
+                continue
+            }
+            if existing.name != prefix { throw .collision(entry: prefix, other: existing.name) }
+            if existing.isFile != wantFile {
+                let file = existing.isFile ? existing.name : path.string
+                throw .fileDirectoryConflict(entry: file, other: existing.isFile ? path.string : existing.name)
+            }
+            if last {
+                // A second file of the same name, or a directory entry stated twice. (A directory
+                // first implied by a file inside it and then stated is fine.)
+                if isFile || explicitDirectories.contains(key) { throw .duplicate(entry: prefix) }
+                explicitDirectories.insert(key)
+            }
+        }
+    }
+
+    mutating func readFile<C: ArchiveConsumer>(
+        _ a: OpaquePointer, _ entry: OpaquePointer, _ path: RelativePath, _ consumer: inout C
+    ) throws(ArchiveError) {
+        let declared: Int64? = archive_entry_size_is_set(entry) != 0 ? archive_entry_size(entry) : nil
+        if let d = declared {
+            if d > limits.maxFileBytes { throw .fileTooLarge(entry: path.string, size: d, limit: limits.maxFileBytes) }
+            if total + d > limits.maxTotalBytes { throw .totalTooLarge(limit: limits.maxTotalBytes) }
+        }
+        if files.count + 1 > limits.maxFiles { throw .tooManyEntries(limit: limits.maxFiles) }
+        do { try consumer.beginFile(path, declaredSize: declared) } catch {
+            throw .sink(entry: path.string, detail: "\(error)")
+        }
+        var hasher = SHA256Stream()
+        var count: Int64 = 0
+        var buffer: UnsafeRawPointer?
+        var size = 0
+        var offset: Int64 = 0
+        let ratioLimit = limits.maxCompressionRatio.multipliedReportingOverflow(by: max(archiveSize, 1))
+        while true {
+            let r = archive_read_data_block(a, &buffer, &size, &offset)
+            if r == LA.eof { break }
+            guard r == LA.ok else { throw .libarchive(entry: path.string, message: LA.message(a)) }
+            if size == 0 { continue }
+            guard offset == count, let base = buffer else { throw .discontiguousData(entry: path.string) }
+            count += Int64(size)
+            total += Int64(size)
+            if let d = declared, count > d { throw .sizeMismatch(entry: path.string, declared: d, actual: count) }
+            if count > limits.maxFileBytes { throw .fileTooLarge(entry: path.string, size: count, limit: limits.maxFileBytes) }
+            if total > limits.maxTotalBytes { throw .totalTooLarge(limit: limits.maxTotalBytes) }
+            if total > limits.ratioFloorBytes, !ratioLimit.overflow, total > ratioLimit.partialValue {
+                throw .compressionRatio(entry: path.string, limit: limits.maxCompressionRatio)
+            }
+            let chunk = UnsafeRawBufferPointer(start: base, count: size)
+            hasher.update(chunk)
+            do { try consumer.write(chunk) } catch { throw .sink(entry: path.string, detail: "\(error)") }
+        }
+        if let d = declared, count != d { throw .sizeMismatch(entry: path.string, declared: d, actual: count) }
+        let file = FileEntry(path: path, size: count, sha256: hasher.finish())
+        do { try consumer.endFile(file) } catch { throw .sink(entry: path.string, detail: "\(error)") }
+        files.append(file)
+    }
+}

@@ -1,0 +1,112 @@
+import CArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Writes zip bundles deterministically through libarchive: entries in the order given (callers
+/// pass them sorted by path bytes), files only (directories are implied), every entry with the
+/// same timestamp, mode 0644, uid/gid 0, UTF-8 names flagged as such, deflate for text and
+/// `store` for formats that are already compressed. The same tree gives the same bytes.
+///
+/// libarchive writes the DOS timestamp of each entry in the process's local time zone, so the
+/// bytes are identical across machines only when packing runs in the same zone; the `larder` CLI
+/// runs in UTC for that reason.
+public enum ZipWriter {
+    /// The timestamp of every entry: 2000-01-01T00:00:00Z.
+    public static let fixedModificationTime: Int = 946_684_800
+
+    /// Extensions whose contents are already compressed; deflating them again wastes time.
+    static let storedExtensions: Set<String> = [
+        "png", "jpg", "jpeg", "gif", "webp", "avif", "woff", "woff2", "mp3", "mp4", "m4a", "webm", "ogg", "zip", "gz",
+        "br", "wasm",
+    ]
+
+    /// Writes `files` (archive path, source file) to `output` atomically and returns each file's
+    /// size and SHA-256, computed from the bytes written. A source that changes size while being
+    /// read fails the write.
+    public static func write(
+        _ files: [(path: RelativePath, source: FilePath)], to output: FilePath
+    ) throws(ArchiveError) -> [FileEntry] {
+        var entries: [FileEntry] = []
+        do {
+            try AtomicFile.replace(output, permissions: [.ownerReadWrite, .groupRead, .otherRead]) { fd, temp in
+                entries = try withUTF8Locale { try writeArchive(files, fd: fd.rawValue) }
+            }
+        } catch let e as ArchiveError {
+            throw e
+        } catch let e as FileSystemError {
+            throw .io(e)
+        } catch {
+            throw .io(FileSystemError("write", output, .ioError))
+        }
+        return entries
+    }
+
+    private static func writeArchive(_ files: [(path: RelativePath, source: FilePath)], fd: Int32) throws -> [FileEntry] {
+        guard let a = archive_write_new() else { throw ArchiveError.unreadable(detail: "out of memory") }
+        defer { archive_write_free(a) }
+        func check(_ r: Int32, _ entry: String?) throws {
+            if r != LA.ok { throw ArchiveError.libarchive(entry: entry, message: LA.message(a)) }
+        }
+        try check(archive_write_set_format_zip(a), nil)
+        try check(archive_write_set_options(a, "zip:hdrcharset=UTF-8"), nil)
+        // Write as libarchive produces it, block by block, straight to our descriptor.
+        try check(archive_write_set_bytes_in_last_block(a, 1), nil)
+        try check(archive_write_open_fd(a, fd), nil)
+        guard let entry = archive_entry_new() else { throw ArchiveError.unreadable(detail: "out of memory") }
+        defer { archive_entry_free(entry) }
+        var written: [FileEntry] = []
+        written.reserveCapacity(files.count)
+        var buffer = [UInt8](repeating: 0, count: 256 << 10)
+        for (path, source) in files {
+            let src = try AtomicFile.check("open", source) { try FileDescriptor.open(source, .readOnly) }
+            defer { try? src.close() }
+            var st = stat()
+            guard fstat(src.rawValue, &st) == 0 else { throw FileSystemError("stat", source, Errno(rawValue: errno)) }
+            let size = Int64(st.st_size)
+            archive_entry_clear(entry)
+            archive_entry_set_pathname_utf8(entry, path.string)
+            archive_entry_set_filetype(entry, LA.regular)
+            archive_entry_set_perm(entry, 0o644)
+            archive_entry_set_size(entry, size)
+            archive_entry_set_mtime(entry, time_t(fixedModificationTime), 0)
+            archive_entry_set_uid(entry, 0)
+            archive_entry_set_gid(entry, 0)
+            if storedExtensions.contains(path.pathExtension) {
+                try check(archive_write_zip_set_compression_store(a), path.string)
+            } else {
+                try check(archive_write_zip_set_compression_deflate(a), path.string)
+            }
+            try check(archive_write_header(a, entry), path.string)
+            var hasher = SHA256Stream()
+            var count: Int64 = 0
+            while true {
+                let n = try buffer.withUnsafeMutableBytes { raw in
+                    try AtomicFile.check("read", source) { try src.read(into: raw) }
+                }
+                if n == 0 { break }
+                count += Int64(n)
+                if count > size { break }
+                try buffer.withUnsafeBytes { raw in
+                    let chunk = UnsafeRawBufferPointer(rebasing: raw[0..<n])
+                    hasher.update(chunk)
+                    let w = archive_write_data(a, chunk.baseAddress, n)
+                    if w != n { throw ArchiveError.libarchive(entry: path.string, message: LA.message(a)) }
+                }
+            }
+            guard count == size else {
+                throw ArchiveError.sizeMismatch(entry: path.string, declared: size, actual: count)
+            }
+            try check(archive_write_finish_entry(a), path.string)
+            written.append(FileEntry(path: path, size: size, sha256: hasher.finish()))
+        }
+        try check(archive_write_close(a), nil)
+        return written
+    }
+}

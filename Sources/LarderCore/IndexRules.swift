@@ -1,0 +1,68 @@
+/// One problem found in an index's contents (after its signature and schema were accepted).
+public struct IndexIssue: Sendable, Equatable, CustomStringConvertible {
+    /// A stable code (`duplicate-entry`, `route-conflict`, …).
+    public let code: String
+    /// The package concerned.
+    public let package: String?
+    /// The version concerned.
+    public let version: String?
+    /// What is wrong, for a person.
+    public let message: String
+
+    public var description: String { message }
+}
+
+/// The rules an index must follow beyond its JSON schema. Pure; used by `pack` before it signs
+/// and by `verify` on what it reads.
+public enum IndexRules {
+    /// Every rule the index breaks, in a stable order.
+    public static func issues(_ index: RepositoryIndex) -> [IndexIssue] {
+        var out: [IndexIssue] = []
+        var seen: Set<String> = []
+        var routeOwner: [RoutePrefix: PackageID] = [:]
+        let ids = Set(index.packages.map(\.id))
+        for p in index.packages {
+            let id = p.id.rawValue
+            let v = p.version.description
+            func add(_ code: String, _ message: String) {
+                out.append(IndexIssue(code: code, package: id, version: v, message: "\(id) \(v): \(message)"))
+            }
+            if !seen.insert("\(id)\u{0}\(p.channel)").inserted {
+                add("duplicate-entry", "a second entry for channel \(p.channel) (one entry per package and channel)")
+            }
+            if !Channel.isValid(p.channel) { add("bad-channel", "channel \"\(p.channel)\" is not a valid channel name") }
+            if !(0...100).contains(p.rollout.percent) { add("bad-rollout", "rollout percent \(p.rollout.percent) is outside 0...100") }
+            if RelativePath(p.entry) == nil { add("bad-entry", "entry \"\(p.entry)\" is not a valid relative path") }
+            if p.bundle.path != "packages/\(id)/\(v)/bundle.zip" {
+                add("bad-layout", "bundle path \"\(p.bundle.path)\" should be packages/\(id)/\(v)/bundle.zip")
+            }
+            if p.files.path != "packages/\(id)/\(v)/files.json" {
+                add("bad-layout", "file list path \"\(p.files.path)\" should be packages/\(id)/\(v)/files.json")
+            }
+            for b in p.policy.bypass where !b.hasPrefix("/") {
+                add("bad-policy", "bypass prefix \"\(b)\" must start with /")
+            }
+            for r in p.routes {
+                guard let prefix = RoutePrefix(r) else {
+                    add("bad-route", "route \"\(r)\": \(RoutePrefix.problem(r) ?? "invalid")")
+                    continue
+                }
+                if let owner = routeOwner[prefix], owner != p.id {
+                    add("route-conflict", "route \(prefix) is also claimed by \(owner)")
+                } else {
+                    routeOwner[prefix] = p.id
+                }
+            }
+            for d in p.dependencies where !ids.contains(d.id) {
+                add("missing-dependency", "depends on \(d.id) (\(d.range)), which the index does not list")
+            }
+            for d in p.dependencies {
+                let candidates = index.packages.filter { $0.id == d.id }
+                if !candidates.isEmpty, !candidates.contains(where: { d.range.contains($0.version) }) {
+                    add("unsatisfied-dependency", "depends on \(d.id) \(d.range), but the index lists \(candidates.map { $0.version.description }.joined(separator: ", "))")
+                }
+            }
+        }
+        return out
+    }
+}

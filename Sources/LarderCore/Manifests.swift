@@ -1,0 +1,245 @@
+import Foundation
+
+/// The schema version this build writes and the major version it reads. Readers accept any
+/// document whose `schemaVersion` equals this and ignore fields they do not know.
+public let currentSchemaVersion = 1
+
+/// A reference to an immutable file in the repository: where it is, how long, what hash.
+public struct BlobRef: Codable, Sendable, Equatable {
+    /// Path relative to the repository root (`packages/<id>/<version>/bundle.zip`).
+    public var path: String
+    /// Exact length in bytes.
+    public var size: Int64
+    /// SHA-256 of the exact bytes.
+    public var sha256: SHA256Digest
+
+    /// Creates a reference.
+    public init(path: String, size: Int64, sha256: SHA256Digest) {
+        self.path = path
+        self.size = size
+        self.sha256 = sha256
+    }
+}
+
+/// What the resolver does when a URL inside a package's routes has no local file.
+public enum PolicyMode: String, Codable, Sendable, Equatable, CaseIterable {
+    /// Offline-first: answer not found.
+    case localOnly = "local-only"
+    /// Default: pass the request through to the network.
+    case localThenNetwork = "local-then-network"
+}
+
+/// A package's serving policy.
+public struct Policy: Codable, Sendable, Equatable {
+    /// What happens when a file is missing locally.
+    public var mode: PolicyMode
+    /// Path prefixes (relative to a route, e.g. `/api/`) that always pass through to the network.
+    public var bypass: [String]
+
+    /// Creates a policy.
+    public init(mode: PolicyMode = .localThenNetwork, bypass: [String] = []) {
+        self.mode = mode
+        self.bypass = bypass
+    }
+
+    enum CodingKeys: String, CodingKey { case mode, bypass }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        mode = try c.decodeIfPresent(PolicyMode.self, forKey: .mode) ?? .localThenNetwork
+        bypass = try c.decodeIfPresent([String].self, forKey: .bypass) ?? []
+    }
+}
+
+/// Staged rollout: a device installs a release when its stable bucket (0..<100, a hash of device
+/// id, package, version and salt) is below `percent`.
+public struct Rollout: Codable, Sendable, Equatable {
+    /// Share of devices, 0...100.
+    public var percent: Int
+    /// Mixed into the bucket hash so that each release draws its own devices.
+    public var salt: String
+
+    /// Creates a rollout.
+    public init(percent: Int, salt: String) {
+        self.percent = percent
+        self.salt = salt
+    }
+}
+
+/// A package that must be present at a version within `range`.
+public struct Dependency: Codable, Sendable, Equatable {
+    /// The required package.
+    public var id: PackageID
+    /// The accepted versions.
+    public var range: VersionRange
+
+    /// Creates a dependency.
+    public init(id: PackageID, range: VersionRange) {
+        self.id = id
+        self.range = range
+    }
+}
+
+/// One package release as the index publishes it.
+public struct PackageEntry: Codable, Sendable, Equatable {
+    public var id: PackageID
+    public var version: SemanticVersion
+    /// URL prefixes served by this package besides the implied `larder://<id>/`.
+    public var routes: [String]
+    /// File served for a directory URL (default `index.html`).
+    public var entry: String
+    /// Whether extension-less paths fall back to the entry file (single-page apps).
+    public var spaFallback: Bool
+    public var policy: Policy
+    /// The full bundle (zip).
+    public var bundle: BlobRef
+    /// The file list (files.json) of this version.
+    public var files: BlobRef
+    /// Lowest app version that may install this release.
+    public var minClientVersion: SemanticVersion?
+    /// Release channel (default `stable`).
+    public var channel: String
+    public var rollout: Rollout
+    /// Whether the app should apply this release before showing the package.
+    public var mandatory: Bool
+    /// Published versions that clients must not run (they roll back off them).
+    public var revoked: [SemanticVersion]
+    public var dependencies: [Dependency]
+
+    /// Creates an entry with the format's defaults for everything optional.
+    public init(
+        id: PackageID, version: SemanticVersion, routes: [String] = [], entry: String = "index.html",
+        spaFallback: Bool = false, policy: Policy = Policy(), bundle: BlobRef, files: BlobRef,
+        minClientVersion: SemanticVersion? = nil, channel: String = "stable",
+        rollout: Rollout = Rollout(percent: 100, salt: ""), mandatory: Bool = false,
+        revoked: [SemanticVersion] = [], dependencies: [Dependency] = []
+    ) {
+        self.id = id
+        self.version = version
+        self.routes = routes
+        self.entry = entry
+        self.spaFallback = spaFallback
+        self.policy = policy
+        self.bundle = bundle
+        self.files = files
+        self.minClientVersion = minClientVersion
+        self.channel = channel
+        self.rollout = rollout
+        self.mandatory = mandatory
+        self.revoked = revoked
+        self.dependencies = dependencies
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, version, routes, entry, spaFallback, policy, bundle, files, minClientVersion, channel, rollout,
+            mandatory, revoked, dependencies
+    }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(PackageID.self, forKey: .id)
+        version = try c.decode(SemanticVersion.self, forKey: .version)
+        routes = try c.decodeIfPresent([String].self, forKey: .routes) ?? []
+        entry = try c.decodeIfPresent(String.self, forKey: .entry) ?? "index.html"
+        spaFallback = try c.decodeIfPresent(Bool.self, forKey: .spaFallback) ?? false
+        policy = try c.decodeIfPresent(Policy.self, forKey: .policy) ?? Policy()
+        bundle = try c.decode(BlobRef.self, forKey: .bundle)
+        files = try c.decode(BlobRef.self, forKey: .files)
+        minClientVersion = try c.decodeIfPresent(SemanticVersion.self, forKey: .minClientVersion)
+        channel = try c.decodeIfPresent(String.self, forKey: .channel) ?? "stable"
+        rollout = try c.decodeIfPresent(Rollout.self, forKey: .rollout) ?? Rollout(percent: 100, salt: "")
+        mandatory = try c.decodeIfPresent(Bool.self, forKey: .mandatory) ?? false
+        revoked = try c.decodeIfPresent([SemanticVersion].self, forKey: .revoked) ?? []
+        dependencies = try c.decodeIfPresent([Dependency].self, forKey: .dependencies) ?? []
+    }
+}
+
+/// The repository index (`index.json`): what every device polls.
+public struct RepositoryIndex: Codable, Sendable, Equatable {
+    public var schemaVersion: Int
+    /// Grows with every publication; devices refuse a lower one (rollback attack).
+    public var serial: UInt64
+    /// After this instant devices install nothing new from this index.
+    public var expires: Date
+    /// One entry per package and channel.
+    public var packages: [PackageEntry]
+
+    /// Creates an index.
+    public init(schemaVersion: Int = currentSchemaVersion, serial: UInt64, expires: Date, packages: [PackageEntry]) {
+        self.schemaVersion = schemaVersion
+        self.serial = serial
+        self.expires = expires
+        self.packages = packages
+    }
+}
+
+/// One file of a package version.
+public struct FileEntry: Codable, Sendable, Equatable {
+    public var path: RelativePath
+    public var size: Int64
+    public var sha256: SHA256Digest
+    /// Optional MIME type overriding the resolver's table.
+    public var mime: String?
+
+    /// Creates an entry.
+    public init(path: RelativePath, size: Int64, sha256: SHA256Digest, mime: String? = nil) {
+        self.path = path
+        self.size = size
+        self.sha256 = sha256
+        self.mime = mime
+    }
+}
+
+/// `packages/<id>/<version>/files.json`: every file of a version, sorted by path bytes.
+public struct FileList: Codable, Sendable, Equatable {
+    public var schemaVersion: Int
+    public var id: PackageID
+    public var version: SemanticVersion
+    public var files: [FileEntry]
+
+    /// Creates a file list; `files` is sorted by path.
+    public init(schemaVersion: Int = currentSchemaVersion, id: PackageID, version: SemanticVersion, files: [FileEntry]) {
+        self.schemaVersion = schemaVersion
+        self.id = id
+        self.version = version
+        self.files = files.sorted { $0.path < $1.path }
+    }
+
+    /// Sum of the file sizes.
+    public var totalSize: Int64 { files.reduce(0) { $0 + $1.size } }
+}
+
+/// One signature in `index.json.sig`.
+public struct SignatureEntry: Codable, Sendable, Equatable {
+    /// The signing key's id (see `PublicKey.keyID`).
+    public var keyID: String
+    /// Always `ed25519` in schema 1.
+    public var algorithm: String
+    /// The 64-byte signature, base64.
+    public var signature: String
+
+    enum CodingKeys: String, CodingKey {
+        case keyID = "keyId"
+        case algorithm, signature
+    }
+
+    /// Creates an entry.
+    public init(keyID: String, algorithm: String = "ed25519", signature: String) {
+        self.keyID = keyID
+        self.algorithm = algorithm
+        self.signature = signature
+    }
+}
+
+/// `index.json.sig`: detached signatures over the exact bytes of `index.json` (several during a
+/// key rotation).
+public struct SignatureFile: Codable, Sendable, Equatable {
+    public var schemaVersion: Int
+    public var signatures: [SignatureEntry]
+
+    /// Creates a signature file.
+    public init(schemaVersion: Int = currentSchemaVersion, signatures: [SignatureEntry]) {
+        self.schemaVersion = schemaVersion
+        self.signatures = signatures
+    }
+}

@@ -1,0 +1,79 @@
+import Foundation
+
+/// A route prefix a package claims: `https://host[:port]/path/`, or a custom scheme
+/// `myapp://host/path/`. Normalised so that equal prefixes compare equal: scheme and host lower
+/// case, default ports (80 for http, 443 for https) dropped, path ending in `/`.
+public struct RoutePrefix: Hashable, Sendable, CustomStringConvertible {
+    /// Lower-case scheme.
+    public let scheme: String
+    /// Lower-case host (may be empty for custom schemes written `myapp:///`).
+    public let host: String
+    /// Port when not the scheme's default.
+    public let port: Int?
+    /// Path, starting and ending with `/`.
+    public let path: String
+
+    /// Why a route text is refused, or `nil` when it is fine.
+    public static func problem(_ text: String) -> String? {
+        switch parse(text) {
+        case .success: nil
+        case .failure(let reason): reason.message
+        }
+    }
+
+    /// Parses and normalises a route.
+    public init?(_ text: String) {
+        guard case .success(let r) = Self.parse(text) else { return nil }
+        self = r
+    }
+
+    struct Reason: Error { let message: String }
+
+    private init(scheme: String, host: String, port: Int?, path: String) {
+        self.scheme = scheme
+        self.host = host
+        self.port = port
+        self.path = path
+    }
+
+    static func parse(_ text: String) -> Result<RoutePrefix, Reason> {
+        guard let c = URLComponents(string: text), let scheme = c.scheme?.lowercased(), !scheme.isEmpty else {
+            return .failure(Reason(message: "not an absolute URL (expected e.g. https://app.example.com/)"))
+        }
+        if scheme == "larder" {
+            return .failure(Reason(message: "larder://<id>/ is implied for every package; do not list it"))
+        }
+        if c.query != nil || c.fragment != nil || c.user != nil || c.password != nil {
+            return .failure(Reason(message: "a route is a prefix: no query, fragment or credentials"))
+        }
+        let host = (c.host ?? "").lowercased()
+        if (scheme == "http" || scheme == "https") && host.isEmpty {
+            return .failure(Reason(message: "an http(s) route needs a host"))
+        }
+        var port = c.port
+        if (scheme == "http" && port == 80) || (scheme == "https" && port == 443) { port = nil }
+        var path = c.percentEncodedPath
+        if path.isEmpty { path = "/" }
+        guard path.hasPrefix("/") else { return .failure(Reason(message: "the path must start with /")) }
+        if path.split(separator: "/").contains(where: { $0 == "." || $0 == ".." }) {
+            return .failure(Reason(message: "the path has a . or .. segment"))
+        }
+        if !path.hasSuffix("/") { path += "/" }
+        return .success(RoutePrefix(scheme: scheme, host: host, port: port, path: path))
+    }
+
+    public var description: String {
+        "\(scheme)://\(host)\(port.map { ":\($0)" } ?? "")\(path)"
+    }
+}
+
+/// Release channel names: `[a-z0-9][a-z0-9._-]{0,31}`.
+public enum Channel {
+    /// The channel a package is published to when none is named.
+    public static let `default` = "stable"
+
+    /// Whether `name` is a valid channel name.
+    public static func isValid(_ name: String) -> Bool {
+        name.utf8.count <= 32 && PackageID.isValid(name)
+    }
+}

@@ -1,0 +1,100 @@
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+
+/// Why `pack`, `revoke` or `keygen` refused or failed. Each case names the offending path or
+/// value; `code` is stable for scripts.
+public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
+    case notADirectory(String)
+    case symlink(path: String)
+    case specialFile(path: String, type: String)
+    case badName(path: String, problem: PathProblem)
+    case collision(path: String, other: String)
+    case emptyTree(String)
+    case tooManyFiles(count: Int, limit: Int)
+    case fileTooLarge(path: String, size: Int64, limit: Int64)
+    case treeTooLarge(size: Int64, limit: Int64)
+    case badID(String)
+    case badVersion(String)
+    case badChannel(String)
+    case badRoute(String, reason: String)
+    case badRollout(Int)
+    case badDependency(String)
+    case entryMissing(String)
+    case versionExists(id: String, version: String)
+    case versionNotNewer(id: String, version: String, newest: String, channel: String)
+    case unknownVersion(id: String, version: String)
+    case alreadyRevoked(id: String, version: String)
+    case existingIndexUntrusted(detail: String)
+    case changedWhilePacking(path: String)
+    case archive(ArchiveError)
+    case manifest(ManifestError)
+    case signing(SigningError)
+    case io(FileSystemError)
+
+    /// A stable machine-readable code.
+    public var code: String {
+        switch self {
+        case .notADirectory: "not-a-directory"
+        case .symlink: "symlink"
+        case .specialFile: "special-file"
+        case .badName(_, let p): p.code
+        case .collision: "name-collision"
+        case .emptyTree: "empty-tree"
+        case .tooManyFiles: "limit-files"
+        case .fileTooLarge: "limit-file-size"
+        case .treeTooLarge: "limit-total-size"
+        case .badID: "bad-id"
+        case .badVersion: "bad-version"
+        case .badChannel: "bad-channel"
+        case .badRoute: "bad-route"
+        case .badRollout: "bad-rollout"
+        case .badDependency: "bad-dependency"
+        case .entryMissing: "entry-missing"
+        case .versionExists: "version-exists"
+        case .versionNotNewer: "version-not-newer"
+        case .unknownVersion: "unknown-version"
+        case .alreadyRevoked: "already-revoked"
+        case .existingIndexUntrusted: "index-untrusted"
+        case .changedWhilePacking: "changed-while-packing"
+        case .archive(let e): e.code
+        case .manifest: "manifest"
+        case .signing: "signing"
+        case .io: "io"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .notADirectory(let p): "\(p) is not a directory"
+        case .symlink(let p): "\(p) is a symbolic link; bundles hold regular files only (copy the target in instead)"
+        case .specialFile(let p, let t): "\(p) is a \(t); bundles hold regular files only"
+        case .badName(let p, let problem): "\(p): \(problem)"
+        case .collision(let p, let o):
+            "\(p) and \(o) differ only by case or Unicode normalisation; they would be one file on iOS/macOS — rename one"
+        case .emptyTree(let p): "\(p) holds no files"
+        case .tooManyFiles(let c, let l): "the tree holds \(c) files (limit \(l))"
+        case .fileTooLarge(let p, let s, let l): "\(p) is \(s) bytes (limit \(l) per file)"
+        case .treeTooLarge(let s, let l): "the tree holds \(s) bytes (limit \(l))"
+        case .badID(let s): "\"\(s)\" is not a package id: expected [a-z0-9][a-z0-9._-]{0,63}"
+        case .badVersion(let s): "\"\(s)\" is not a SemVer 2.0.0 version (e.g. 1.4.0 or 2.0.0-beta.1)"
+        case .badChannel(let s): "\"\(s)\" is not a channel name: expected [a-z0-9][a-z0-9._-]{0,31}"
+        case .badRoute(let s, let r): "route \"\(s)\": \(r)"
+        case .badRollout(let p): "rollout percent \(p) is outside 0...100"
+        case .badDependency(let s): "dependency \"\(s)\": expected ID@RANGE, e.g. shared-ui@^1.2.0"
+        case .entryMissing(let e): "the entry file \"\(e)\" is not in the tree"
+        case .versionExists(let id, let v):
+            "\(id) \(v) already exists in the repository (published versions are immutable; choose a new version)"
+        case .versionNotNewer(let id, let v, let newest, let ch):
+            "\(id) \(v) is not greater than the newest published version \(newest) on channel \(ch)"
+        case .unknownVersion(let id, let v): "\(id) \(v) was never published in this repository"
+        case .alreadyRevoked(let id, let v): "\(id) \(v) is already revoked"
+        case .existingIndexUntrusted(let d): "the repository's current index cannot be trusted: \(d)"
+        case .changedWhilePacking(let p): "\(p) changed while it was being packed; pack again"
+        case .archive(let e): e.description
+        case .manifest(let e): e.description
+        case .signing(let e): e.description
+        case .io(let e): e.description
+        }
+    }
+}

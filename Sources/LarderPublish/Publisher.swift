@@ -1,0 +1,376 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// What to pack: the tree, where, and the index fields of the new release.
+public struct PackRequest: Sendable {
+    public var source: FilePath
+    public var repository: FilePath
+    public var id: String
+    public var version: String
+    public var routes: [String] = []
+    public var entry: String = "index.html"
+    public var spaFallback = false
+    public var channel: String = Channel.default
+    public var minClientVersion: String?
+    public var rolloutPercent = 100
+    /// Defaults to `<id>@<version>` so that every release draws its own devices.
+    public var rolloutSalt: String?
+    public var mandatory = false
+    /// `ID@RANGE` each, e.g. `shared-ui@^1.2.0`.
+    public var dependencies: [String] = []
+    public var policy = Policy()
+    /// How long the new index stays valid.
+    public var timeToLive: TimeInterval = 30 * 24 * 3600
+    public var limits: TreeLimits = .standard
+
+    /// A request with the required parts; set the rest as needed.
+    public init(source: FilePath, repository: FilePath, id: String, version: String) {
+        self.source = source
+        self.repository = repository
+        self.id = id
+        self.version = version
+    }
+}
+
+/// What `pack` did.
+public struct PackReport: Sendable, Codable, Equatable {
+    public var id: String
+    public var version: String
+    public var channel: String
+    public var serial: UInt64
+    public var expires: Date
+    public var bundle: BlobRef
+    public var fileList: BlobRef
+    public var fileCount: Int
+    public var totalSize: Int64
+    /// Objects written by this pack (contents the repository did not hold yet).
+    public var objectsWritten: Int
+    /// Objects already present (shared with earlier versions or packages).
+    public var objectsReused: Int
+    public var objectBytesWritten: Int64
+    public var signedBy: String
+}
+
+/// What `revoke` did.
+public struct RevokeReport: Sendable, Codable, Equatable {
+    public var id: String
+    public var version: String
+    public var serial: UInt64
+    public var expires: Date
+    public var signedBy: String
+}
+
+/// Publishes to a static repository directory: packs versions and revokes them, each time
+/// writing a newly signed index. Every file is written atomically, a version directory is
+/// assembled under a temporary name and renamed into place, and the index pair is published
+/// through `.pending` files that the next run completes or discards, so an interrupted run never
+/// leaves a repository that verifies with a half-written version.
+public struct Publisher: Sendable {
+    let key: PrivateKey
+    let now: @Sendable () -> Date
+
+    /// A publisher signing with `key`; `now` is the clock used for `expires`.
+    public init(key: PrivateKey, now: @escaping @Sendable () -> Date = { Date() }) {
+        self.key = key
+        self.now = now
+    }
+
+    // MARK: pack
+
+    /// Packs `request.source` as a new version into `request.repository`.
+    public func pack(_ request: PackRequest) throws(PublishError) -> PackReport {
+        // 1. Everything that can be refused without touching the disk.
+        guard let id = PackageID(request.id) else { throw .badID(request.id) }
+        guard let version = SemanticVersion(request.version) else { throw .badVersion(request.version) }
+        guard Channel.isValid(request.channel) else { throw .badChannel(request.channel) }
+        for r in request.routes {
+            if let problem = RoutePrefix.problem(r) { throw .badRoute(r, reason: problem) }
+        }
+        guard (0...100).contains(request.rolloutPercent) else { throw .badRollout(request.rolloutPercent) }
+        var minClient: SemanticVersion?
+        if let m = request.minClientVersion {
+            guard let v = SemanticVersion(m) else { throw .badVersion(m) }
+            minClient = v
+        }
+        let dependencies = try request.dependencies.map { text throws(PublishError) -> Dependency in
+            guard let at = text.firstIndex(of: "@"), let depID = PackageID(String(text[..<at])),
+                let range = VersionRange(String(text[text.index(after: at)...]))
+            else { throw .badDependency(text) }
+            return Dependency(id: depID, range: range)
+        }
+        guard let entryPath = RelativePath(request.entry) else {
+            throw .badName(path: request.entry, problem: .empty)
+        }
+
+        // 2. The repository as it stands (completing an interrupted publication first).
+        let layout = RepositoryLayout(root: request.repository)
+        try io { try AtomicFile.makeDirectories(layout.root) }
+        let current = try loadIndex(layout)
+        let versionRel = RepositoryLayout.versionPath(id, version)
+        if AtomicFile.exists(layout.resolve(versionRel)) || (current?.packages.contains { $0.id == id && $0.version == version } ?? false) {
+            throw .versionExists(id: id.rawValue, version: version.description)
+        }
+        if let existing = current?.packages.first(where: { $0.id == id && $0.channel == request.channel }),
+            !(version > existing.version)
+        {
+            throw .versionNotNewer(id: id.rawValue, version: version.description, newest: existing.version.description, channel: request.channel)
+        }
+
+        // 3. The tree.
+        let tree = try SourceTree.scan(request.source, limits: request.limits)
+        guard tree.files.contains(where: { $0.path == entryPath }) else { throw .entryMissing(entryPath.string) }
+
+        // 4. Assemble the version directory under a temporary name.
+        let packageDir = layout.packages.appending(id.rawValue)
+        try io { try AtomicFile.makeDirectories(packageDir) }
+        removeStaleStaging(in: packageDir)
+        let staging = packageDir.appending(".\(version).staging-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try io { try AtomicFile.makeDirectories(staging) }
+        var finished = false
+        defer { if !finished { try? FileManager.default.removeItem(atPath: staging.string) } }
+
+        let bundleFile = staging.appending("bundle.zip")
+        let written: [FileEntry]
+        do { written = try ZipWriter.write(tree.files, to: bundleFile) } catch { throw .archive(error) }
+        let fileList = FileList(id: id, version: version, files: written)
+        // Self-check with the device's reader: what we publish, a device can install.
+        let listing: ArchiveListing
+        do { listing = try ZipReader(limits: request.limits).validate(bundleFile) } catch { throw .archive(error) }
+        guard listing.files == fileList.files else {
+            throw .changedWhilePacking(path: request.source.string)
+        }
+        let fileListData = try encode(fileList)
+        try io { try AtomicFile.write(fileListData, to: staging.appending("files.json")) }
+        let bundleRef = BlobRef(
+            path: RepositoryLayout.bundlePath(id, version), size: try fileSize(bundleFile),
+            sha256: try digest(of: bundleFile))
+        let fileListRef = BlobRef(
+            path: RepositoryLayout.fileListPath(id, version), size: Int64(fileListData.count),
+            sha256: SHA256Digest.of(fileListData))
+
+        // 5. Objects the repository lacks (content-addressed, so writing one is idempotent).
+        var objectsWritten = 0
+        var objectsReused = 0
+        var objectBytes: Int64 = 0
+        var seen: Set<SHA256Digest> = []
+        for (file, source) in zip(fileList.files, tree.files.map(\.source)) where seen.insert(file.sha256).inserted {
+            let objectPath = layout.resolve(RepositoryLayout.objectPath(file.sha256))
+            if AtomicFile.exists(objectPath) {
+                objectsReused += 1
+                continue
+            }
+            try io { try AtomicFile.makeDirectories(objectPath.removingLastComponent()) }
+            let result: (size: Int64, sha256: SHA256Digest, compressedSize: Int64)
+            do { result = try Gzip.compressFile(source, to: objectPath) } catch {
+                throw .io(FileSystemError("compress", source, .ioError))
+            }
+            guard result.size == file.size, result.sha256 == file.sha256 else {
+                try? FileManager.default.removeItem(atPath: objectPath.string)
+                throw .changedWhilePacking(path: file.path.string)
+            }
+            objectsWritten += 1
+            objectBytes += result.compressedSize
+        }
+
+        // 6. Move the version into place (fails if it appeared meanwhile).
+        let versionDir = layout.resolve(versionRel)
+        try io { try AtomicFile.syncDirectory(staging) }
+        if rename(staging.string, versionDir.string) != 0 {
+            let e = Errno(rawValue: errno)
+            if e == .directoryNotEmpty || e == .fileExists {
+                throw .versionExists(id: id.rawValue, version: version.description)
+            }
+            throw .io(FileSystemError("rename", staging, e))
+        }
+        finished = true
+        try io { try AtomicFile.syncDirectory(packageDir) }
+
+        // 7. The new index.
+        var index = current ?? RepositoryIndex(serial: 0, expires: now(), packages: [])
+        let previous = index.packages.first { $0.id == id && $0.channel == request.channel }
+        let entry = PackageEntry(
+            id: id, version: version, routes: request.routes, entry: entryPath.string,
+            spaFallback: request.spaFallback, policy: request.policy, bundle: bundleRef, files: fileListRef,
+            minClientVersion: minClient, channel: request.channel,
+            rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(id)@\(version)"),
+            mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: dependencies)
+        index.packages.removeAll { $0.id == id && $0.channel == request.channel }
+        index.packages.append(entry)
+        let published = try publish(&index, layout, ttl: request.timeToLive)
+        return PackReport(
+            id: id.rawValue, version: version.description, channel: request.channel, serial: published.serial,
+            expires: published.expires, bundle: bundleRef, fileList: fileListRef, fileCount: fileList.files.count,
+            totalSize: fileList.totalSize, objectsWritten: objectsWritten, objectsReused: objectsReused,
+            objectBytesWritten: objectBytes, signedBy: key.publicKey.keyID)
+    }
+
+    // MARK: revoke
+
+    /// Marks `version` of `id` revoked in a newly signed index: devices running it roll back off
+    /// it and no device installs it again.
+    public func revoke(
+        id idText: String, version versionText: String, repository: FilePath,
+        timeToLive: TimeInterval = 30 * 24 * 3600
+    ) throws(PublishError) -> RevokeReport {
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
+        let layout = RepositoryLayout(root: repository)
+        guard var index = try loadIndex(layout) else {
+            throw .existingIndexUntrusted(detail: "\(layout.index) does not exist")
+        }
+        let entries = index.packages.indices.filter { index.packages[$0].id == id }
+        let published = AtomicFile.isDirectory(layout.resolve(RepositoryLayout.versionPath(id, version)))
+        guard !entries.isEmpty, published else { throw .unknownVersion(id: id.rawValue, version: version.description) }
+        guard entries.contains(where: { !index.packages[$0].revoked.contains(version) }) else {
+            throw .alreadyRevoked(id: id.rawValue, version: version.description)
+        }
+        for i in entries where !index.packages[i].revoked.contains(version) {
+            index.packages[i].revoked.append(version)
+            index.packages[i].revoked.sort()
+        }
+        let result = try publish(&index, layout, ttl: timeToLive)
+        return RevokeReport(
+            id: id.rawValue, version: version.description, serial: result.serial, expires: result.expires,
+            signedBy: key.publicKey.keyID)
+    }
+
+    // MARK: the index pair
+
+    /// Reads the current index, first completing or discarding a half-published pair. The index
+    /// must be signed by this publisher's key; `nil` for a repository with no index yet.
+    func loadIndex(_ layout: RepositoryLayout) throws(PublishError) -> RepositoryIndex? {
+        let trusted = [key.publicKey]
+        try recoverPending(layout, trusted: trusted)
+        guard AtomicFile.exists(layout.index) else {
+            if AtomicFile.exists(layout.signature) {
+                throw .existingIndexUntrusted(detail: "\(layout.signature) exists without \(layout.index)")
+            }
+            return nil
+        }
+        let bytes = try io { try AtomicFile.read(layout.index) }
+        let sigBytes = try io { try AtomicFile.read(layout.signature) }
+        do {
+            let sig = try ManifestCoding.decode(SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
+            try IndexSignature.verify(bytes, signatures: sig, trusted: trusted)
+            return try ManifestCoding.decode(RepositoryIndex.self, from: bytes, document: RepositoryLayout.indexName)
+        } catch let e as SigningError {
+            throw .existingIndexUntrusted(detail: e.description)
+        } catch let e as ManifestError {
+            throw .existingIndexUntrusted(detail: e.description)
+        } catch {
+            throw .existingIndexUntrusted(detail: "\(error)")
+        }
+    }
+
+    /// Completes a publication interrupted between writing the pending pair and renaming it, when
+    /// the pending index verifies; otherwise discards the pending files.
+    func recoverPending(_ layout: RepositoryLayout, trusted: [PublicKey]) throws(PublishError) {
+        guard AtomicFile.exists(layout.pendingIndex) else {
+            _ = unlink(layout.pendingSignature.string)
+            return
+        }
+        let sigPath = AtomicFile.exists(layout.pendingSignature) ? layout.pendingSignature : layout.signature
+        var valid = false
+        if let bytes = try? AtomicFile.read(layout.pendingIndex), let sigBytes = try? AtomicFile.read(sigPath),
+            let sig = try? ManifestCoding.decode(SignatureFile.self, from: sigBytes, document: "signature"),
+            (try? IndexSignature.verify(bytes, signatures: sig, trusted: trusted)) != nil,
+            (try? ManifestCoding.decode(RepositoryIndex.self, from: bytes, document: "index")) != nil
+        {
+            valid = true
+        }
+        if valid {
+            if sigPath == layout.pendingSignature { try renameDurably(layout.pendingSignature, layout.signature, in: layout.root) }
+            try renameDurably(layout.pendingIndex, layout.index, in: layout.root)
+        } else {
+            _ = unlink(layout.pendingSignature.string)
+            _ = unlink(layout.pendingIndex.string)
+            try io { try AtomicFile.syncDirectory(layout.root) }
+        }
+    }
+
+    /// Bumps the serial and expiry, signs, and publishes the pair: both written as `.pending`
+    /// files, then the signature renamed into place, then the index.
+    func publish(_ index: inout RepositoryIndex, _ layout: RepositoryLayout, ttl: TimeInterval) throws(PublishError) -> RepositoryIndex {
+        index.serial += 1
+        index.expires = Date(timeIntervalSince1970: (now().timeIntervalSince1970 + ttl).rounded(.down))
+        index.packages.sort { ($0.id, $0.channel) < ($1.id, $1.channel) }
+        let issues = IndexRules.issues(index)
+        if let first = issues.first { throw .existingIndexUntrusted(detail: "the new index would break a rule: \(first)") }
+        let bytes = try encode(index)
+        let sig: SignatureFile
+        do { sig = try IndexSignature.sign(bytes, with: [key]) } catch {
+            throw .signing(.badKeyFile(path: "(signing key)", detail: "\(error)"))
+        }
+        let sigBytes = try encode(sig)
+        try io { try AtomicFile.write(sigBytes, to: layout.pendingSignature) }
+        try io { try AtomicFile.write(bytes, to: layout.pendingIndex) }
+        try renameDurably(layout.pendingSignature, layout.signature, in: layout.root)
+        try renameDurably(layout.pendingIndex, layout.index, in: layout.root)
+        return index
+    }
+
+    private func renameDurably(_ from: FilePath, _ to: FilePath, in dir: FilePath) throws(PublishError) {
+        if rename(from.string, to.string) != 0 {
+            throw .io(FileSystemError("rename", from, Errno(rawValue: errno)))
+        }
+        try io { try AtomicFile.syncDirectory(dir) }
+    }
+
+    private func removeStaleStaging(in dir: FilePath) {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: dir.string) else { return }
+        for n in names where n.hasPrefix(".") && n.contains(".staging-") {
+            try? FileManager.default.removeItem(atPath: dir.appending(n).string)
+        }
+    }
+
+    private func encode<T: Encodable>(_ value: T) throws(PublishError) -> Data {
+        do { return try ManifestCoding.encode(value) } catch {
+            throw .manifest(.malformed(document: "\(T.self)", detail: "\(error)"))
+        }
+    }
+}
+
+/// Runs a file-system step, mapping its error into `PublishError.io`.
+func io<T>(_ body: () throws -> T) throws(PublishError) -> T {
+    do {
+        return try body()
+    } catch let e as FileSystemError {
+        throw .io(e)
+    } catch let e as PublishError {
+        throw e
+    } catch {
+        throw .io(FileSystemError("file operation", FilePath("."), .ioError))
+    }
+}
+
+/// The size of a file.
+func fileSize(_ path: FilePath) throws(PublishError) -> Int64 {
+    var st = stat()
+    guard stat(path.string, &st) == 0 else { throw .io(FileSystemError("stat", path, Errno(rawValue: errno))) }
+    return Int64(st.st_size)
+}
+
+/// The SHA-256 of a file, streamed.
+func digest(of path: FilePath) throws(PublishError) -> SHA256Digest {
+    try io { () throws -> SHA256Digest in
+        let fd = try AtomicFile.check("open", path) { try FileDescriptor.open(path, .readOnly) }
+        defer { try? fd.close() }
+        var hasher = SHA256Stream()
+        var buffer = [UInt8](repeating: 0, count: 256 << 10)
+        while true {
+            let n = try AtomicFile.check("read", path) { try buffer.withUnsafeMutableBytes { try fd.read(into: $0) } }
+            if n == 0 { break }
+            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        }
+        return hasher.finish()
+    }
+}

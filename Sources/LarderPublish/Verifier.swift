@@ -1,0 +1,371 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+/// One problem `verify` found. `code` is stable; `package`, `version` and `file` locate it.
+public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertible {
+    public var code: String
+    public var package: String?
+    public var version: String?
+    /// Repository-relative path of the document, or the path inside a bundle.
+    public var file: String?
+    public var message: String
+
+    /// Creates a problem.
+    public init(code: String, package: String? = nil, version: String? = nil, file: String? = nil, message: String) {
+        self.code = code
+        self.package = package
+        self.version = version
+        self.file = file
+        self.message = message
+    }
+
+    public var description: String {
+        var where_: [String] = []
+        if let p = package { where_.append(version.map { "\(p)@\($0)" } ?? p) }
+        if let f = file { where_.append(f) }
+        return (where_.isEmpty ? "" : where_.joined(separator: " ") + ": ") + "[\(code)] \(message)"
+    }
+}
+
+/// The outcome of `verify`: every problem, and what was looked at.
+public struct VerifyReport: Sendable, Codable, Equatable {
+    /// `repository` or `bundle`.
+    public var kind: String
+    public var path: String
+    public var serial: UInt64?
+    public var signedBy: String?
+    public var packagesChecked: Int
+    public var filesChecked: Int
+    public var objectsChecked: Int
+    public var problems: [VerifyProblem]
+    /// Whether nothing was found.
+    public var ok: Bool { problems.isEmpty }
+
+    enum CodingKeys: String, CodingKey {
+        case kind, path, serial, signedBy, packagesChecked, filesChecked, objectsChecked, problems, ok
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(kind, forKey: .kind)
+        try c.encode(path, forKey: .path)
+        try c.encodeIfPresent(serial, forKey: .serial)
+        try c.encodeIfPresent(signedBy, forKey: .signedBy)
+        try c.encode(packagesChecked, forKey: .packagesChecked)
+        try c.encode(filesChecked, forKey: .filesChecked)
+        try c.encode(objectsChecked, forKey: .objectsChecked)
+        try c.encode(problems, forKey: .problems)
+        try c.encode(ok, forKey: .ok)
+    }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        kind = try c.decode(String.self, forKey: .kind)
+        path = try c.decode(String.self, forKey: .path)
+        serial = try c.decodeIfPresent(UInt64.self, forKey: .serial)
+        signedBy = try c.decodeIfPresent(String.self, forKey: .signedBy)
+        packagesChecked = try c.decode(Int.self, forKey: .packagesChecked)
+        filesChecked = try c.decode(Int.self, forKey: .filesChecked)
+        objectsChecked = try c.decode(Int.self, forKey: .objectsChecked)
+        problems = try c.decode([VerifyProblem].self, forKey: .problems)
+    }
+
+    init(kind: String, path: String) {
+        self.kind = kind
+        self.path = path
+        packagesChecked = 0
+        filesChecked = 0
+        objectsChecked = 0
+        problems = []
+    }
+}
+
+/// The CI gate: checks a repository or a single bundle the way a device will, and more.
+public struct Verifier: Sendable {
+    /// Keys whose signature on the index is accepted.
+    public var trustedKeys: [PublicKey]
+    /// Skip the signature check (structure only); `verify` without keys must say so.
+    public var checkSignature: Bool
+    public var limits: TreeLimits
+    let now: @Sendable () -> Date
+
+    /// Creates a verifier.
+    public init(
+        trustedKeys: [PublicKey], checkSignature: Bool = true, limits: TreeLimits = .standard,
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        self.trustedKeys = trustedKeys
+        self.checkSignature = checkSignature
+        self.limits = limits
+        self.now = now
+    }
+
+    // MARK: repository
+
+    /// Verifies the repository at `root`: signature, schema, serial and expiry, index rules, and
+    /// every bundle, file list and object the index names.
+    public func verifyRepository(_ root: FilePath) -> VerifyReport {
+        let layout = RepositoryLayout(root: root)
+        var report = VerifyReport(kind: "repository", path: root.string)
+        func problem(_ code: String, _ message: String, package: String? = nil, version: String? = nil, file: String? = nil) {
+            report.problems.append(VerifyProblem(code: code, package: package, version: version, file: file, message: message))
+        }
+        for pending in [RepositoryLayout.indexName, RepositoryLayout.signatureName] {
+            if AtomicFile.exists(root.appending(pending + RepositoryLayout.pendingSuffix)) {
+                problem("publication-interrupted", "a pack or revoke was interrupted; run it again to complete or discard it", file: pending + RepositoryLayout.pendingSuffix)
+            }
+        }
+        guard let indexBytes = try? AtomicFile.read(layout.index, limit: ManifestCoding.maxDocumentBytes + 1) else {
+            problem("index-missing", "cannot read \(RepositoryLayout.indexName)", file: RepositoryLayout.indexName)
+            return report
+        }
+        if checkSignature {
+            do {
+                let sigBytes = try AtomicFile.read(layout.signature, limit: 1 << 20)
+                let sig = try ManifestCoding.decode(SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
+                report.signedBy = try IndexSignature.verify(indexBytes, signatures: sig, trusted: trustedKeys)
+            } catch let e as SigningError {
+                let code = if case .invalidSignature = e { "signature-invalid" } else { "signature-untrusted" }
+                problem(code, e.description, file: RepositoryLayout.signatureName)
+            } catch let e as FileSystemError {
+                problem("signature-missing", "cannot read \(RepositoryLayout.signatureName): \(e.errno)", file: RepositoryLayout.signatureName)
+            } catch {
+                problem("signature-malformed", "\(error)", file: RepositoryLayout.signatureName)
+            }
+        }
+        let index: RepositoryIndex
+        do {
+            index = try ManifestCoding.decode(RepositoryIndex.self, from: indexBytes, document: RepositoryLayout.indexName)
+        } catch {
+            problem("index-schema", error.description, file: RepositoryLayout.indexName)
+            return report
+        }
+        report.serial = index.serial
+        if index.serial == 0 { problem("index-serial", "serial is 0; the first published index has serial 1", file: RepositoryLayout.indexName) }
+        if index.expires <= now() {
+            problem("index-expired", "the index expired at \(ManifestCoding.formatRFC3339(index.expires)); re-sign it (any pack or revoke does)", file: RepositoryLayout.indexName)
+        }
+        for issue in IndexRules.issues(index) {
+            problem(issue.code, issue.message, package: issue.package, version: issue.version, file: RepositoryLayout.indexName)
+        }
+        var checkedObjects: [SHA256Digest: Bool] = [:]
+        for entry in index.packages {
+            report.packagesChecked += 1
+            verifyPackage(entry, layout: layout, report: &report, objects: &checkedObjects)
+        }
+        report.objectsChecked = checkedObjects.count
+        return report
+    }
+
+    private func verifyPackage(
+        _ entry: PackageEntry, layout: RepositoryLayout, report: inout VerifyReport, objects: inout [SHA256Digest: Bool]
+    ) {
+        let id = entry.id.rawValue
+        let v = entry.version.description
+        func problem(_ code: String, _ file: String?, _ message: String) {
+            report.problems.append(VerifyProblem(code: code, package: id, version: v, file: file, message: message))
+        }
+        // Paths from the index are used only when they match the layout (IndexRules reports others).
+        guard entry.bundle.path == RepositoryLayout.bundlePath(entry.id, entry.version),
+            entry.files.path == RepositoryLayout.fileListPath(entry.id, entry.version)
+        else { return }
+
+        // The file list.
+        var fileList: FileList?
+        if let data = checkBlob(entry.files, layout: layout, problem: problem) {
+            do {
+                let list = try ManifestCoding.decode(FileList.self, from: data, document: entry.files.path)
+                if list.id != entry.id || list.version != entry.version {
+                    problem("file-list-mismatch", entry.files.path, "the file list is for \(list.id) \(list.version)")
+                }
+                fileList = list
+            } catch {
+                problem("file-list-schema", entry.files.path, error.description)
+            }
+        }
+
+        // The bundle: present, declared size and hash, strict reader, same tree as the list.
+        let bundlePath = layout.resolve(entry.bundle.path)
+        var collector = TextCollector()
+        var listing: ArchiveListing?
+        if checkBlobOnDisk(entry.bundle, layout: layout, problem: problem) {
+            do {
+                listing = try ZipReader(limits: limits).read(bundlePath, into: &collector)
+            } catch {
+                problem(error.code, entry.bundle.path, "bundle rejected by the archive reader: \(error)")
+            }
+        }
+        if let list = fileList {
+            report.filesChecked += list.files.count
+            if let listing {
+                compare(listing.files, list.files, bundle: entry.bundle.path, problem: problem)
+            }
+            if !list.files.contains(where: { $0.path.string == entry.entry }) {
+                problem("entry-missing", entry.entry, "the entry file \"\(entry.entry)\" is not in the package")
+            }
+            for file in list.files {
+                let objectRel = RepositoryLayout.objectPath(file.sha256)
+                if let ok = objects[file.sha256] {
+                    if !ok { problem("object-bad", objectRel, "object for \(file.path) is missing or corrupt (see above)") }
+                    continue
+                }
+                let objectPath = layout.resolve(objectRel)
+                guard AtomicFile.exists(objectPath) else {
+                    objects[file.sha256] = false
+                    problem("object-missing", objectRel, "no object for \(file.path) (\(file.sha256))")
+                    continue
+                }
+                do {
+                    let got = try Gzip.digestOfInflated(objectPath, limit: limits.maxFileBytes)
+                    let ok = got.sha256 == file.sha256 && got.size == file.size
+                    objects[file.sha256] = ok
+                    if !ok {
+                        problem("object-corrupt", objectRel, "inflates to \(got.size) bytes with sha256 \(got.sha256), expected \(file.size) bytes for \(file.path)")
+                    }
+                } catch {
+                    objects[file.sha256] = false
+                    problem("object-corrupt", objectRel, "cannot inflate the object for \(file.path): \(error)")
+                }
+            }
+            checkLinks(collector.texts, files: list.files, entryName: entry.entry, problem: problem)
+        }
+    }
+
+    /// Reads a small document named by the index and checks its size and hash.
+    private func checkBlob(_ ref: BlobRef, layout: RepositoryLayout, problem: (String, String?, String) -> Void) -> Data? {
+        guard let data = try? AtomicFile.read(layout.resolve(ref.path), limit: ManifestCoding.maxDocumentBytes) else {
+            problem("missing", ref.path, "\(ref.path) is missing or unreadable")
+            return nil
+        }
+        if Int64(data.count) != ref.size {
+            problem("size-mismatch", ref.path, "\(data.count) bytes, the index declares \(ref.size)")
+            return nil
+        }
+        let digest = SHA256Digest.of(data)
+        if digest != ref.sha256 {
+            problem("hash-mismatch", ref.path, "sha256 \(digest), the index declares \(ref.sha256)")
+            return nil
+        }
+        return data
+    }
+
+    /// Checks a large file's size and hash by streaming it.
+    private func checkBlobOnDisk(_ ref: BlobRef, layout: RepositoryLayout, problem: (String, String?, String) -> Void) -> Bool {
+        let path = layout.resolve(ref.path)
+        guard let size = try? fileSize(path), let digest = try? digest(of: path) else {
+            problem("missing", ref.path, "\(ref.path) is missing or unreadable")
+            return false
+        }
+        if size != ref.size {
+            problem("size-mismatch", ref.path, "\(size) bytes, the index declares \(ref.size)")
+            return false
+        }
+        if digest != ref.sha256 {
+            problem("hash-mismatch", ref.path, "sha256 \(digest), the index declares \(ref.sha256)")
+            return false
+        }
+        return true
+    }
+
+    private func compare(_ actual: [FileEntry], _ listed: [FileEntry], bundle: String, problem: (String, String?, String) -> Void) {
+        let a = Dictionary(actual.map { ($0.path, $0) }, uniquingKeysWith: { x, _ in x })
+        let l = Dictionary(listed.map { ($0.path, $0) }, uniquingKeysWith: { x, _ in x })
+        for f in listed {
+            guard let got = a[f.path] else {
+                problem("bundle-missing-file", f.path.string, "listed in files.json but not in \(bundle)")
+                continue
+            }
+            if got.size != f.size || got.sha256 != f.sha256 {
+                problem("bundle-file-differs", f.path.string, "in \(bundle) it is \(got.size) bytes sha256 \(got.sha256); files.json says \(f.size) bytes sha256 \(f.sha256)")
+            }
+        }
+        for f in actual where l[f.path] == nil {
+            problem("bundle-extra-file", f.path.string, "in \(bundle) but not listed in files.json")
+        }
+    }
+
+    private func checkLinks(_ texts: [(RelativePath, String)], files: [FileEntry], entryName: String, problem: (String, String?, String) -> Void) {
+        let paths = Set(files.map(\.path.string))
+        var directories: Set<String> = [""]
+        for p in paths {
+            var comps = p.split(separator: "/").dropLast()
+            while !comps.isEmpty {
+                directories.insert(comps.joined(separator: "/"))
+                comps = comps.dropLast()
+            }
+        }
+        for (file, text) in texts {
+            let isCSS = file.pathExtension == "css"
+            let refs = isCSS ? References.inCSS(text) : References.inHTML(text)
+            for ref in refs {
+                switch References.resolve(ref, from: file) {
+                case .external:
+                    continue
+                case .escapes:
+                    problem("link-escapes", file.string, "reference \"\(ref)\" leads outside the package")
+                case .malformed:
+                    problem("link-malformed", file.string, "reference \"\(ref)\" has bad percent-encoding")
+                case .local(let target):
+                    let dir = target.hasSuffix("/") ? String(target.dropLast()) : target
+                    if !target.hasSuffix("/"), paths.contains(target) { continue }
+                    if directories.contains(dir) {
+                        let entry = dir.isEmpty ? entryName : dir + "/" + entryName
+                        if paths.contains(entry) { continue }
+                        problem("link-broken", file.string, "reference \"\(ref)\" is a directory without \(entryName)")
+                        continue
+                    }
+                    problem("link-broken", file.string, "reference \"\(ref)\" points to \(target), which is not in the package")
+                }
+            }
+        }
+    }
+
+    // MARK: single bundle
+
+    /// Verifies one bundle: the strict archive rules, its links, and when a file list is given,
+    /// that the bundle's tree equals it exactly.
+    public func verifyBundle(_ path: FilePath, fileList: FileList? = nil, entryName: String = "index.html") -> VerifyReport {
+        var report = VerifyReport(kind: "bundle", path: path.string)
+        func problem(_ code: String, _ file: String?, _ message: String) {
+            report.problems.append(VerifyProblem(code: code, file: file, message: message))
+        }
+        var collector = TextCollector()
+        do {
+            let listing = try ZipReader(limits: limits).read(path, into: &collector)
+            report.packagesChecked = 1
+            report.filesChecked = listing.files.count
+            if let list = fileList { compare(listing.files, list.files, bundle: path.string, problem: problem) }
+            checkLinks(collector.texts, files: listing.files, entryName: entryName, problem: problem)
+        } catch {
+            problem(error.code, nil, "bundle rejected by the archive reader: \(error)")
+        }
+        return report
+    }
+}
+
+/// Keeps the text of HTML and CSS files (up to 4 MiB each) while the reader streams a bundle.
+struct TextCollector: ArchiveConsumer {
+    static let limit = 4 << 20
+    var texts: [(RelativePath, String)] = []
+    var current: RelativePath?
+    var buffer: [UInt8] = []
+
+    mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws {
+        let ext = path.pathExtension
+        current = (ext == "html" || ext == "htm" || ext == "css") ? path : nil
+        buffer.removeAll(keepingCapacity: true)
+    }
+
+    mutating func write(_ chunk: UnsafeRawBufferPointer) throws {
+        guard current != nil, buffer.count + chunk.count <= Self.limit else { return }
+        buffer.append(contentsOf: chunk)
+    }
+
+    mutating func endFile(_ entry: FileEntry) throws {
+        if let p = current { texts.append((p, String(decoding: buffer, as: UTF8.self))) }
+        current = nil
+    }
+}

@@ -1,0 +1,27 @@
+import ArgumentParser
+import Larder
+
+/// `larder`: the command tree. Each subcommand parses, calls one library use case and renders
+/// its report; exit codes are documented in `ExitCodes`.
+struct LarderCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "larder",
+        abstract: "Keep offline web packages in step with a signed repository.",
+        discussion: """
+            Publisher commands: keygen, pack, revoke, verify.
+            Device commands (sync, plan, status, rollback, confirm, gc, install, resolve, serve) \
+            are not built yet.
+
+            Exit codes: 0 success; 1 failure or problems found; 64 usage error.
+            Results go to stdout (text, or a JSON document with --json); diagnostics to stderr.
+            """,
+        version: Larder.version,
+        subcommands: [Keygen.self, Pack.self, Revoke.self, Verify.self]
+    )
+}
+
+/// Options every command shares.
+struct OutputOptions: ParsableArguments {
+    @Flag(name: .long, help: "Print the result as a JSON document on stdout.")
+    var json = false
+}
