@@ -66,9 +66,30 @@ struct Pack: ParsableCommand {
     @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS"))
     var ttlDays = 30.0
 
+    @Option(help: ArgumentHelp("Stricter file-count limit for this pack (at most the default, \(TreeLimits.standard.maxFiles)).", valueName: "N"))
+    var maxFiles: Int?
+
+    @Option(help: ArgumentHelp("Stricter total-size limit in bytes (at most the default, \(TreeLimits.standard.maxTotalBytes)).", valueName: "BYTES"))
+    var maxTotalSize: Int64?
+
     @OptionGroup var output: OutputOptions
 
+    /// The standard limits, tightened by the options (devices accept the standard ones, so a
+    /// pack may be stricter but never looser).
+    var limits: TreeLimits {
+        var l = TreeLimits.standard
+        if let n = maxFiles { l.maxFiles = n }
+        if let b = maxTotalSize { l.maxTotalBytes = b }
+        return l
+    }
+
     func validate() throws {
+        if let n = maxFiles, !(1...TreeLimits.standard.maxFiles).contains(n) {
+            throw ValidationError("--max-files must be within 1...\(TreeLimits.standard.maxFiles)")
+        }
+        if let b = maxTotalSize, !(1...TreeLimits.standard.maxTotalBytes).contains(b) {
+            throw ValidationError("--max-total-size must be within 1...\(TreeLimits.standard.maxTotalBytes)")
+        }
         guard PolicyMode(rawValue: policy) != nil else {
             throw ValidationError("--policy must be local-then-network or local-only, not \"\(policy)\"")
         }
@@ -95,6 +116,7 @@ struct Pack: ParsableCommand {
         request.dependencies = dependencies
         request.policy = Policy(mode: PolicyMode(rawValue: policy) ?? .localThenNetwork, bypass: bypass)
         request.timeToLive = ttlDays * 24 * 3600
+        request.limits = limits
         let report: PackReport
         do {
             report = try Publisher(key: privateKey).pack(request)

@@ -1,0 +1,182 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import SystemPackage
+import Testing
+
+@Suite("Hardened zip reader")
+struct ZipReaderTests {
+    /// One generation of the fixtures for the whole suite.
+    static let fixtures = Result { try ZipFixtures() }
+
+    @Test func everyFixtureHasItsOutcome() throws {
+        let fx = try Self.fixtures.get()
+        // The external tools must all have produced their zips: acceptance is part of the contract.
+        for tool in ["infozip.zip", "infozip-stream.zip", "bsdtar.zip", "python-deflated.zip", "python-stored.zip",
+                     "python-zip64.zip", "python-data-descriptor.zip"] {
+            #expect(fx.expected[tool] == "ok", "\(tool) missing from the fixtures")
+        }
+        #expect(fx.expected.count >= 25)
+        for (name, expected) in fx.expected.sorted(by: { $0.key < $1.key }) {
+            let path = FilePath(fx.dir.url.appendingPathComponent(name).path)
+            let outcome: Result<ArchiveListing, ArchiveError>
+            do throws(ArchiveError) { outcome = .success(try ZipReader().validate(path)) } catch { outcome = .failure(error) }
+            switch outcome {
+            case .success(let listing):
+                #expect(expected == "ok", "\(name) was accepted but should fail with \(expected)")
+                if expected == "ok" {
+                    let names = Set(listing.files.map(\.path.string))
+                    #expect(names.isSuperset(of: ["index.html", "css/app.css", "café/naïve.txt"]), "\(name): \(names)")
+                    let css = try #require(listing.files.first { $0.path.string == "css/app.css" })
+                    #expect(css.size == 300)
+                    #expect(css.sha256 == SHA256Digest.of(Data(String(repeating: "body{}", count: 50).utf8)))
+                }
+            case .failure(let error):
+                #expect(error.code == expected, "\(name): got \(error.code) (\(error)), expected \(expected)")
+                #expect(!error.description.isEmpty)
+            }
+        }
+    }
+
+    /// What libarchive does to names before Larder sees them, pinned so a libarchive upgrade
+    /// that changes it is noticed.
+    @Test func libarchiveNameNormalisation() throws {
+        let fx = try Self.fixtures.get()
+        let nfd = try ZipReader().validate(FilePath(fx.dir.url.appendingPathComponent("nfd-flagged.zip").path))
+        #expect(nfd.files.contains { $0.path.string == "caf\u{e9}.txt" })
+        let fifo = try ZipReader().validate(FilePath(fx.dir.url.appendingPathComponent("fifo-as-regular.zip").path))
+        #expect(fifo.files.contains { $0.path.string == "pipe" && $0.size == 0 })
+    }
+
+    @Test func messagesNameTheEntry() throws {
+        let fx = try Self.fixtures.get()
+        let cases = ["dotdot.zip": "../x", "symlink.zip": "link", "absolute.zip": "/tmp/x", "duplicate.zip": "index.html",
+                     "case-collision.zip": "INDEX.html"]
+        for (name, entry) in cases {
+            do throws(ArchiveError) {
+                _ = try ZipReader().validate(FilePath(fx.dir.url.appendingPathComponent(name).path))
+                Issue.record("\(name) must be refused")
+            } catch {
+                #expect(error.description.contains(entry), "\(name): \(error.description)")
+            }
+        }
+    }
+
+    @Test func limitsAreApplied() throws {
+        let fx = try Self.fixtures.get()
+        let path = FilePath(fx.dir.url.appendingPathComponent("python-deflated.zip").path)
+        var few = TreeLimits.standard
+        few.maxFiles = 2
+        #expect(throws: ArchiveError.tooManyEntries(limit: 2)) { try ZipReader(limits: few).validate(path) }
+        var small = TreeLimits.standard
+        small.maxFileBytes = 100
+        #expect(throws: ArchiveError.fileTooLarge(entry: "css/app.css", size: 300, limit: 100)) {
+            try ZipReader(limits: small).validate(path)
+        }
+        var total = TreeLimits.standard
+        total.maxTotalBytes = 200
+        #expect(throws: ArchiveError.totalTooLarge(limit: 200)) { try ZipReader(limits: total).validate(path) }
+    }
+
+    @Test func consumerSeesEveryByte() throws {
+        let fx = try Self.fixtures.get()
+        struct Collect: ArchiveConsumer {
+            var data: [String: Data] = [:]
+            var current = ""
+            var ended: [FileEntry] = []
+            mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws {
+                current = path.string
+                data[current] = Data()
+            }
+            mutating func write(_ chunk: UnsafeRawBufferPointer) throws { data[current]?.append(contentsOf: chunk) }
+            mutating func endFile(_ entry: FileEntry) throws { ended.append(entry) }
+        }
+        var c = Collect()
+        let listing = try ZipReader().read(FilePath(fx.dir.url.appendingPathComponent("bsdtar.zip").path), into: &c)
+        #expect(c.data["index.html"] == Data("<h1>hi</h1>".utf8))
+        #expect(c.ended.count == 3)
+        for e in c.ended { #expect(SHA256Digest.of(c.data[e.path.string] ?? Data()) == e.sha256) }
+        #expect(listing.files.count == 3)
+    }
+
+    @Test func sinkErrorsStopTheRead() throws {
+        let fx = try Self.fixtures.get()
+        struct Failing: ArchiveConsumer {
+            struct Boom: Error {}
+            mutating func write(_ chunk: UnsafeRawBufferPointer) throws { throw Boom() }
+        }
+        var f = Failing()
+        #expect(throws: ArchiveError.self) {
+            try ZipReader().read(FilePath(fx.dir.url.appendingPathComponent("infozip.zip").path), into: &f)
+        }
+    }
+}
+
+@Suite("Deterministic writer and gzip")
+struct WriterTests {
+    func makeTree(_ dir: URL) throws -> [(path: RelativePath, source: FilePath)] {
+        let files = ["index.html": "<h1>x</h1>", "img/a.png": String(repeating: "p", count: 5000), "z/é.txt": "e",
+                     "b.js": String(repeating: "console.log(1);\n", count: 200)]
+        var out: [(RelativePath, FilePath)] = []
+        for (name, text) in files {
+            let url = dir.appendingPathComponent(name)
+            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data(text.utf8).write(to: url)
+            out.append((try #require(RelativePath(name)), FilePath(url.path)))
+        }
+        return out.sorted { $0.0 < $1.0 }.map { (path: $0.0, source: $0.1) }
+    }
+
+    @Test func sameTreeSameBytes() throws {
+        let tmp = try TempDir()
+        defer { tmp.cleanup() }
+        let files = try makeTree(tmp.url.appendingPathComponent("src"))
+        let a = FilePath(tmp.url.appendingPathComponent("a.zip").path)
+        let b = FilePath(tmp.url.appendingPathComponent("b.zip").path)
+        let entriesA = try ZipWriter.write(files, to: a)
+        // Touch every source: timestamps must not reach the archive.
+        for f in files {
+            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSince1970: 1_234_567)], ofItemAtPath: f.source.string)
+        }
+        let entriesB = try ZipWriter.write(files, to: b)
+        let bytesA = try Data(contentsOf: URL(fileURLWithPath: a.string))
+        let bytesB = try Data(contentsOf: URL(fileURLWithPath: b.string))
+        #expect(bytesA == bytesB)
+        #expect(entriesA == entriesB)
+        // Our own output passes our reader and lists the same files.
+        let listing = try ZipReader().validate(a)
+        #expect(listing.files == entriesA.sorted { $0.path < $1.path })
+        // And other tools read it: Python's zipfile test and names (UTF-8 flag set).
+        let names = try run("python3", ["-c", "import zipfile,sys;z=zipfile.ZipFile(sys.argv[1]);assert z.testzip() is None;print('\\n'.join(i.filename for i in z.infolist()))", a.string])
+        #expect(String(decoding: names, as: UTF8.self).split(separator: "\n") == ["b.js", "img/a.png", "index.html", "z/é.txt"])
+        try run("unzip", ["-tq", a.string])
+    }
+
+    @Test func gzipRoundTrip() throws {
+        let tmp = try TempDir()
+        defer { tmp.cleanup() }
+        let src = tmp.url.appendingPathComponent("in.bin")
+        var data = Data()
+        for i in 0..<300_000 { data.append(UInt8(truncatingIfNeeded: i * 7 / 3)) }
+        try data.write(to: src)
+        let gz = FilePath(tmp.url.appendingPathComponent("out.gz").path)
+        let result = try Gzip.compressFile(FilePath(src.path), to: gz)
+        #expect(result.size == Int64(data.count))
+        #expect(result.sha256 == SHA256Digest.of(data))
+        let back = try Gzip.digestOfInflated(gz, limit: 1 << 30)
+        #expect(back.size == Int64(data.count) && back.sha256 == SHA256Digest.of(data))
+        // The system's gzip agrees.
+        let plain = try run("gzip", ["-dc", gz.string])
+        #expect(plain == data)
+        // A limit below the content's size is enforced.
+        #expect(throws: GzipError.tooLarge(limit: 1000)) { try Gzip.digestOfInflated(gz, limit: 1000) }
+        // Truncated and trailing-garbage streams are refused.
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: gz.string))
+        let cut = tmp.url.appendingPathComponent("cut.gz")
+        try bytes.prefix(bytes.count - 4).write(to: cut)
+        #expect(throws: (any Error).self) { try Gzip.digestOfInflated(FilePath(cut.path), limit: 1 << 30) }
+        let extra = tmp.url.appendingPathComponent("extra.gz")
+        try (bytes + Data("junk".utf8)).write(to: extra)
+        #expect(throws: GzipError.trailingData) { try Gzip.digestOfInflated(FilePath(extra.path), limit: 1 << 30) }
+    }
+}

@@ -1,0 +1,180 @@
+import Foundation
+import LarderCore
+import Testing
+
+/// The repository's `manifests/` folder, found from this file's path.
+let manifestsDirectory = URL(fileURLWithPath: #filePath)
+    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    .appendingPathComponent("manifests")
+
+@Suite("Manifests")
+struct ManifestTests {
+    static let minimalEntry = """
+        {"id": "app", "version": "1.0.0",
+         "bundle": {"path": "packages/app/1.0.0/bundle.zip", "size": 10, "sha256": "\(String(repeating: "a", count: 64))"},
+         "files": {"path": "packages/app/1.0.0/files.json", "size": 5, "sha256": "\(String(repeating: "b", count: 64))"}}
+        """
+
+    static func index(_ entries: String, extra: String = "", schema: Int = 1) -> Data {
+        Data("""
+            {"schemaVersion": \(schema), "serial": 7, "expires": "2030-01-02T03:04:05Z", \(extra) "packages": [\(entries)]}
+            """.utf8)
+    }
+
+    @Test func defaultsForOptionalFields() throws {
+        let idx = try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(Self.minimalEntry), document: "index.json")
+        let p = try #require(idx.packages.first)
+        #expect(p.entry == "index.html")
+        #expect(p.channel == "stable")
+        #expect(p.policy == Policy(mode: .localThenNetwork, bypass: []))
+        #expect(p.rollout.percent == 100)
+        #expect(!p.spaFallback && !p.mandatory)
+        #expect(p.routes.isEmpty && p.revoked.isEmpty && p.dependencies.isEmpty)
+        #expect(idx.serial == 7)
+        #expect(ManifestCoding.formatRFC3339(idx.expires) == "2030-01-02T03:04:05Z")
+    }
+
+    @Test func unknownFieldsAreIgnored() throws {
+        let entry = Self.minimalEntry.replacingOccurrences(of: "\"id\": \"app\"", with: "\"id\": \"app\", \"delta\": {\"from\": \"0.9.0\"}")
+        let idx = try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(entry, extra: "\"future\": [1, 2],"), document: "index.json")
+        #expect(idx.packages.count == 1)
+    }
+
+    @Test func otherSchemaVersionRefused() {
+        #expect(throws: ManifestError.unsupportedSchema(document: "index.json", found: 2, supported: 1)) {
+            try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(Self.minimalEntry, schema: 2), document: "index.json")
+        }
+    }
+
+    @Test func errorsNameTheField() {
+        let bad = Self.minimalEntry.replacingOccurrences(of: "\"1.0.0\"", with: "\"1.0\"")
+        do {
+            _ = try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(bad), document: "index.json")
+            Issue.record("a bad version must be refused")
+        } catch {
+            #expect(error.description.contains("packages[0].version"), "\(error)")
+            #expect(error.description.contains("1.0"))
+        }
+        let badID = Self.minimalEntry.replacingOccurrences(of: "\"app\"", with: "\"Bad_ID\"")
+        #expect(throws: ManifestError.self) {
+            try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(badID), document: "index.json")
+        }
+        let missing = Self.minimalEntry.replacingOccurrences(of: "\"version\": \"1.0.0\",", with: "")
+        do {
+            _ = try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(missing), document: "index.json")
+            Issue.record("a missing version must be refused")
+        } catch {
+            #expect(error.description.contains("missing field \"version\""), "\(error)")
+        }
+        let dotdot = Data("{\"schemaVersion\":1,\"id\":\"a\",\"version\":\"1.0.0\",\"files\":[{\"path\":\"../x\",\"size\":1,\"sha256\":\"\(String(repeating: "0", count: 64))\"}]}".utf8)
+        #expect(throws: ManifestError.self) { try ManifestCoding.decode(FileList.self, from: dotdot, document: "files.json") }
+    }
+
+    @Test func tooLargeRefused() {
+        let big = Data(repeating: 0x20, count: ManifestCoding.maxDocumentBytes + 1)
+        #expect(throws: ManifestError.tooLarge(document: "index.json", size: big.count, limit: ManifestCoding.maxDocumentBytes)) {
+            try ManifestCoding.decode(RepositoryIndex.self, from: big, document: "index.json")
+        }
+    }
+
+    @Test func canonicalEncodingIsStable() throws {
+        let idx = try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(Self.minimalEntry), document: "index.json")
+        let once = try ManifestCoding.encode(idx)
+        let again = try ManifestCoding.encode(try ManifestCoding.decode(RepositoryIndex.self, from: once, document: "index.json"))
+        #expect(once == again)
+        #expect(once.last == 0x0A)
+        #expect(!String(decoding: once, as: UTF8.self).contains("\\/"))
+    }
+
+    @Test func fileListsAreSortedByPathBytes() throws {
+        let d = try #require(SHA256Digest(hex: String(repeating: "c", count: 64)))
+        let list = FileList(id: try #require(PackageID("a")), version: try #require(SemanticVersion("1.0.0")), files: [
+            FileEntry(path: try #require(RelativePath("b.js")), size: 1, sha256: d),
+            FileEntry(path: try #require(RelativePath("a/x.js")), size: 2, sha256: d),
+        ])
+        #expect(list.files.map(\.path.string) == ["a/x.js", "b.js"])
+        #expect(list.totalSize == 3)
+    }
+
+    /// Every example in manifests/examples decodes with the Swift models; every file in
+    /// manifests/examples/invalid is refused by them.
+    @Test func examplesDecode() throws {
+        let dir = manifestsDirectory.appendingPathComponent("examples")
+        let index = try Data(contentsOf: dir.appendingPathComponent("index.json"))
+        let decoded = try ManifestCoding.decode(RepositoryIndex.self, from: index, document: "index.json")
+        #expect(!decoded.packages.isEmpty)
+        #expect(IndexRules.issues(decoded).isEmpty, "\(IndexRules.issues(decoded))")
+        let files = try Data(contentsOf: dir.appendingPathComponent("files.json"))
+        #expect(try !ManifestCoding.decode(FileList.self, from: files, document: "files.json").files.isEmpty)
+        let sig = try Data(contentsOf: dir.appendingPathComponent("index.json.sig"))
+        #expect(try !ManifestCoding.decode(SignatureFile.self, from: sig, document: "index.json.sig").signatures.isEmpty)
+        let key = try Data(contentsOf: dir.appendingPathComponent("key.pub"))
+        _ = try KeyFile.publicKey(from: key, path: "key.pub")
+    }
+
+    @Test func invalidExamplesAreRefused() throws {
+        let dir = manifestsDirectory.appendingPathComponent("examples/invalid")
+        let names = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".json") }.sorted()
+        #expect(!names.isEmpty)
+        for name in names {
+            let data = try Data(contentsOf: dir.appendingPathComponent(name))
+            var refused = false
+            if name.hasPrefix("index-") {
+                if let idx = try? ManifestCoding.decode(RepositoryIndex.self, from: data, document: name) {
+                    refused = !IndexRules.issues(idx).isEmpty
+                } else { refused = true }
+            } else if name.hasPrefix("files-") {
+                refused = (try? ManifestCoding.decode(FileList.self, from: data, document: name)) == nil
+            } else if name.hasPrefix("signature-") {
+                refused = (try? ManifestCoding.decode(SignatureFile.self, from: data, document: name)).map { sig in
+                    sig.signatures.contains { $0.algorithm != "ed25519" || Data(base64Encoded: $0.signature)?.count != 64 }
+                } ?? true
+            } else if name.hasPrefix("key-") {
+                refused = (try? KeyFile.publicKey(from: data, path: name)) == nil
+            } else {
+                Issue.record("unexpected invalid example \(name)")
+            }
+            #expect(refused, "\(name) should be refused by the Swift decoder or the index rules")
+        }
+    }
+}
+
+@Suite("Index rules")
+struct IndexRulesTests {
+    static func entry(_ id: String, _ version: String, routes: [String] = [], channel: String = "stable", deps: [Dependency] = []) throws -> PackageEntry {
+        let pid = try #require(PackageID(id))
+        let v = try #require(SemanticVersion(version))
+        let d = try #require(SHA256Digest(hex: String(repeating: "a", count: 64)))
+        return PackageEntry(
+            id: pid, version: v, routes: routes,
+            bundle: BlobRef(path: "packages/\(id)/\(version)/bundle.zip", size: 1, sha256: d),
+            files: BlobRef(path: "packages/\(id)/\(version)/files.json", size: 1, sha256: d), channel: channel,
+            dependencies: deps)
+    }
+
+    @Test func cleanIndex() throws {
+        let idx = RepositoryIndex(serial: 1, expires: Date(), packages: [
+            try Self.entry("a", "1.0.0", routes: ["https://a.example/"]),
+            try Self.entry("a", "2.0.0-beta.1", routes: ["https://a.example/"], channel: "beta"),
+            try Self.entry("b", "1.0.0", deps: [Dependency(id: try #require(PackageID("a")), range: try #require(VersionRange("^1.0.0")))]),
+        ])
+        #expect(IndexRules.issues(idx).isEmpty)
+    }
+
+    @Test func problems() throws {
+        var bad = try Self.entry("c", "1.0.0")
+        bad.bundle.path = "elsewhere.zip"
+        let idx = RepositoryIndex(serial: 1, expires: Date(), packages: [
+            try Self.entry("a", "1.0.0", routes: ["https://shared.example/"]),
+            try Self.entry("a", "1.1.0"),
+            try Self.entry("b", "1.0.0", routes: ["HTTPS://Shared.example:443/"],
+                           deps: [Dependency(id: try #require(PackageID("zz")), range: try #require(VersionRange("*")))]),
+            bad,
+        ])
+        let codes = IndexRules.issues(idx).map(\.code)
+        #expect(codes.contains("duplicate-entry"))
+        #expect(codes.contains("route-conflict"))
+        #expect(codes.contains("missing-dependency"))
+        #expect(codes.contains("bad-layout"))
+    }
+}
