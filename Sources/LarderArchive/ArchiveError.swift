@@ -24,6 +24,8 @@ public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
     case fileDirectoryConflict(entry: String, other: String)
     /// More entries than the limit.
     case tooManyEntries(limit: Int)
+    /// More files than the limit.
+    case tooManyFiles(limit: Int)
     /// A file larger than the per-file limit.
     case fileTooLarge(entry: String, size: Int64, limit: Int64)
     /// All files together larger than the limit.
@@ -54,6 +56,7 @@ public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
         case .collision: "entry-collision"
         case .fileDirectoryConflict: "entry-file-directory-conflict"
         case .tooManyEntries: "limit-entries"
+        case .tooManyFiles: "limit-files"
         case .fileTooLarge: "limit-file-size"
         case .totalTooLarge: "limit-total-size"
         case .compressionRatio: "limit-compression-ratio"
@@ -78,6 +81,7 @@ public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
             "entries \"\(o)\" and \"\(e)\" differ only by case or Unicode normalisation (they would merge on iOS/macOS)"
         case .fileDirectoryConflict(let e, let o): "\"\(e)\" is a file but \"\(o)\" uses it as a directory"
         case .tooManyEntries(let l): "more than \(l) entries"
+        case .tooManyFiles(let l): "more than \(l) files"
         case .fileTooLarge(let e, let s, let l): "entry \"\(e)\" is \(s) bytes (limit \(l))"
         case .totalTooLarge(let l): "the files add up to more than \(l) bytes"
         case .compressionRatio(let e, let l):

@@ -201,7 +201,7 @@ private struct ReadState {
             if d > limits.maxFileBytes { throw .fileTooLarge(entry: path.string, size: d, limit: limits.maxFileBytes) }
             if total + d > limits.maxTotalBytes { throw .totalTooLarge(limit: limits.maxTotalBytes) }
         }
-        if files.count + 1 > limits.maxFiles { throw .tooManyEntries(limit: limits.maxFiles) }
+        if files.count + 1 > limits.maxFiles { throw .tooManyFiles(limit: limits.maxFiles) }
         do { try consumer.beginFile(path, declaredSize: declared) } catch {
             throw .sink(entry: path.string, detail: "\(error)")
         }

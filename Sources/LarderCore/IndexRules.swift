@@ -47,6 +47,9 @@ public enum IndexRules {
                     add("bad-route", "route \"\(r)\": \(RoutePrefix.problem(r) ?? "invalid")")
                     continue
                 }
+                if prefix.description != r {
+                    add("route-not-normalised", "route \"\(r)\" should be written \(prefix) (pack writes it so)")
+                }
                 if let owner = routeOwner[prefix], owner != p.id {
                     add("route-conflict", "route \(prefix) is also claimed by \(owner)")
                 } else {

@@ -19,6 +19,18 @@ public struct BlobRef: Codable, Sendable, Equatable {
         self.size = size
         self.sha256 = sha256
     }
+
+    enum CodingKeys: String, CodingKey { case path, size, sha256 }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        path = try c.decode(String.self, forKey: .path)
+        size = try c.decode(Int64.self, forKey: .size)
+        sha256 = try c.decode(SHA256Digest.self, forKey: .sha256)
+        if size < 0 {
+            throw DecodingError.dataCorruptedError(forKey: .size, in: c, debugDescription: "size \(size) is negative")
+        }
+    }
 }
 
 /// What the resolver does when a URL inside a package's routes has no local file.
@@ -188,6 +200,39 @@ public struct FileEntry: Codable, Sendable, Equatable {
         self.sha256 = sha256
         self.mime = mime
     }
+
+    enum CodingKeys: String, CodingKey { case path, size, sha256, mime }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        path = try c.decode(RelativePath.self, forKey: .path)
+        size = try c.decode(Int64.self, forKey: .size)
+        sha256 = try c.decode(SHA256Digest.self, forKey: .sha256)
+        mime = try c.decodeIfPresent(String.self, forKey: .mime)
+        if size < 0 {
+            throw DecodingError.dataCorruptedError(forKey: .size, in: c, debugDescription: "size \(size) is negative")
+        }
+        if let m = mime, !Self.isMediaType(m) {
+            throw DecodingError.dataCorruptedError(
+                forKey: .mime, in: c, debugDescription: "\"\(m)\" is not a media type (type/subtype, optional ;parameters, printable ASCII)")
+        }
+    }
+
+    /// `type/subtype` of RFC 6838 token characters, optionally followed by `; parameters` of
+    /// printable ASCII; no control characters, so it can never split a header line.
+    static func isMediaType(_ s: String) -> Bool {
+        let u = Array(s.utf8)
+        guard !u.isEmpty, u.count <= 255, u.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { return false }
+        let head = u.split(separator: UInt8(ascii: ";"), maxSplits: 1, omittingEmptySubsequences: false)[0]
+        let parts = head.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
+        func token(_ t: ArraySlice<UInt8>) -> Bool {
+            !t.isEmpty && t.allSatisfy { c in
+                (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
+                    || Array("!#$&^_.+-".utf8).contains(c)
+            }
+        }
+        return parts.count == 2 && token(parts[0]) && token(parts[1])
+    }
 }
 
 /// `packages/<id>/<version>/files.json`: every file of a version, sorted by path bytes.
@@ -203,6 +248,30 @@ public struct FileList: Codable, Sendable, Equatable {
         self.id = id
         self.version = version
         self.files = files.sorted { $0.path < $1.path }
+    }
+
+    enum CodingKeys: String, CodingKey { case schemaVersion, id, version, files }
+
+    /// Decodes a list and checks it as a whole: paths strictly increasing in byte order (so no
+    /// duplicates), and no two that a case- or normalisation-insensitive file system would merge.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
+        id = try c.decode(PackageID.self, forKey: .id)
+        version = try c.decode(SemanticVersion.self, forKey: .version)
+        files = try c.decode([FileEntry].self, forKey: .files)
+        var keys: [String: String] = [:]
+        for (i, f) in files.enumerated() {
+            if i > 0, !(files[i - 1].path < f.path) {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .files, in: c,
+                    debugDescription: "\"\(f.path)\" is out of order or repeated (paths are sorted by UTF-8 bytes, each once)")
+            }
+            if let other = keys.updateValue(f.path.string, forKey: f.path.collisionKey) {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .files, in: c, debugDescription: "\"\(f.path)\" and \"\(other)\" differ only by case or normalisation")
+            }
+        }
     }
 
     /// Sum of the file sizes.
@@ -229,6 +298,17 @@ public struct SignatureEntry: Codable, Sendable, Equatable {
         self.algorithm = algorithm
         self.signature = signature
     }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        keyID = try c.decode(String.self, forKey: .keyID)
+        algorithm = try c.decode(String.self, forKey: .algorithm)
+        signature = try c.decode(String.self, forKey: .signature)
+        let hex = keyID.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+        guard keyID.utf8.count == 16, hex else {
+            throw DecodingError.dataCorruptedError(forKey: .keyID, in: c, debugDescription: "\"\(keyID)\" is not a key id (16 lowercase hex digits)")
+        }
+    }
 }
 
 /// `index.json.sig`: detached signatures over the exact bytes of `index.json` (several during a
@@ -241,5 +321,16 @@ public struct SignatureFile: Codable, Sendable, Equatable {
     public init(schemaVersion: Int = currentSchemaVersion, signatures: [SignatureEntry]) {
         self.schemaVersion = schemaVersion
         self.signatures = signatures
+    }
+
+    enum CodingKeys: String, CodingKey { case schemaVersion, signatures }
+
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
+        signatures = try c.decode([SignatureEntry].self, forKey: .signatures)
+        if signatures.isEmpty {
+            throw DecodingError.dataCorruptedError(forKey: .signatures, in: c, debugDescription: "no signatures")
+        }
     }
 }

@@ -92,8 +92,11 @@ public struct Publisher: Sendable {
         guard let id = PackageID(request.id) else { throw .badID(request.id) }
         guard let version = SemanticVersion(request.version) else { throw .badVersion(request.version) }
         guard Channel.isValid(request.channel) else { throw .badChannel(request.channel) }
+        // Routes are stored normalised, so the signed index has one spelling per prefix.
+        var routes: [String] = []
         for r in request.routes {
-            if let problem = RoutePrefix.problem(r) { throw .badRoute(r, reason: problem) }
+            guard let prefix = RoutePrefix(r) else { throw .badRoute(r, reason: RoutePrefix.problem(r) ?? "invalid") }
+            routes.append(prefix.description)
         }
         guard (0...100).contains(request.rolloutPercent) else { throw .badRollout(request.rolloutPercent) }
         var minClient: SemanticVersion?
@@ -198,7 +201,7 @@ public struct Publisher: Sendable {
         var index = current ?? RepositoryIndex(serial: 0, expires: now(), packages: [])
         let previous = index.packages.first { $0.id == id && $0.channel == request.channel }
         let entry = PackageEntry(
-            id: id, version: version, routes: request.routes, entry: entryPath.string,
+            id: id, version: version, routes: routes, entry: entryPath.string,
             spaFallback: request.spaFallback, policy: request.policy, bundle: bundleRef, files: fileListRef,
             minClientVersion: minClient, channel: request.channel,
             rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(id)@\(version)"),

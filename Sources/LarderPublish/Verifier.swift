@@ -230,7 +230,8 @@ public struct Verifier: Sendable {
                     problem("object-corrupt", objectRel, "cannot inflate the object for \(file.path): \(error)")
                 }
             }
-            checkLinks(collector.texts, files: list.files, entryName: entry.entry, problem: problem)
+            // Links are checked against what the bundle really holds (the list is compared above).
+            checkLinks(collector.texts, files: listing?.files ?? list.files, entryName: entry.entry, problem: problem)
         }
     }
 

@@ -67,7 +67,7 @@ struct ZipReaderTests {
         let path = FilePath(fx.dir.url.appendingPathComponent("python-deflated.zip").path)
         var few = TreeLimits.standard
         few.maxFiles = 2
-        #expect(throws: ArchiveError.tooManyEntries(limit: 2)) { try ZipReader(limits: few).validate(path) }
+        #expect(throws: ArchiveError.tooManyFiles(limit: 2)) { try ZipReader(limits: few).validate(path) }
         var small = TreeLimits.standard
         small.maxFileBytes = 100
         #expect(throws: ArchiveError.fileTooLarge(entry: "css/app.css", size: 300, limit: 100)) {

@@ -112,11 +112,15 @@ struct ManifestTests {
         _ = try KeyFile.publicKey(from: key, path: "key.pub")
     }
 
+    /// Examples that only the JSON Schema refuses (scripts/check-manifests checks them): the
+    /// Swift readers treat `null` like an absent optional member, as Codable does.
+    static let schemaOnly: [String: String] = ["index-null-routes.json": "null read as absent"]
+
     @Test func invalidExamplesAreRefused() throws {
         let dir = manifestsDirectory.appendingPathComponent("examples/invalid")
         let names = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".json") }.sorted()
-        #expect(!names.isEmpty)
-        for name in names {
+        #expect(names.count > 10)
+        for name in names where Self.schemaOnly[name] == nil {
             let data = try Data(contentsOf: dir.appendingPathComponent(name))
             var refused = false
             if name.hasPrefix("index-") {
@@ -135,6 +139,9 @@ struct ManifestTests {
                 Issue.record("unexpected invalid example \(name)")
             }
             #expect(refused, "\(name) should be refused by the Swift decoder or the index rules")
+        }
+        for name in Self.schemaOnly.keys {
+            #expect(names.contains(name), "\(name) is listed as schema-only but does not exist")
         }
     }
 }
