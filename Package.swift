@@ -63,8 +63,8 @@ let package = Package(
         .target(
             name: "Larder",
             dependencies: [
-                "LarderCore", "LarderArchive", "LarderPublish",
-                .product(name: "Logging", package: "swift-log"),
+                "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish",
+                .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
         .executableTarget(
@@ -72,6 +72,7 @@ let package = Package(
             dependencies: [
                 "Larder",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),

@@ -1,5 +1,6 @@
 import Foundation
 import LarderArchive
+import Logging
 import LarderCore
 import LarderFileSystem
 import SystemPackage
@@ -77,11 +78,16 @@ public struct RevokeReport: Sendable, Codable, Equatable {
 public struct Publisher: Sendable {
     let key: PrivateKey
     let now: @Sendable () -> Date
+    let logger: Logger
 
     /// A publisher signing with `key`; `now` is the clock used for `expires`.
-    public init(key: PrivateKey, now: @escaping @Sendable () -> Date = { Date() }) {
+    public init(
+        key: PrivateKey, now: @escaping @Sendable () -> Date = { Date() },
+        logger: Logger = Logger(label: "larder.publish")
+    ) {
         self.key = key
         self.now = now
+        self.logger = logger
     }
 
     // MARK: pack
@@ -209,6 +215,9 @@ public struct Publisher: Sendable {
         index.packages.removeAll { $0.id == id && $0.channel == request.channel }
         index.packages.append(entry)
         let published = try publish(&index, layout, ttl: request.timeToLive)
+        logger.debug(
+            "packed", metadata: ["id": "\(id)", "version": "\(version)", "serial": "\(published.serial)",
+                                 "objectsWritten": "\(objectsWritten)"])
         return PackReport(
             id: id.rawValue, version: version.description, channel: request.channel, serial: published.serial,
             expires: published.expires, bundle: bundleRef, fileList: fileListRef, fileCount: fileList.files.count,
@@ -290,6 +299,9 @@ public struct Publisher: Sendable {
         {
             valid = true
         }
+        logger.notice(
+            "found an interrupted publication",
+            metadata: ["repository": "\(layout.root)", "action": "\(valid ? "completing it" : "discarding it (does not verify)")"])
         if valid {
             if sigPath == layout.pendingSignature { try renameDurably(layout.pendingSignature, layout.signature, in: layout.root) }
             try renameDurably(layout.pendingIndex, layout.index, in: layout.root)
@@ -331,6 +343,7 @@ public struct Publisher: Sendable {
     private func removeStaleStaging(in dir: FilePath) {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: dir.string) else { return }
         for n in names where n.hasPrefix(".") && n.contains(".staging-") {
+            logger.notice("removing a staging directory left by an interrupted pack", metadata: ["path": "\(dir.appending(n))"])
             try? FileManager.default.removeItem(atPath: dir.appending(n).string)
         }
     }

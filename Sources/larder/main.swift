@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 #if canImport(Glibc)
     import Glibc
@@ -10,4 +11,11 @@ import Foundation
 // (libarchive uses local time for the DOS field); the CLI always packs in UTC.
 setenv("TZ", "UTC0", 1)
 tzset()
+// Library log messages go to stderr; notices and above (e.g. an interrupted publication
+// completed) are shown, routine detail is not.
+LoggingSystem.bootstrap { label in
+    var handler = StreamLogHandler.standardError(label: label)
+    handler.logLevel = .notice
+    return handler
+}
 LarderCommand.main()
