@@ -26,6 +26,9 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     case unknownVersion(id: String, version: String)
     case alreadyRevoked(id: String, version: String)
     case existingIndexUntrusted(detail: String)
+    /// The index this publication would sign breaks a rule (a dependency it does not list, a
+    /// route another package claims, …); nothing was published.
+    case indexRule(IndexIssue)
     case changedWhilePacking(path: String)
     case archive(ArchiveError)
     case manifest(ManifestError)
@@ -56,6 +59,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unknownVersion: "unknown-version"
         case .alreadyRevoked: "already-revoked"
         case .existingIndexUntrusted: "index-untrusted"
+        case .indexRule(let issue): issue.code
         case .changedWhilePacking: "changed-while-packing"
         case .archive(let e): e.code
         case .manifest: "manifest"
@@ -90,6 +94,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unknownVersion(let id, let v): "\(id) \(v) was never published in this repository"
         case .alreadyRevoked(let id, let v): "\(id) \(v) is already revoked"
         case .existingIndexUntrusted(let d): "the repository's current index cannot be trusted: \(d)"
+        case .indexRule(let issue): "refused, nothing published: \(issue.message)"
         case .changedWhilePacking(let p): "\(p) changed while it was being packed; pack again"
         case .archive(let e): e.description
         case .manifest(let e): e.description

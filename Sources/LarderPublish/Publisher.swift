@@ -116,8 +116,10 @@ public struct Publisher: Sendable {
             else { throw .badDependency(text) }
             return Dependency(id: depID, range: range)
         }
-        guard let entryPath = RelativePath(request.entry) else {
-            throw .badName(path: request.entry, problem: .empty)
+        let entryPath: RelativePath
+        switch RelativePath.validate(request.entry, limits: request.limits) {
+        case .success(let p): entryPath = p
+        case .failure(let problem): throw .badName(path: request.entry, problem: problem)
         }
 
         // 2. The repository as it stands (completing an interrupted publication first).
@@ -190,7 +192,20 @@ public struct Publisher: Sendable {
             objectBytes += result.compressedSize
         }
 
-        // 6. Move the version into place (fails if it appeared meanwhile).
+        // 6. The new index, checked against the rules before anything becomes visible.
+        var index = current ?? RepositoryIndex(serial: 0, expires: now(), packages: [])
+        let previous = index.packages.first { $0.id == id && $0.channel == request.channel }
+        let entry = PackageEntry(
+            id: id, version: version, routes: routes, entry: entryPath.string,
+            spaFallback: request.spaFallback, policy: request.policy, bundle: bundleRef, files: fileListRef,
+            minClientVersion: minClient, channel: request.channel,
+            rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(id)@\(version)"),
+            mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: dependencies)
+        index.packages.removeAll { $0.id == id && $0.channel == request.channel }
+        index.packages.append(entry)
+        if let issue = IndexRules.issues(index).first { throw .indexRule(issue) }
+
+        // 7. Move the version into place (fails if it appeared meanwhile), then sign the index.
         let versionDir = layout.resolve(versionRel)
         try io { try AtomicFile.syncDirectory(staging) }
         if rename(staging.string, versionDir.string) != 0 {
@@ -202,18 +217,6 @@ public struct Publisher: Sendable {
         }
         finished = true
         try io { try AtomicFile.syncDirectory(packageDir) }
-
-        // 7. The new index.
-        var index = current ?? RepositoryIndex(serial: 0, expires: now(), packages: [])
-        let previous = index.packages.first { $0.id == id && $0.channel == request.channel }
-        let entry = PackageEntry(
-            id: id, version: version, routes: routes, entry: entryPath.string,
-            spaFallback: request.spaFallback, policy: request.policy, bundle: bundleRef, files: fileListRef,
-            minClientVersion: minClient, channel: request.channel,
-            rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(id)@\(version)"),
-            mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: dependencies)
-        index.packages.removeAll { $0.id == id && $0.channel == request.channel }
-        index.packages.append(entry)
         let published = try publish(&index, layout, ttl: request.timeToLive)
         logger.debug(
             "packed", metadata: ["id": "\(id)", "version": "\(version)", "serial": "\(published.serial)",
@@ -318,8 +321,7 @@ public struct Publisher: Sendable {
         index.serial += 1
         index.expires = Date(timeIntervalSince1970: (now().timeIntervalSince1970 + ttl).rounded(.down))
         index.packages.sort { ($0.id, $0.channel) < ($1.id, $1.channel) }
-        let issues = IndexRules.issues(index)
-        if let first = issues.first { throw .existingIndexUntrusted(detail: "the new index would break a rule: \(first)") }
+        if let issue = IndexRules.issues(index).first { throw .indexRule(issue) }
         let bytes = try encode(index)
         let sig: SignatureFile
         do { sig = try IndexSignature.sign(bytes, with: [key]) } catch {

@@ -15,9 +15,17 @@ struct LarderCommand: ParsableCommand {
             Exit codes: 0 success; 1 failure or problems found; 64 usage error.
             Results go to stdout (text, or a JSON document with --json); diagnostics to stderr.
             """,
-        version: Larder.version,
-        subcommands: [Keygen.self, Pack.self, Revoke.self, Verify.self]
+        // No root `--version` flag: `pack --version` is the package version, and ArgumentParser
+        // would answer a pack missing a required option with the tool's version and exit 0.
+        subcommands: [Keygen.self, Pack.self, Revoke.self, Verify.self, ShowVersion.self]
     )
+}
+
+/// `larder version`.
+struct ShowVersion: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "version", abstract: "Print larder's version.")
+
+    func run() throws { Output.line(Larder.version) }
 }
 
 /// Options every command shares.
