@@ -2,7 +2,8 @@
 import PackageDescription
 
 // Dependency direction (see README "Layout"):
-//   LarderCore <- LarderFileSystem <- LarderArchive <- LarderPublish <- Larder (façade) <- larder (CLI)
+//   LarderCore <- LarderFileSystem <- LarderArchive <- LarderPublish, LarderStore
+//     <- Larder (façade) <- larder (CLI)
 // LarderCore is pure values and decisions (no I/O). LarderArchive is the only module that
 // imports C (libarchive for zip, zlib for gzip objects).
 let package = Package(
@@ -61,9 +62,17 @@ let package = Package(
             ]
         ),
         .target(
+            name: "LarderStore",
+            dependencies: [
+                "LarderCore", "LarderFileSystem", "LarderArchive",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .target(
             name: "Larder",
             dependencies: [
-                "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish",
+                "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
@@ -81,6 +90,10 @@ let package = Package(
             name: "LarderPublishTests",
             dependencies: ["LarderPublish", "LarderArchive", "LarderCore", "Larder"],
             resources: []
+        ),
+        .testTarget(
+            name: "LarderStoreTests",
+            dependencies: ["LarderStore", "LarderArchive", "LarderCore", "LarderFileSystem", "LarderPublish"]
         ),
         .testTarget(name: "LarderCLITests", dependencies: ["LarderCore"]),
     ]

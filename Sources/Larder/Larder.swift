@@ -1,11 +1,13 @@
 @_exported import LarderCore
 @_exported import LarderPublish
+@_exported import LarderStore
 import Foundation
 import LarderFileSystem
 import SystemPackage
 
-/// The publisher-side use cases an app or tool calls: make keys, pack, revoke, verify. (The
-/// device-side use cases — sync, resolve, confirm, rollback — arrive with the store.)
+/// The use cases an app or tool calls. Publisher side: keys, `Publisher` (pack, revoke),
+/// `Verifier`. Device side: `Sandbox` (install, confirm, reportFailure, beginLaunch, rollback,
+/// status, gc, doctor) and `SandboxReader` (lock-free reads, `pin`).
 public enum Larder {
     /// The version of this build, compared with `minClientVersion` by the differ.
     public static let version = "0.1.0"

@@ -1,0 +1,202 @@
+import Foundation
+
+/// Whether the active version of a package has proven itself.
+public enum Health: String, Codable, Sendable, Equatable {
+    /// Newly activated; rolled back automatically after too many failures or unconfirmed launches.
+    case pending
+    /// Confirmed healthy by the app (`confirm`), or a fallback restored by a rollback.
+    case confirmed
+}
+
+/// One line of a package's history: what happened, to which version, and why.
+public struct HistoryEntry: Codable, Sendable, Equatable {
+    /// `install`, `activate`, `confirm`, `failure`, `rollback`, `gc`, `repair`.
+    public var event: String
+    public var version: SemanticVersion?
+    /// The version that was active before, for activations and rollbacks.
+    public var from: SemanticVersion?
+    public var reason: String?
+    public var at: Date
+
+    /// Creates an entry.
+    public init(event: String, version: SemanticVersion?, from: SemanticVersion? = nil, reason: String? = nil, at: Date) {
+        self.event = event
+        self.version = version
+        self.from = from
+        self.reason = reason
+        self.at = at
+    }
+}
+
+/// A version present in the sandbox (its tree under `packages/<id>/<version>/`, its verified
+/// file list under `lists/<id>/<version>.json`).
+public struct InstalledVersion: Codable, Sendable, Equatable {
+    public var version: SemanticVersion
+    public var fileCount: Int
+    /// Sum of the file sizes.
+    public var size: Int64
+    public var installedAt: Date
+
+    /// Creates a record.
+    public init(version: SemanticVersion, fileCount: Int, size: Int64, installedAt: Date) {
+        self.version = version
+        self.fileCount = fileCount
+        self.size = size
+        self.installedAt = installedAt
+    }
+}
+
+/// A version that was rolled back off; it is never installed again automatically.
+public struct FailedVersion: Codable, Sendable, Equatable {
+    public var version: SemanticVersion
+    public var reason: String
+    public var at: Date
+
+    /// Creates a record.
+    public init(version: SemanticVersion, reason: String, at: Date) {
+        self.version = version
+        self.reason = reason
+        self.at = at
+    }
+}
+
+/// The thresholds of the automatic rollback.
+public struct HealthPolicy: Sendable, Equatable, Codable {
+    /// Failures reported against a pending version before it is rolled back.
+    public var maxFailures: Int
+    /// Launches a pending version may go unconfirmed; the next launch rolls it back.
+    public var maxUnconfirmedLaunches: Int
+
+    /// The defaults: 3 and 3.
+    public static let standard = HealthPolicy(maxFailures: 3, maxUnconfirmedLaunches: 3)
+
+    /// Creates a policy.
+    public init(maxFailures: Int, maxUnconfirmedLaunches: Int) {
+        self.maxFailures = maxFailures
+        self.maxUnconfirmedLaunches = maxUnconfirmedLaunches
+    }
+}
+
+/// Everything the sandbox knows about one package.
+public struct PackageState: Codable, Sendable, Equatable {
+    public var active: SemanticVersion?
+    /// The last known good version, restored by a rollback.
+    public var fallback: SemanticVersion?
+    public var health: Health
+    /// Failures reported since the active version was activated.
+    public var failures: Int
+    /// Launches since the active version was activated.
+    public var launches: Int
+    /// Versions on disk, in installation order.
+    public var versions: [InstalledVersion]
+    public var failed: [FailedVersion]
+    /// The most recent state changes, oldest first (bounded by `historyLimit`).
+    public var history: [HistoryEntry]
+
+    /// How many history entries are kept per package.
+    public static let historyLimit = 100
+
+    /// An empty package.
+    public init() {
+        active = nil
+        fallback = nil
+        health = .confirmed
+        failures = 0
+        launches = 0
+        versions = []
+        failed = []
+        history = []
+    }
+
+    /// Whether `version` is on disk.
+    public func has(_ version: SemanticVersion) -> Bool { versions.contains { $0.version == version } }
+
+    /// Whether `version` was rolled back off.
+    public func hasFailed(_ version: SemanticVersion) -> Bool { failed.contains { $0.version == version } }
+
+    /// Appends to the history, dropping the oldest entries past the limit.
+    public mutating func record(_ entry: HistoryEntry) {
+        history.append(entry)
+        if history.count > Self.historyLimit { history.removeFirst(history.count - Self.historyLimit) }
+    }
+
+    /// Makes `version` (already on disk) active and pending. The previous active version becomes
+    /// the fallback — unless it was never confirmed and a fallback exists already, in which case
+    /// that last known good version stays the fallback.
+    public mutating func activate(_ version: SemanticVersion, event: String, reason: String? = nil, at: Date) {
+        let previous = active
+        if let p = previous, p != version, health == .confirmed || fallback == nil { fallback = p }
+        if fallback == version { fallback = nil }
+        active = version
+        health = .pending
+        failures = 0
+        launches = 0
+        record(HistoryEntry(event: event, version: version, from: previous, reason: reason, at: at))
+    }
+
+    /// The app says the active version works.
+    public mutating func confirm(at: Date) {
+        guard let v = active else { return }
+        health = .confirmed
+        failures = 0
+        launches = 0
+        record(HistoryEntry(event: "confirm", version: v, at: at))
+    }
+
+    /// Rolls back to `target` (the fallback unless named), recording the version left as
+    /// failed with `reason`. Returns the version rolled back from.
+    @discardableResult
+    public mutating func rollBack(to target: SemanticVersion, reason: String, event: String = "rollback", at: Date) -> SemanticVersion? {
+        let from = active
+        if let f = from, f != target, !hasFailed(f) { failed.append(FailedVersion(version: f, reason: reason, at: at)) }
+        active = target
+        health = .confirmed
+        failures = 0
+        launches = 0
+        if fallback == target { fallback = nil }
+        record(HistoryEntry(event: event, version: target, from: from, reason: reason, at: at))
+        return from
+    }
+
+    /// Counts a failure of the active version; a pending version that reaches the policy's
+    /// limit and has a fallback is rolled back. Returns the version rolled back to, if any.
+    public mutating func recordFailure(_ reason: String, policy: HealthPolicy, at: Date) -> SemanticVersion? {
+        guard let v = active else { return nil }
+        failures += 1
+        record(HistoryEntry(event: "failure", version: v, reason: reason, at: at))
+        guard health == .pending, failures >= policy.maxFailures, let target = fallback else { return nil }
+        rollBack(to: target, reason: "\(failures) failures, the last: \(reason)", event: "auto-rollback", at: at)
+        return target
+    }
+
+    /// Counts a launch; a pending version launched more than the policy allows without a
+    /// confirmation, and that has a fallback, is rolled back. Returns the version rolled back to.
+    public mutating func recordLaunch(policy: HealthPolicy, at: Date) -> SemanticVersion? {
+        guard active != nil, health == .pending else { return nil }
+        launches += 1
+        guard launches > policy.maxUnconfirmedLaunches, let target = fallback else { return nil }
+        rollBack(to: target, reason: "not confirmed after \(launches - 1) launches", event: "auto-rollback", at: at)
+        return target
+    }
+}
+
+/// `state.json`: the sandbox's single source of truth, replaced atomically.
+public struct SandboxState: Codable, Sendable, Equatable {
+    public var schemaVersion: Int
+    /// Grows with every write, so readers notice a change cheaply.
+    public var generation: UInt64
+    public var packages: [String: PackageState]
+
+    /// An empty sandbox.
+    public init() {
+        schemaVersion = currentSchemaVersion
+        generation = 0
+        packages = [:]
+    }
+
+    /// The state of `id` (empty when unknown).
+    public subscript(id: PackageID) -> PackageState {
+        get { packages[id.rawValue] ?? PackageState() }
+        set { packages[id.rawValue] = newValue }
+    }
+}

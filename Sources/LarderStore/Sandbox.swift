@@ -1,0 +1,500 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import Logging
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// A sandbox opened for writing: holds the writer lock until `close()`, and has recovered from
+/// any interrupted operation when `open` returns.
+///
+/// Invariants kept here: a version's tree is extracted into a fresh staging directory, verified
+/// file by file, made durable, and only then renamed into `packages/`; `state.json` is the one
+/// source of truth, replaced atomically; a tree is deleted only after the state that no longer
+/// needs it is durable, by renaming it into `trash/` first.
+public final class Sandbox {
+    /// Options for opening.
+    public struct Options: Sendable {
+        /// How long a writer waits for another writer's lock.
+        public var lockTimeout: Double = 10
+        public var healthPolicy: HealthPolicy = .standard
+        public var limits: TreeLimits = .standard
+        /// Open even when state.json is unreadable (for `doctor`).
+        public var allowCorruptState = false
+        public var clock: @Sendable () -> Date = { Date() }
+        public var logger = Logger(label: "larder.store")
+
+        /// The defaults.
+        public init() {}
+    }
+
+    public let layout: SandboxLayout
+    /// The state as last written.
+    public private(set) var state: SandboxState
+    /// Set when state.json could not be read (only with `allowCorruptState`).
+    public private(set) var stateProblem: String?
+    private let options: Options
+    private var lock: WriterLock?
+
+    private init(layout: SandboxLayout, state: SandboxState, options: Options, lock: WriterLock) {
+        self.layout = layout
+        self.state = state
+        self.options = options
+        self.lock = lock
+    }
+
+    /// Opens (creating it if needed) the sandbox at `root` for writing: takes the lock, then
+    /// recovers — empties `staging/` and `trash/`, removes trees and lists the state does not
+    /// know (an install or deletion interrupted before or after its state write), and reads
+    /// `state.json`.
+    public static func open(_ root: FilePath, options: Options = Options()) throws(StoreError) -> Sandbox {
+        let layout = SandboxLayout(root: root)
+        try io { try AtomicFile.makeDirectories(root) }
+        let lock = try WriterLock(path: layout.lock, timeout: options.lockTimeout)
+        for dir in [layout.packages, layout.lists, layout.staging, layout.downloads, layout.trash, layout.pins] {
+            try io { try AtomicFile.makeDirectories(dir) }
+        }
+        emptyDirectory(layout.staging)
+        emptyDirectory(layout.trash)
+        removeTemporaryStateFiles(layout)
+        var state = SandboxState()
+        var problem: String?
+        if AtomicFile.exists(layout.state) {
+            do {
+                let data = try AtomicFile.read(layout.state)
+                state = try ManifestCoding.decode(SandboxState.self, from: data, document: "state.json")
+            } catch {
+                guard options.allowCorruptState else { throw .corruptState(detail: "\(error)") }
+                problem = "\(error)"
+            }
+        } else if !(try installedTrees(layout)).isEmpty {
+            guard options.allowCorruptState else { throw .missingState }
+            problem = "state.json is missing"
+        }
+        let sandbox = Sandbox(layout: layout, state: state, options: options, lock: lock)
+        sandbox.stateProblem = problem
+        if problem == nil { try sandbox.removeUnknownTrees() }
+        return sandbox
+    }
+
+    /// Releases the lock. The sandbox must not be used afterwards.
+    public func close() {
+        lock?.unlock()
+        lock = nil
+    }
+
+    deinit { close() }
+
+    private var now: Date { options.clock() }
+
+    // MARK: install
+
+    /// Installs a bundle as `version` of `id` and activates it (pending, the previous active
+    /// version kept as fallback). The bundle is extracted into a fresh staging directory, hashing
+    /// while writing; every file is checked against `fileList` (size, SHA-256, nothing missing,
+    /// nothing extra) — without a list the bundle itself is trusted and its computed list is
+    /// recorded. A version already on disk is re-activated without extracting.
+    public func install(
+        bundle: FilePath, id idText: String, version versionText: String, fileList: FileList? = nil, force: Bool = false
+    ) throws(StoreError) -> InstallReport {
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
+        if let list = fileList, list.id != id || list.version != version {
+            throw .fileList("it describes \(list.id) \(list.version), not \(id) \(version)")
+        }
+        var pkg = state[id]
+        if let failed = pkg.failed.first(where: { $0.version == version }) {
+            guard force else { throw .previouslyFailed(id: id.rawValue, version: version.description, reason: failed.reason) }
+            pkg.failed.removeAll { $0.version == version }
+            pkg.record(HistoryEntry(event: "unfail", version: version, reason: "installed with --force (was: \(failed.reason))", at: now))
+        }
+        let previous = pkg.active
+        if let existing = pkg.versions.first(where: { $0.version == version }) {
+            var outcome = "unchanged"
+            if pkg.active != version {
+                pkg.activate(version, event: "activate", reason: "installed again (already on disk)", at: now)
+                state[id] = pkg
+                try commit()
+                outcome = "activated"
+            }
+            return InstallReport(
+                id: id.rawValue, version: version.description, outcome: outcome, previous: previous?.description,
+                fallback: pkg.fallback?.description, fileCount: existing.fileCount, size: existing.size,
+                verifiedAgainstFileList: fileList != nil)
+        }
+
+        // Extract into a directory nothing else shares, then verify.
+        let stage = layout.staging.appending("\(id)@\(version)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let tree = stage.appending("tree")
+        try io { try AtomicFile.makeDirectories(tree) }
+        defer { try? FileManager.default.removeItem(atPath: stage.string) }
+        var extractor: Extractor
+        do { extractor = try Extractor(root: tree) } catch { throw .io(error) }
+        defer { extractor.close() }
+        let listing: ArchiveListing
+        do { listing = try ZipReader(limits: options.limits).read(bundle, into: &extractor) } catch { throw .archive(error) }
+        let list = fileList ?? FileList(id: id, version: version, files: listing.files)
+        let problems = Self.compare(listing.files, list.files)
+        if !problems.isEmpty {
+            throw .verification(id: id.rawValue, version: version.description, problems: problems)
+        }
+        // Durable before it becomes visible; an error here abandons the staged version.
+        do { try extractor.makeDurable() } catch { throw .io(error) }
+
+        // The list, then the tree, then the state that refers to both.
+        let listPath = layout.list(id, version)
+        try io { try AtomicFile.makeDirectories(listPath.removingLastComponent()) }
+        try io { try AtomicFile.write(try ManifestCoding.encode(list), to: listPath) }
+        let target = layout.tree(id, version)
+        try io { try AtomicFile.makeDirectories(target.removingLastComponent()) }
+        if rename(tree.string, target.string) != 0 {
+            let e = Errno(rawValue: errno)
+            _ = unlink(listPath.string)
+            throw .io(FileSystemError("rename", tree, e))
+        }
+        try io { try AtomicFile.syncDirectory(target.removingLastComponent()) }
+        let record = InstalledVersion(version: version, fileCount: list.files.count, size: list.totalSize, installedAt: now)
+        pkg.versions.append(record)
+        pkg.record(HistoryEntry(event: "install", version: version, reason: fileList == nil ? "bundle trusted (no file list)" : "verified against its file list", at: now))
+        pkg.activate(version, event: "activate", at: now)
+        state[id] = pkg
+        try commit()
+        options.logger.debug("installed", metadata: ["id": "\(id)", "version": "\(version)", "files": "\(list.files.count)"])
+        return InstallReport(
+            id: id.rawValue, version: version.description, outcome: "installed", previous: previous?.description,
+            fallback: pkg.fallback?.description, fileCount: record.fileCount, size: record.size,
+            verifiedAgainstFileList: fileList != nil)
+    }
+
+    /// The differences between what a bundle held and what its list says, one sentence each.
+    static func compare(_ actual: [FileEntry], _ listed: [FileEntry]) -> [String] {
+        let have = Dictionary(actual.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
+        let want = Set(listed.map(\.path))
+        var out: [String] = []
+        for f in listed {
+            guard let got = have[f.path] else {
+                out.append("\(f.path) is listed but not in the bundle")
+                continue
+            }
+            if got.size != f.size || got.sha256 != f.sha256 {
+                out.append("\(f.path) is \(got.size) bytes sha256 \(got.sha256), the list says \(f.size) bytes sha256 \(f.sha256)")
+            }
+        }
+        for f in actual where !want.contains(f.path) { out.append("\(f.path) is in the bundle but not listed") }
+        return out
+    }
+
+    // MARK: health
+
+    /// The app confirms that the active version of `id` works.
+    public func confirm(id idText: String) throws(StoreError) -> HealthOutcome {
+        let id = try knownPackage(idText)
+        var pkg = state[id]
+        pkg.confirm(at: now)
+        state[id] = pkg
+        try commit()
+        return outcome(id, from: nil, to: nil)
+    }
+
+    /// Counts a failure of the active version of `id` (a missing file, a crash, a page that did
+    /// not load); a pending version with too many failures is rolled back automatically.
+    public func reportFailure(id idText: String, reason: String) throws(StoreError) -> HealthOutcome {
+        let id = try knownPackage(idText)
+        var pkg = state[id]
+        let from = pkg.active
+        let to = pkg.recordFailure(reason, policy: options.healthPolicy, at: now)
+        state[id] = pkg
+        try commit()
+        return outcome(id, from: to == nil ? nil : from, to: to)
+    }
+
+    /// Counts an app launch for every pending package; one still unconfirmed after too many
+    /// launches is rolled back automatically.
+    public func beginLaunch() throws(StoreError) -> [HealthOutcome] {
+        var results: [HealthOutcome] = []
+        for key in state.packages.keys.sorted() {
+            guard let id = PackageID(key), var pkg = state.packages[key], pkg.health == .pending else { continue }
+            let from = pkg.active
+            let to = pkg.recordLaunch(policy: options.healthPolicy, at: now)
+            state[id] = pkg
+            results.append(outcome(id, from: to == nil ? nil : from, to: to))
+        }
+        if !results.isEmpty { try commit() }
+        return results
+    }
+
+    private func outcome(_ id: PackageID, from: SemanticVersion?, to: SemanticVersion?) -> HealthOutcome {
+        let pkg = state[id]
+        return HealthOutcome(
+            id: id.rawValue, active: pkg.active?.description, health: pkg.health.rawValue,
+            rolledBackTo: to?.description, rolledBackFrom: from?.description)
+    }
+
+    // MARK: rollback
+
+    /// Activates the fallback of `id`, or the named version on disk. The version left is recorded
+    /// as failed (never installed again automatically).
+    public func rollback(id idText: String, to versionText: String? = nil, reason: String = "rolled back by the operator") throws(StoreError) -> RollbackReport {
+        let id = try knownPackage(idText)
+        var pkg = state[id]
+        let target: SemanticVersion
+        if let t = versionText {
+            guard let v = SemanticVersion(t) else { throw .badVersion(t) }
+            guard pkg.has(v) else { throw .notInstalled(id: id.rawValue, version: v.description) }
+            target = v
+        } else {
+            guard let f = pkg.fallback, pkg.has(f) else { throw .noFallback(id: id.rawValue) }
+            target = f
+        }
+        let from = pkg.rollBack(to: target, reason: reason, at: now)
+        state[id] = pkg
+        try commit()
+        return RollbackReport(id: id.rawValue, from: from?.description, to: target.description)
+    }
+
+    // MARK: status
+
+    /// Per package: active, fallback and pending versions, versions on disk, disk use, failed
+    /// versions and the history of state changes.
+    public func status() -> StatusReport {
+        Self.status(of: state, layout: layout)
+    }
+
+    static func status(of state: SandboxState, layout: SandboxLayout) -> StatusReport {
+        var packages: [PackageStatus] = []
+        for key in state.packages.keys.sorted() {
+            guard let pkg = state.packages[key], let id = PackageID(key) else { continue }
+            let versions = pkg.versions.map { v in
+                PackageStatus.Version(
+                    version: v.version.description, fileCount: v.fileCount, size: v.size, installedAt: v.installedAt,
+                    pinned: Pins.isPinned(layout, id, v.version),
+                    role: v.version == pkg.active ? "active" : (v.version == pkg.fallback ? "fallback" : "retained"))
+            }
+            packages.append(
+                PackageStatus(
+                    id: key, active: pkg.active?.description, fallback: pkg.fallback?.description,
+                    pending: pkg.health == .pending ? pkg.active?.description : nil, health: pkg.health.rawValue,
+                    failures: pkg.failures, launches: pkg.launches, versions: versions,
+                    diskUse: pkg.versions.reduce(0) { $0 + $1.size }, failed: pkg.failed, history: pkg.history))
+        }
+        return StatusReport(root: layout.root.string, generation: state.generation, packages: packages)
+    }
+
+    // MARK: gc
+
+    /// Deletes versions that are neither active, fallback, pinned by a live session, nor among
+    /// the `keep` most recently installed others. The state without them is written first; each
+    /// tree is then renamed into `trash/` and deleted. A version pinned between the two steps is
+    /// left on disk and removed by a later gc.
+    public func gc(keep: Int = 1) throws(StoreError) -> GCReport {
+        var report = GCReport(removed: [], keptPinned: [], freedBytes: 0)
+        var doomed: [(PackageID, InstalledVersion)] = []
+        for key in state.packages.keys.sorted() {
+            guard let id = PackageID(key), var pkg = state.packages[key] else { continue }
+            let protected = Set([pkg.active, pkg.fallback].compactMap { $0 })
+            var retained = 0
+            var keepList: [InstalledVersion] = []
+            for v in pkg.versions.sorted(by: { $0.installedAt > $1.installedAt }) {
+                if protected.contains(v.version) {
+                    keepList.append(v)
+                } else if Pins.isPinned(layout, id, v.version) {
+                    keepList.append(v)
+                    report.keptPinned.append("\(id)@\(v.version)")
+                } else if retained < keep {
+                    retained += 1
+                    keepList.append(v)
+                } else {
+                    doomed.append((id, v))
+                    pkg.record(HistoryEntry(event: "gc", version: v.version, reason: "not active, fallback, pinned or retained", at: now))
+                }
+            }
+            pkg.versions = pkg.versions.filter { v in keepList.contains { $0.version == v.version } }
+            state.packages[key] = pkg
+        }
+        guard !doomed.isEmpty else { return report }
+        try commit()
+        for (id, v) in doomed {
+            if Pins.isPinned(layout, id, v.version) {
+                report.keptPinned.append("\(id)@\(v.version)")
+                continue
+            }
+            try removeTree(id, v.version)
+            report.removed.append("\(id)@\(v.version)")
+            report.freedBytes += v.size
+        }
+        return report
+    }
+
+    /// Renames a tree into trash (atomic disappearance), removes its list, then deletes it.
+    private func removeTree(_ id: PackageID, _ version: SemanticVersion) throws(StoreError) {
+        let tree = layout.tree(id, version)
+        let trashed = layout.trash.appending("\(id)@\(version)-\(UInt32.random(in: 0...UInt32.max))")
+        if AtomicFile.exists(tree) {
+            if rename(tree.string, trashed.string) != 0 {
+                throw .io(FileSystemError("rename", tree, Errno(rawValue: errno)))
+            }
+            try io { try AtomicFile.syncDirectory(tree.removingLastComponent()) }
+        }
+        _ = unlink(layout.list(id, version).string)
+        try? FileManager.default.removeItem(atPath: trashed.string)
+    }
+
+    // MARK: doctor
+
+    /// Checks every version the state names against its file list, file by file, and the state
+    /// against the disk. With `repair`, rebuilds the state from the versions on disk that verify
+    /// (keeping the active version when it verifies, else the highest verified one), and removes
+    /// trees that do not verify.
+    public func doctor(repair: Bool) throws(StoreError) -> DoctorReport {
+        var problems: [String] = []
+        if let p = stateProblem { problems.append("state.json: \(p)") }
+        var verified: [String] = []
+        var good: [PackageID: [(SemanticVersion, FileList)]] = [:]
+        for (id, version) in try Self.installedTrees(layout) {
+            guard let data = try? AtomicFile.read(layout.list(id, version)),
+                let list = try? ManifestCoding.decode(FileList.self, from: data, document: "list")
+            else {
+                problems.append("\(id)@\(version): no readable file list")
+                continue
+            }
+            let found = TreeCheck.problems(tree: layout.tree(id, version), list: list)
+            if found.isEmpty {
+                verified.append("\(id)@\(version)")
+                good[id, default: []].append((version, list))
+            } else {
+                problems += found.map { "\(id)@\(version): \($0)" }
+            }
+        }
+        if stateProblem == nil {
+            for key in state.packages.keys.sorted() {
+                guard let id = PackageID(key), let pkg = state.packages[key] else { continue }
+                for v in pkg.versions where !(good[id]?.contains { $0.0 == v.version } ?? false) {
+                    if !verified.contains("\(id)@\(v.version)") && !problems.contains(where: { $0.hasPrefix("\(id)@\(v.version)") }) {
+                        problems.append("\(id)@\(v.version): in state.json but not on disk")
+                    }
+                }
+            }
+        }
+        guard repair, !problems.isEmpty else {
+            return DoctorReport(problems: problems, verifiedVersions: verified, repaired: false)
+        }
+        var rebuilt = SandboxState()
+        rebuilt.generation = state.generation
+        for (id, versions) in good {
+            var pkg = stateProblem == nil ? state[id] : PackageState()
+            let onDisk = versions.map(\.0)
+            pkg.versions = versions.map { v, list in
+                pkg.versions.first { $0.version == v }
+                    ?? InstalledVersion(version: v, fileCount: list.files.count, size: list.totalSize, installedAt: now)
+            }
+            if let a = pkg.active, !onDisk.contains(a) { pkg.active = nil }
+            if let f = pkg.fallback, !onDisk.contains(f) { pkg.fallback = nil }
+            if pkg.active == nil {
+                let sorted = onDisk.sorted(by: >)
+                pkg.active = sorted.first
+                pkg.fallback = sorted.dropFirst().first
+                pkg.health = .confirmed
+            }
+            pkg.record(HistoryEntry(event: "repair", version: pkg.active, reason: "state rebuilt by doctor from the verified versions on disk", at: now))
+            rebuilt[id] = pkg
+        }
+        // Trees that did not verify are removed; the rebuilt state no longer names them.
+        state = rebuilt
+        try commit()
+        stateProblem = nil
+        try removeUnknownTrees()
+        return DoctorReport(problems: problems, verifiedVersions: verified, repaired: true)
+    }
+
+    // MARK: state and recovery
+
+    /// Replaces state.json (temp → fsync → rename → fsync(dir)) with a new generation.
+    private func commit() throws(StoreError) {
+        state.generation += 1
+        do {
+            try AtomicFile.write(try ManifestCoding.encode(state), to: layout.state)
+        } catch let e as FileSystemError {
+            throw .io(e)
+        } catch {
+            throw .corruptState(detail: "cannot encode the state: \(error)")
+        }
+    }
+
+    private func knownPackage(_ text: String) throws(StoreError) -> PackageID {
+        guard let id = PackageID(text) else { throw .badID(text) }
+        guard state.packages[id.rawValue]?.active != nil else { throw .unknownPackage(text) }
+        return id
+    }
+
+    /// Removes trees and lists that the state does not name (unless a live session pins them):
+    /// an install interrupted after its rename but before its state write, or a deletion
+    /// interrupted after its state write.
+    private func removeUnknownTrees() throws(StoreError) {
+        for (id, version) in try Self.installedTrees(layout) where !state[id].has(version) {
+            if Pins.isPinned(layout, id, version) { continue }
+            options.logger.notice("removing a version the state does not know (interrupted install or deletion)", metadata: ["version": "\(id)@\(version)"])
+            try removeTree(id, version)
+        }
+        for (id, version) in Self.listFiles(layout) where !state[id].has(version) && !AtomicFile.exists(layout.tree(id, version)) {
+            _ = unlink(layout.list(id, version).string)
+        }
+    }
+
+    /// Every `packages/<id>/<version>` directory with a valid id and version name; anything else
+    /// there is reported by name and left alone.
+    static func installedTrees(_ layout: SandboxLayout) throws(StoreError) -> [(PackageID, SemanticVersion)] {
+        var out: [(PackageID, SemanticVersion)] = []
+        let ids = (try? FileManager.default.contentsOfDirectory(atPath: layout.packages.string)) ?? []
+        for idName in ids.sorted() {
+            guard let id = PackageID(idName) else { continue }
+            let versions = (try? FileManager.default.contentsOfDirectory(atPath: layout.packages.appending(idName).string)) ?? []
+            for v in versions.sorted() {
+                guard let version = SemanticVersion(v), version.description == v else { continue }
+                out.append((id, version))
+            }
+        }
+        return out
+    }
+
+    static func listFiles(_ layout: SandboxLayout) -> [(PackageID, SemanticVersion)] {
+        var out: [(PackageID, SemanticVersion)] = []
+        let ids = (try? FileManager.default.contentsOfDirectory(atPath: layout.lists.string)) ?? []
+        for idName in ids {
+            guard let id = PackageID(idName) else { continue }
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: layout.lists.appending(idName).string)) ?? []
+            for f in files where f.hasSuffix(".json") {
+                if let v = SemanticVersion(String(f.dropLast(5))) { out.append((id, v)) }
+            }
+        }
+        return out
+    }
+
+    private static func emptyDirectory(_ dir: FilePath) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: dir.string)) ?? []
+        for n in names { try? FileManager.default.removeItem(atPath: dir.appending(n).string) }
+    }
+
+    private static func removeTemporaryStateFiles(_ layout: SandboxLayout) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: layout.root.string)) ?? []
+        for n in names where n.hasPrefix(".state.json.tmp-") { _ = unlink(layout.root.appending(n).string) }
+    }
+}
+
+/// Runs a file-system step, mapping its error into `StoreError.io`.
+func io<T>(_ body: () throws -> T) throws(StoreError) -> T {
+    do {
+        return try body()
+    } catch let e as FileSystemError {
+        throw .io(e)
+    } catch let e as StoreError {
+        throw e
+    } catch {
+        throw .io(FileSystemError("file operation", FilePath("."), .ioError))
+    }
+}

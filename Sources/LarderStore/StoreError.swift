@@ -1,0 +1,70 @@
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+
+/// Why a sandbox operation was refused or failed. Each case names what a person needs; `code` is
+/// stable for scripts and tests.
+public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Another writer holds the lock.
+    case locked(holderPID: Int32?, waitedSeconds: Double)
+    /// state.json exists but cannot be read; it is never replaced silently.
+    case corruptState(detail: String)
+    /// state.json is missing while versions are on disk.
+    case missingState
+    case badID(String)
+    case badVersion(String)
+    case unknownPackage(String)
+    case notInstalled(id: String, version: String)
+    case noFallback(id: String)
+    /// The version was rolled back off before; installing it again needs `force`.
+    case previouslyFailed(id: String, version: String, reason: String)
+    /// The bundle was refused by the archive reader.
+    case archive(ArchiveError)
+    /// The bundle's tree differs from the file list.
+    case verification(id: String, version: String, problems: [String])
+    case fileList(String)
+    case io(FileSystemError)
+
+    /// A stable machine-readable code.
+    public var code: String {
+        switch self {
+        case .locked: "locked"
+        case .corruptState: "state-corrupt"
+        case .missingState: "state-missing"
+        case .badID: "bad-id"
+        case .badVersion: "bad-version"
+        case .unknownPackage: "unknown-package"
+        case .notInstalled: "not-installed"
+        case .noFallback: "no-fallback"
+        case .previouslyFailed: "previously-failed"
+        case .archive(let e): e.code
+        case .verification: "verification-failed"
+        case .fileList: "file-list"
+        case .io: "io"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .locked(let pid, let waited):
+            "another writer holds the sandbox lock\(pid.map { " (pid \($0))" } ?? "") — gave up after \(waited) s"
+        case .corruptState(let d):
+            "state.json cannot be read: \(d). It was left as it is; run `larder doctor --repair` to rebuild it from the verified versions on disk"
+        case .missingState:
+            "state.json is missing but versions are on disk; run `larder doctor --repair` to rebuild it"
+        case .badID(let s): "\"\(s)\" is not a package id: expected [a-z0-9][a-z0-9._-]{0,63}"
+        case .badVersion(let s): "\"\(s)\" is not a SemVer 2.0.0 version"
+        case .unknownPackage(let id): "no package \(id) in this sandbox"
+        case .notInstalled(let id, let v): "\(id) \(v) is not on disk in this sandbox"
+        case .noFallback(let id): "\(id) has no fallback version to roll back to (name one with --to)"
+        case .previouslyFailed(let id, let v, let r):
+            "\(id) \(v) was rolled back off before (\(r)); install it again only with --force"
+        case .archive(let e): "the bundle was refused: \(e)"
+        case .verification(let id, let v, let problems):
+            "\(id) \(v) does not match its file list: " + problems.prefix(5).joined(separator: "; ")
+                + (problems.count > 5 ? "; and \(problems.count - 5) more" : "")
+        case .fileList(let d): "the file list cannot be used: \(d)"
+        case .io(let e): e.description
+        }
+    }
+}
