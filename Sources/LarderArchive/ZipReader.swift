@@ -1,4 +1,5 @@
 import CArchive
+import Foundation
 import LarderCore
 import LarderFileSystem
 import SystemPackage
@@ -12,8 +13,9 @@ import SystemPackage
 /// Receives the contents of an archive as the hardened reader validates it.
 ///
 /// For each regular file: `beginFile`, any number of `write` calls with consecutive chunks, then
-/// `endFile` with the size and SHA-256 the reader computed itself. Any error thrown stops the
-/// read; the reader reports it as `ArchiveError.sink`.
+/// `endFile` with the size the reader counted (its SHA-256 is in the listing `read` returns —
+/// hashing may run on another thread). Any error thrown stops the read; the reader reports it as
+/// `ArchiveError.sink`.
 public protocol ArchiveConsumer {
     /// A directory entry (already validated).
     mutating func directory(_ path: RelativePath) throws
@@ -22,14 +24,14 @@ public protocol ArchiveConsumer {
     /// The next chunk of the current file.
     mutating func write(_ chunk: UnsafeRawBufferPointer) throws
     /// The current file is complete and its size matches its header.
-    mutating func endFile(_ entry: FileEntry) throws
+    mutating func endFile(_ path: RelativePath, size: Int64) throws
 }
 
 extension ArchiveConsumer {
     public mutating func directory(_ path: RelativePath) throws {}
     public mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws {}
     public mutating func write(_ chunk: UnsafeRawBufferPointer) throws {}
-    public mutating func endFile(_ entry: FileEntry) throws {}
+    public mutating func endFile(_ path: RelativePath, size: Int64) throws {}
 }
 
 /// A consumer that keeps nothing: reading with it validates the archive and lists its files.
@@ -57,6 +59,12 @@ public struct ArchiveListing: Sendable, Equatable {
 public struct ZipReader: Sendable {
     /// The bounds applied.
     public var limits: TreeLimits
+    /// Whether libarchive checks each entry's CRC-32. Turn it off only when every file's SHA-256
+    /// is checked against a trusted list afterwards (install with a signed file list): the CRC
+    /// then adds a second pass over the data and no protection.
+    public var checkCRC = true
+    /// Hash on a second thread while the first inflates (and the consumer writes).
+    public var parallelHashing = ProcessInfo.processInfo.activeProcessorCount > 1
 
     /// Creates a reader with the given bounds.
     public init(limits: TreeLimits = .standard) {
@@ -83,19 +91,82 @@ public struct ZipReader: Sendable {
             guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
             defer { archive_read_free(a) }
             archive_read_support_format_zip(a)
-            guard archive_read_open_filename(a, path.string, 128 << 10) == LA.ok else {
+            if !checkCRC, archive_read_set_format_option(a, "zip", "ignorecrc32", "1") != LA.ok {
+                return .failure(.libarchive(entry: nil, message: LA.message(a)))
+            }
+            guard archive_read_open_filename(a, path.string, 1 << 20) == LA.ok else {
                 return .failure(.unreadable(detail: LA.message(a)))
             }
             var state = ReadState(limits: limits, archiveSize: archiveSize)
-            do throws(ArchiveError) {
-                try state.run(a, &consumer)
-            } catch {
-                return .failure(error)
+            if parallelHashing {
+                var sink = PipelineSink(ConsumerPipeline(consumer: consumer))
+                do throws(ArchiveError) {
+                    try state.run(a, &sink)
+                    let (c, digests) = try sink.pipeline.finish()
+                    consumer = c
+                    return .success(state.listing(digests: digests))
+                } catch {
+                    consumer = sink.pipeline.cancel()
+                    return .failure(error)
+                }
+            } else {
+                var sink = DirectSink(consumer: consumer)
+                defer { consumer = sink.consumer }
+                do throws(ArchiveError) {
+                    try state.run(a, &sink)
+                } catch {
+                    return .failure(error)
+                }
+                return .success(state.listing(digests: sink.digests))
             }
-            return .success(state.listing())
         }
         return try result.get()
     }
+}
+
+/// Where the read loop sends entries: straight to the consumer (hashing inline), or through a
+/// pipeline to a worker thread.
+protocol EntrySink {
+    mutating func directory(_ path: RelativePath) throws(ArchiveError)
+    mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws(ArchiveError)
+    mutating func write(_ chunk: UnsafeRawBufferPointer, of path: RelativePath) throws(ArchiveError)
+    mutating func endFile(_ path: RelativePath, size: Int64) throws(ArchiveError)
+}
+
+struct DirectSink<C: ArchiveConsumer>: EntrySink {
+    var consumer: C
+    var hasher = SHA256Stream()
+    var digests: [SHA256Digest] = []
+
+    init(consumer: C) { self.consumer = consumer }
+
+    mutating func directory(_ path: RelativePath) throws(ArchiveError) {
+        do { try consumer.directory(path) } catch { throw .sink(entry: path.string, detail: "\(error)") }
+    }
+    mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws(ArchiveError) {
+        do { try consumer.beginFile(path, declaredSize: declaredSize) } catch { throw .sink(entry: path.string, detail: "\(error)") }
+    }
+    mutating func write(_ chunk: UnsafeRawBufferPointer, of path: RelativePath) throws(ArchiveError) {
+        hasher.update(chunk)
+        do { try consumer.write(chunk) } catch { throw .sink(entry: path.string, detail: "\(error)") }
+    }
+    mutating func endFile(_ path: RelativePath, size: Int64) throws(ArchiveError) {
+        digests.append(hasher.finish())
+        hasher = SHA256Stream()
+        do { try consumer.endFile(path, size: size) } catch { throw .sink(entry: path.string, detail: "\(error)") }
+    }
+}
+
+struct PipelineSink<C: ArchiveConsumer>: EntrySink {
+    let pipeline: ConsumerPipeline<C>
+    init(_ pipeline: ConsumerPipeline<C>) { self.pipeline = pipeline }
+
+    func directory(_ path: RelativePath) throws(ArchiveError) { try pipeline.directory(path) }
+    func beginFile(_ path: RelativePath, declaredSize: Int64?) throws(ArchiveError) {
+        try pipeline.beginFile(path, declaredSize: declaredSize)
+    }
+    func write(_ chunk: UnsafeRawBufferPointer, of path: RelativePath) throws(ArchiveError) { try pipeline.append(chunk) }
+    func endFile(_ path: RelativePath, size: Int64) throws(ArchiveError) { try pipeline.endFile(path, size: size) }
 }
 
 /// The bookkeeping of one read.
@@ -111,16 +182,21 @@ private struct ReadState {
     /// Collision keys of directories stated by their own entry.
     var explicitDirectories: Set<String> = []
 
+    /// Files carry a placeholder digest until `listing(digests:)` fills in the sink's.
+    private static let placeholder = SHA256Digest.of([UInt8]())
+
     init(limits: TreeLimits, archiveSize: Int64) {
         self.limits = limits
         self.archiveSize = archiveSize
     }
 
-    func listing() -> ArchiveListing {
-        ArchiveListing(files: files.sorted { $0.path < $1.path }, directories: directories)
+    func listing(digests: [SHA256Digest]) -> ArchiveListing {
+        var out = files
+        for i in out.indices { out[i].sha256 = digests[i] }
+        return ArchiveListing(files: out.sorted { $0.path < $1.path }, directories: directories)
     }
 
-    mutating func run<C: ArchiveConsumer>(_ a: OpaquePointer, _ consumer: inout C) throws(ArchiveError) {
+    mutating func run<S: EntrySink>(_ a: OpaquePointer, _ sink: inout S) throws(ArchiveError) {
         var entryPointer: OpaquePointer?
         while true {
             let r = archive_read_next_header(a, &entryPointer)
@@ -155,11 +231,11 @@ private struct ReadState {
             }
             try claim(path, isFile: type == LA.regular)
             if type == LA.directory {
-                do { try consumer.directory(path) } catch { throw .sink(entry: path.string, detail: "\(error)") }
+                try sink.directory(path)
                 directories.append(path)
                 continue
             }
-            try readFile(a, entry, path, &consumer)
+            try readFile(a, entry, path, &sink)
         }
         if files.isEmpty { throw .empty }
     }
@@ -193,8 +269,8 @@ private struct ReadState {
         }
     }
 
-    mutating func readFile<C: ArchiveConsumer>(
-        _ a: OpaquePointer, _ entry: OpaquePointer, _ path: RelativePath, _ consumer: inout C
+    mutating func readFile<S: EntrySink>(
+        _ a: OpaquePointer, _ entry: OpaquePointer, _ path: RelativePath, _ sink: inout S
     ) throws(ArchiveError) {
         let declared: Int64? = archive_entry_size_is_set(entry) != 0 ? archive_entry_size(entry) : nil
         if let d = declared {
@@ -202,10 +278,7 @@ private struct ReadState {
             if total + d > limits.maxTotalBytes { throw .totalTooLarge(limit: limits.maxTotalBytes) }
         }
         if files.count + 1 > limits.maxFiles { throw .tooManyFiles(limit: limits.maxFiles) }
-        do { try consumer.beginFile(path, declaredSize: declared) } catch {
-            throw .sink(entry: path.string, detail: "\(error)")
-        }
-        var hasher = SHA256Stream()
+        try sink.beginFile(path, declaredSize: declared)
         var count: Int64 = 0
         var buffer: UnsafeRawPointer?
         var size = 0
@@ -226,12 +299,10 @@ private struct ReadState {
                 throw .compressionRatio(entry: path.string, limit: limits.maxCompressionRatio)
             }
             let chunk = UnsafeRawBufferPointer(start: base, count: size)
-            hasher.update(chunk)
-            do { try consumer.write(chunk) } catch { throw .sink(entry: path.string, detail: "\(error)") }
+            try sink.write(chunk, of: path)
         }
         if let d = declared, count != d { throw .sizeMismatch(entry: path.string, declared: d, actual: count) }
-        let file = FileEntry(path: path, size: count, sha256: hasher.finish())
-        do { try consumer.endFile(file) } catch { throw .sink(entry: path.string, detail: "\(error)") }
-        files.append(file)
+        try sink.endFile(path, size: count)
+        files.append(FileEntry(path: path, size: count, sha256: Self.placeholder))
     }
 }

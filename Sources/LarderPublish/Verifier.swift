@@ -365,7 +365,7 @@ struct TextCollector: ArchiveConsumer {
         buffer.append(contentsOf: chunk)
     }
 
-    mutating func endFile(_ entry: FileEntry) throws {
+    mutating func endFile(_ path: RelativePath, size: Int64) throws {
         if let p = current { texts.append((p, String(decoding: buffer, as: UTF8.self))) }
         current = nil
     }

@@ -74,7 +74,7 @@ struct Extractor: ArchiveConsumer {
         }
     }
 
-    mutating func endFile(_ entry: FileEntry) throws {
+    mutating func endFile(_ path: RelativePath, size: Int64) throws {
         defer {
             _ = Glibc_close(current)
             current = -1

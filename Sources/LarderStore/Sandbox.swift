@@ -138,7 +138,10 @@ public final class Sandbox {
         do { extractor = try Extractor(root: tree) } catch { throw .io(error) }
         defer { extractor.close() }
         let listing: ArchiveListing
-        do { listing = try ZipReader(limits: options.limits).read(bundle, into: &extractor) } catch { throw .archive(error) }
+        var reader = ZipReader(limits: options.limits)
+        // With a file list every SHA-256 is checked against it, which makes the CRC redundant.
+        reader.checkCRC = fileList == nil
+        do { listing = try reader.read(bundle, into: &extractor) } catch { throw .archive(error) }
         let list = fileList ?? FileList(id: id, version: version, files: listing.files)
         let problems = Self.compare(listing.files, list.files)
         if !problems.isEmpty {

@@ -48,6 +48,21 @@ struct ZipReaderTests {
         #expect(fifo.files.contains { $0.path.string == "pipe" && $0.size == 0 })
     }
 
+    /// Hashing on a second thread gives the same listing as hashing inline, with or without
+    /// libarchive's CRC check.
+    @Test func parallelHashingAgrees() throws {
+        let fx = try Self.fixtures.get()
+        for (name, expected) in fx.expected where expected == "ok" {
+            let path = FilePath(fx.dir.url.appendingPathComponent(name).path)
+            var inline = ZipReader()
+            inline.parallelHashing = false
+            var parallel = ZipReader()
+            parallel.parallelHashing = true
+            parallel.checkCRC = false
+            #expect(try inline.validate(path) == parallel.validate(path), "\(name)")
+        }
+    }
+
     @Test func messagesNameTheEntry() throws {
         let fx = try Self.fixtures.get()
         let cases = ["dotdot.zip": "../x", "symlink.zip": "link", "absolute.zip": "/tmp/x", "duplicate.zip": "index.html",
@@ -83,20 +98,21 @@ struct ZipReaderTests {
         struct Collect: ArchiveConsumer {
             var data: [String: Data] = [:]
             var current = ""
-            var ended: [FileEntry] = []
+            var ended: [(RelativePath, Int64)] = []
             mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws {
                 current = path.string
                 data[current] = Data()
             }
             mutating func write(_ chunk: UnsafeRawBufferPointer) throws { data[current]?.append(contentsOf: chunk) }
-            mutating func endFile(_ entry: FileEntry) throws { ended.append(entry) }
+            mutating func endFile(_ path: RelativePath, size: Int64) throws { ended.append((path, size)) }
         }
         var c = Collect()
         let listing = try ZipReader().read(FilePath(fx.dir.url.appendingPathComponent("bsdtar.zip").path), into: &c)
         #expect(c.data["index.html"] == Data("<h1>hi</h1>".utf8))
         #expect(c.ended.count == 3)
-        for e in c.ended { #expect(SHA256Digest.of(c.data[e.path.string] ?? Data()) == e.sha256) }
+        for (path, size) in c.ended { #expect(Int64(c.data[path.string]?.count ?? -1) == size) }
         #expect(listing.files.count == 3)
+        for e in listing.files { #expect(SHA256Digest.of(c.data[e.path.string] ?? Data()) == e.sha256) }
     }
 
     @Test func sinkErrorsStopTheRead() throws {
