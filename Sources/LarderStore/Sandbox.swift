@@ -303,7 +303,8 @@ public final class Sandbox {
             let protected = Set([pkg.active, pkg.fallback].compactMap { $0 })
             var retained = 0
             var keepList: [InstalledVersion] = []
-            for v in pkg.versions.sorted(by: { $0.installedAt > $1.installedAt }) {
+            // Newest first by installation order (`versions` is appended to; timestamps tie).
+            for v in pkg.versions.reversed() {
                 if protected.contains(v.version) {
                     keepList.append(v)
                 } else if Pins.isPinned(layout, id, v.version) {
