@@ -79,14 +79,19 @@ public struct ZipReader: Sendable {
 
     /// Reads and validates the archive at `path`, handing every entry to `consumer`.
     public func read<C: ArchiveConsumer>(_ path: FilePath, into consumer: inout C) throws(ArchiveError) -> ArchiveListing {
+        let fd = open(path.string, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { throw .io(FileSystemError("open", path, Errno(rawValue: errno))) }
+        defer { close(fd) }
         var st = stat()
-        guard lstat(path.string, &st) == 0 else {
-            throw .io(FileSystemError("stat", path, Errno(rawValue: errno)))
-        }
+        guard fstat(fd, &st) == 0 else { throw .io(FileSystemError("stat", path, Errno(rawValue: errno))) }
         guard (st.st_mode & S_IFMT) == S_IFREG else {
             throw .unreadable(detail: "\(path) is not a regular file")
         }
         let archiveSize = Int64(st.st_size)
+        // One interpretation only, checked on the descriptor libarchive then reads.
+        do { try ZipStructure.check(fd: fd, size: archiveSize) } catch {
+            throw .ambiguous(code: error.code, message: error.message)
+        }
         let result: Result<ArchiveListing, ArchiveError> = withUTF8Locale {
             guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
             defer { archive_read_free(a) }
@@ -94,7 +99,7 @@ public struct ZipReader: Sendable {
             if !checkCRC, archive_read_set_format_option(a, "zip", "ignorecrc32", "1") != LA.ok {
                 return .failure(.libarchive(entry: nil, message: LA.message(a)))
             }
-            guard archive_read_open_filename(a, path.string, 1 << 20) == LA.ok else {
+            guard lseek(fd, 0, SEEK_SET) == 0, archive_read_open_fd(a, fd, 1 << 20) == LA.ok else {
                 return .failure(.unreadable(detail: LA.message(a)))
             }
             var state = ReadState(limits: limits, archiveSize: archiveSize)

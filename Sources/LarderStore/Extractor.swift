@@ -63,9 +63,10 @@ struct Extractor: ArchiveConsumer {
     }
 
     mutating func write(_ chunk: UnsafeRawBufferPointer) throws {
+        guard let base = chunk.baseAddress else { return }
         var offset = 0
         while offset < chunk.count {
-            let n = Glibc_write(current, chunk.baseAddress! + offset, chunk.count - offset)
+            let n = Glibc_write(current, base + offset, chunk.count - offset)
             if n < 0 {
                 if errno == EINTR { continue }
                 throw FileSystemError("write", root.appending(currentPath), Errno(rawValue: errno))

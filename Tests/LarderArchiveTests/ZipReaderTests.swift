@@ -63,6 +63,37 @@ struct ZipReaderTests {
         }
     }
 
+    /// Thousands of seeded random corruptions of real zips: the reader refuses or accepts, and
+    /// never crashes (overflow, out-of-bounds) — every failure is an `ArchiveError`.
+    @Test func mutatedArchivesNeverCrash() throws {
+        let fx = try Self.fixtures.get()
+        var rng = SplitMix(seed: 0x1A2D_E12)
+        let tmp = try TempDir()
+        defer { tmp.cleanup() }
+        let target = tmp.url.appendingPathComponent("m.zip")
+        var outcomes = [String: Int]()
+        for name in ["python-deflated.zip", "python-zip64.zip", "infozip-stream.zip", "bsdtar.zip"] {
+            let original = [UInt8](try Data(contentsOf: fx.dir.url.appendingPathComponent(name)))
+            for _ in 0..<400 {
+                var bytes = original
+                for _ in 0..<Int(rng.next() % 4 + 1) {
+                    let i = Int(rng.next() % UInt64(bytes.count))
+                    bytes[i] = UInt8(truncatingIfNeeded: rng.next())
+                }
+                if rng.next() % 8 == 0 { bytes.removeLast(Int(rng.next() % UInt64(bytes.count / 2))) }
+                try Data(bytes).write(to: target)
+                do throws(ArchiveError) {
+                    _ = try ZipReader().validate(FilePath(target.path))
+                    outcomes["accepted", default: 0] += 1
+                } catch {
+                    outcomes[error.code, default: 0] += 1
+                }
+            }
+        }
+        #expect(outcomes.values.reduce(0, +) == 1600)
+        #expect(outcomes.count > 3, "\(outcomes)")
+    }
+
     @Test func messagesNameTheEntry() throws {
         let fx = try Self.fixtures.get()
         let cases = ["dotdot.zip": "../x", "symlink.zip": "link", "absolute.zip": "/tmp/x", "duplicate.zip": "index.html",
@@ -125,6 +156,19 @@ struct ZipReaderTests {
         #expect(throws: ArchiveError.self) {
             try ZipReader().read(FilePath(fx.dir.url.appendingPathComponent("infozip.zip").path), into: &f)
         }
+    }
+}
+
+/// A small deterministic generator for the mutation test.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
 

@@ -1,0 +1,211 @@
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Checks that a zip archive has exactly one interpretation, before libarchive reads it.
+///
+/// This is not a zip reader — it extracts and inflates nothing; libarchive does all reading. It
+/// exists because libarchive resolves ambiguous archives silently (it takes local-header names
+/// over central ones, drops central entries that share a local header, skips data before the
+/// first entry), so that two tools could see different files in the same bytes. It reads only
+/// the end records, the central directory, and each entry's fixed-size local header, and refuses:
+/// data before the first entry or after the end record; several end records; a central directory
+/// that does not end where the end record starts; a local header whose name, method or flags
+/// differ from its central entry; entries whose data overlap.
+enum ZipStructure {
+    /// What the structure check found wrong (a stable code and a sentence).
+    struct Problem: Error, Equatable {
+        let code: String
+        let message: String
+    }
+
+    private struct Central {
+        let name: [UInt8]
+        let method: UInt16
+        let flags: UInt16
+        let compressedSize: UInt64
+        let localOffset: UInt64
+    }
+
+    /// Checks the archive open as `fd` of `size` bytes.
+    static func check(fd: Int32, size: Int64) throws(Problem) {
+        let file = UInt64(size)
+        guard file >= 22 else { throw Problem(code: "archive-truncated", message: "too short to be a zip archive") }
+        // The end record: the last 22 bytes plus at most a 65,535-byte comment.
+        let tailLength = min(file, 22 + 65_535)
+        let tailStart = file - tailLength
+        let tail = try read(fd, at: tailStart, count: Int(tailLength))
+        var candidates: [Int] = []
+        var i = tail.count - 22
+        while i >= 0 {
+            if tail[i] == 0x50, tail[i + 1] == 0x4B, tail[i + 2] == 0x05, tail[i + 3] == 0x06 { candidates.append(i) }
+            i -= 1
+        }
+        // An end record is one whose comment reaches exactly the end of the file.
+        let exact = candidates.filter { Int(le16(tail, $0 + 20)) + 22 + $0 == tail.count }
+        guard let eocd = exact.first else {
+            if candidates.isEmpty { throw Problem(code: "archive-no-end-record", message: "no end of central directory record") }
+            throw Problem(code: "archive-trailing-data", message: "data follows the end of central directory record")
+        }
+        if exact.count > 1 || candidates.count > 1 {
+            // A second signature inside the comment or before the real record: two readers may pick
+            // different ones.
+            let others = candidates.filter { $0 != eocd }
+            if others.contains(where: { plausibleEndRecord(tail, $0, tailStart: tailStart) }) {
+                throw Problem(code: "archive-several-end-records", message: "more than one end of central directory record")
+            }
+        }
+        let eocdOffset = tailStart + UInt64(eocd)
+        var entries = UInt64(le16(tail, eocd + 10))
+        var cdSize = UInt64(le32(tail, eocd + 12))
+        var cdOffset = UInt64(le32(tail, eocd + 16))
+        var cdEnd = eocdOffset
+        // Zip64: a locator just before the end record points at the zip64 end record.
+        if eocdOffset >= 20 {
+            let loc = try read(fd, at: eocdOffset - 20, count: 20)
+            if loc[0] == 0x50, loc[1] == 0x4B, loc[2] == 0x06, loc[3] == 0x07 {
+                let z64 = le64(loc, 8)
+                guard add(z64, 56) <= eocdOffset - 20 else {
+                    throw Problem(code: "archive-bad-end-record", message: "the zip64 end record is out of bounds")
+                }
+                let rec = try read(fd, at: z64, count: 56)
+                guard rec[0] == 0x50, rec[1] == 0x4B, rec[2] == 0x06, rec[3] == 0x06 else {
+                    throw Problem(code: "archive-bad-end-record", message: "the zip64 locator does not point at a zip64 end record")
+                }
+                guard add(add(z64, 12), le64(rec, 4)) == eocdOffset - 20 else {
+                    throw Problem(code: "archive-trailing-data", message: "data between the zip64 end record and its locator")
+                }
+                entries = le64(rec, 32)
+                cdSize = le64(rec, 40)
+                cdOffset = le64(rec, 48)
+                cdEnd = z64
+            }
+        }
+        if add(cdOffset, cdSize) < cdEnd {
+            // Offsets count from the start of the zip proper: whatever precedes it (a
+            // self-extractor stub, junk) shifts everything by the gap.
+            throw Problem(code: "archive-leading-data", message: "\(cdEnd - cdOffset - cdSize) bytes precede the archive")
+        }
+        guard cdOffset <= cdEnd, add(cdOffset, cdSize) == cdEnd else {
+            throw Problem(code: "archive-bad-central-directory", message: "the central directory does not end where the end record starts")
+        }
+        guard cdSize <= 64 << 20, entries <= 1_000_000 else {
+            throw Problem(code: "limit-entries", message: "the central directory is too large")
+        }
+        let cd = try read(fd, at: cdOffset, count: Int(cdSize))
+        var centrals: [Central] = []
+        var p = 0
+        while p < cd.count {
+            guard p + 46 <= cd.count, le32(cd, p) == 0x0201_4B50 else {
+                throw Problem(code: "archive-bad-central-directory", message: "a central directory entry is malformed")
+            }
+            let nameLength = Int(le16(cd, p + 28))
+            let extraLength = Int(le16(cd, p + 30))
+            let commentLength = Int(le16(cd, p + 32))
+            guard p + 46 + nameLength + extraLength + commentLength <= cd.count else {
+                throw Problem(code: "archive-bad-central-directory", message: "a central directory entry runs past the directory")
+            }
+            let name = Array(cd[(p + 46)..<(p + 46 + nameLength)])
+            var compressed = UInt64(le32(cd, p + 20))
+            var uncompressed = UInt64(le32(cd, p + 24))
+            var offset = UInt64(le32(cd, p + 42))
+            // Zip64 extended information (header 0x0001): the fields saturated above, in order.
+            var e = p + 46 + nameLength
+            let extraEnd = e + extraLength
+            while e + 4 <= extraEnd {
+                let id = le16(cd, e)
+                let len = Int(le16(cd, e + 2))
+                guard e + 4 + len <= extraEnd else { break }
+                if id == 0x0001 {
+                    var q = e + 4
+                    if uncompressed == 0xFFFF_FFFF, q + 8 <= e + 4 + len { uncompressed = le64(cd, q); q += 8 }
+                    if compressed == 0xFFFF_FFFF, q + 8 <= e + 4 + len { compressed = le64(cd, q); q += 8 }
+                    if offset == 0xFFFF_FFFF, q + 8 <= e + 4 + len { offset = le64(cd, q) }
+                }
+                e += 4 + len
+            }
+            centrals.append(Central(name: name, method: le16(cd, p + 10), flags: le16(cd, p + 8), compressedSize: compressed, localOffset: offset))
+            p += 46 + nameLength + extraLength + commentLength
+        }
+        guard UInt64(centrals.count) == entries else {
+            throw Problem(code: "archive-bad-central-directory", message: "the end record counts \(entries) entries, the directory holds \(centrals.count)")
+        }
+        // Local headers in file order: the first at offset 0, each matching its central entry,
+        // none overlapping the previous entry's data.
+        var previousEnd: UInt64 = 0
+        var previousName = ""
+        for (index, c) in centrals.sorted(by: { $0.localOffset < $1.localOffset }).enumerated() {
+            let display = String(decoding: c.name, as: UTF8.self)
+            if index == 0, c.localOffset != 0 {
+                throw Problem(code: "archive-leading-data", message: "\(c.localOffset) bytes precede the first entry")
+            }
+            guard c.localOffset >= previousEnd else {
+                throw Problem(code: "archive-overlapping-entries", message: "entry \"\(display)\" overlaps the data of \"\(previousName)\"")
+            }
+            guard add(c.localOffset, 30) <= cdOffset else {
+                throw Problem(code: "archive-bad-local-header", message: "entry \"\(display)\" points past the entries")
+            }
+            let head = try read(fd, at: c.localOffset, count: 30)
+            guard le32(head, 0) == 0x0403_4B50 else {
+                throw Problem(code: "archive-bad-local-header", message: "entry \"\(display)\" has no local header at its offset")
+            }
+            let nameLength = Int(le16(head, 26))
+            let extraLength = UInt64(le16(head, 28))
+            let localName = try read(fd, at: c.localOffset + 30, count: nameLength)
+            // Bit 3 (sizes in a data descriptor) and bit 11 (UTF-8) must agree; other bits are hints.
+            let mask: UInt16 = 0x0808
+            guard localName == c.name, le16(head, 8) == c.method, le16(head, 6) & mask == c.flags & mask else {
+                throw Problem(code: "archive-header-mismatch", message: "the local header of \"\(display)\" disagrees with the central directory (\"\(String(decoding: localName, as: UTF8.self))\")")
+            }
+            var end = add(add(add(c.localOffset, 30 + UInt64(nameLength)), extraLength), c.compressedSize)
+            if c.flags & 0x0008 != 0 { end = add(end, 12) }  // the smallest data descriptor (no signature, 32-bit sizes)
+            guard end <= cdOffset else {
+                throw Problem(code: "archive-overlapping-entries", message: "the data of \"\(display)\" runs into the central directory")
+            }
+            previousEnd = end
+            previousName = display
+        }
+    }
+
+    /// Whether the bytes at `at` in `tail` look like a real end record (its directory would lie
+    /// inside the file), as opposed to the signature appearing by chance in data.
+    private static func plausibleEndRecord(_ tail: [UInt8], _ at: Int, tailStart: UInt64) -> Bool {
+        guard at + 22 <= tail.count else { return false }
+        let cdSize = UInt64(le32(tail, at + 12))
+        let cdOffset = UInt64(le32(tail, at + 16))
+        return add(cdOffset, cdSize) <= tailStart + UInt64(at) && le16(tail, at + 10) == le16(tail, at + 8)
+    }
+
+    /// Saturating addition: offsets and sizes come from the archive and may be absurd.
+    private static func add(_ a: UInt64, _ b: UInt64) -> UInt64 {
+        let (r, overflow) = a.addingReportingOverflow(b)
+        return overflow ? .max : r
+    }
+
+    private static func read(_ fd: Int32, at offset: UInt64, count: Int) throws(Problem) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: count)
+        var done = 0
+        while done < count {
+            let n = out.withUnsafeMutableBytes { raw -> Int in
+                guard let base = raw.baseAddress else { return 0 }
+                return pread(fd, base + done, count - done, off_t(offset) + off_t(done))
+            }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw Problem(code: "archive-truncated", message: "the archive ends inside a header") }
+            done += n
+        }
+        return out
+    }
+
+    private static func le16(_ b: [UInt8], _ i: Int) -> UInt16 { UInt16(b[i]) | UInt16(b[i + 1]) << 8 }
+    private static func le32(_ b: [UInt8], _ i: Int) -> UInt32 {
+        UInt32(b[i]) | UInt32(b[i + 1]) << 8 | UInt32(b[i + 2]) << 16 | UInt32(b[i + 3]) << 24
+    }
+    private static func le64(_ b: [UInt8], _ i: Int) -> UInt64 { UInt64(le32(b, i)) | UInt64(le32(b, i + 4)) << 32 }
+}
