@@ -6,9 +6,10 @@ import LarderFileSystem
 public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The file could not be opened or is not a zip archive libarchive can read.
     case unreadable(detail: String)
-    /// The archive's structure admits more than one reading (see `ZipStructure`): leading or
-    /// trailing data, several end records, headers that disagree, overlapping entries.
-    case ambiguous(code: String, message: String)
+    /// The archive's structure is malformed or admits more than one reading (see
+    /// `ZipStructure`): truncated, leading or trailing data, several end records, headers that
+    /// disagree, overlapping entries.
+    case structure(code: String, message: String)
     /// libarchive reported a problem (any warning is treated as an error).
     case libarchive(entry: String?, message: String)
     /// An entry that is neither a regular file nor a directory (symlink, device, FIFO, socket).
@@ -50,7 +51,7 @@ public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
     public var code: String {
         switch self {
         case .unreadable: "archive-unreadable"
-        case .ambiguous(let code, _): code
+        case .structure(let code, _): code
         case .libarchive: "archive-error"
         case .unsupportedEntryType: "entry-type"
         case .hardLink: "entry-hardlink"
@@ -75,7 +76,7 @@ public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .unreadable(let d): "not a readable zip archive: \(d)"
-        case .ambiguous(_, let m): "ambiguous archive: \(m)"
+        case .structure(_, let m): "zip structure: \(m)"
         case .libarchive(let e, let m): e.map { "entry \"\($0)\": \(m)" } ?? m
         case .unsupportedEntryType(let e, let t): "entry \"\(e)\" is a \(t); only regular files and directories are allowed"
         case .hardLink(let e, let t): "entry \"\(e)\" is a hard link to \"\(t)\"; links are not allowed"

@@ -90,7 +90,7 @@ public struct ZipReader: Sendable {
         let archiveSize = Int64(st.st_size)
         // One interpretation only, checked on the descriptor libarchive then reads.
         do { try ZipStructure.check(fd: fd, size: archiveSize) } catch {
-            throw .ambiguous(code: error.code, message: error.message)
+            throw .structure(code: error.code, message: error.message)
         }
         let result: Result<ArchiveListing, ArchiveError> = withUTF8Locale {
             guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
