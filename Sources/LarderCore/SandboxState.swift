@@ -149,6 +149,8 @@ public struct PackageState: Codable, Sendable, Equatable {
     public mutating func rollBack(to target: SemanticVersion, reason: String, event: String = "rollback", at: Date) -> SemanticVersion? {
         let from = active
         if let f = from, f != target, !hasFailed(f) { failed.append(FailedVersion(version: f, reason: reason, at: at)) }
+        // Rolling back *to* a version is a decision that it is good.
+        failed.removeAll { $0.version == target }
         active = target
         health = .confirmed
         failures = 0

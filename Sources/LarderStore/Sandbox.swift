@@ -91,7 +91,14 @@ public final class Sandbox {
 
     deinit { close() }
 
-    private var now: Date { options.clock() }
+    /// The clock, in whole seconds (as state.json stores it).
+    private var now: Date { Date(timeIntervalSince1970: options.clock().timeIntervalSince1970.rounded(.down)) }
+
+    /// Refuses to change anything through a closed handle or over an unreadable state.
+    private func requireWritable() throws(StoreError) {
+        guard lock != nil else { throw .closed }
+        if let p = stateProblem { throw .corruptState(detail: p) }
+    }
 
     // MARK: install
 
@@ -103,25 +110,40 @@ public final class Sandbox {
     public func install(
         bundle: FilePath, id idText: String, version versionText: String, fileList: FileList? = nil, force: Bool = false
     ) throws(StoreError) -> InstallReport {
+        try requireWritable()
         guard let id = PackageID(idText) else { throw .badID(idText) }
         guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
         if let list = fileList, list.id != id || list.version != version {
             throw .fileList("it describes \(list.id) \(list.version), not \(id) \(version)")
         }
         var pkg = state[id]
+        var changed = false
         if let failed = pkg.failed.first(where: { $0.version == version }) {
             guard force else { throw .previouslyFailed(id: id.rawValue, version: version.description, reason: failed.reason) }
             pkg.failed.removeAll { $0.version == version }
             pkg.record(HistoryEntry(event: "unfail", version: version, reason: "installed with --force (was: \(failed.reason))", at: now))
+            changed = true
         }
         let previous = pkg.active
+        let target = layout.tree(id, version)
+        if pkg.has(version), !AtomicFile.isDirectory(target) {
+            // The state names a tree that is gone: forget it and install afresh.
+            pkg.versions.removeAll { $0.version == version }
+            if pkg.active == version { pkg.active = nil }
+            if pkg.fallback == version { pkg.fallback = nil }
+            pkg.record(HistoryEntry(event: "forget", version: version, reason: "its tree was missing from disk", at: now))
+            changed = true
+        }
         if let existing = pkg.versions.first(where: { $0.version == version }) {
             var outcome = "unchanged"
             if pkg.active != version {
                 pkg.activate(version, event: "activate", reason: "installed again (already on disk)", at: now)
+                outcome = "activated"
+                changed = true
+            }
+            if changed {
                 state[id] = pkg
                 try commit()
-                outcome = "activated"
             }
             return InstallReport(
                 id: id.rawValue, version: version.description, outcome: outcome, previous: previous?.description,
@@ -154,8 +176,16 @@ public final class Sandbox {
         let listPath = layout.list(id, version)
         try io { try AtomicFile.makeDirectories(listPath.removingLastComponent()) }
         try io { try AtomicFile.write(try ManifestCoding.encode(list), to: listPath) }
-        let target = layout.tree(id, version)
         try io { try AtomicFile.makeDirectories(target.removingLastComponent()) }
+        if AtomicFile.exists(target) {
+            // A copy the state does not name, left by an interrupted operation and kept because a
+            // session pinned it.
+            if Pins.isPinned(layout, id, version) {
+                _ = unlink(listPath.string)
+                throw .versionBusy(id: id.rawValue, version: version.description)
+            }
+            try removeTree(id, version, keepList: true)
+        }
         if rename(tree.string, target.string) != 0 {
             let e = Errno(rawValue: errno)
             _ = unlink(listPath.string)
@@ -197,6 +227,7 @@ public final class Sandbox {
 
     /// The app confirms that the active version of `id` works.
     public func confirm(id idText: String) throws(StoreError) -> HealthOutcome {
+        try requireWritable()
         let id = try knownPackage(idText)
         var pkg = state[id]
         pkg.confirm(at: now)
@@ -208,6 +239,7 @@ public final class Sandbox {
     /// Counts a failure of the active version of `id` (a missing file, a crash, a page that did
     /// not load); a pending version with too many failures is rolled back automatically.
     public func reportFailure(id idText: String, reason: String) throws(StoreError) -> HealthOutcome {
+        try requireWritable()
         let id = try knownPackage(idText)
         var pkg = state[id]
         let from = pkg.active
@@ -220,6 +252,7 @@ public final class Sandbox {
     /// Counts an app launch for every pending package; one still unconfirmed after too many
     /// launches is rolled back automatically.
     public func beginLaunch() throws(StoreError) -> [HealthOutcome] {
+        try requireWritable()
         var results: [HealthOutcome] = []
         for key in state.packages.keys.sorted() {
             guard let id = PackageID(key), var pkg = state.packages[key], pkg.health == .pending else { continue }
@@ -244,6 +277,7 @@ public final class Sandbox {
     /// Activates the fallback of `id`, or the named version on disk. The version left is recorded
     /// as failed (never installed again automatically).
     public func rollback(id idText: String, to versionText: String? = nil, reason: String = "rolled back by the operator") throws(StoreError) -> RollbackReport {
+        try requireWritable()
         let id = try knownPackage(idText)
         var pkg = state[id]
         let target: SemanticVersion
@@ -296,6 +330,7 @@ public final class Sandbox {
     /// tree is then renamed into `trash/` and deleted. A version pinned between the two steps is
     /// left on disk and removed by a later gc.
     public func gc(keep: Int = 1) throws(StoreError) -> GCReport {
+        try requireWritable()
         var report = GCReport(removed: [], keptPinned: [], freedBytes: 0)
         var doomed: [(PackageID, InstalledVersion)] = []
         for key in state.packages.keys.sorted() {
@@ -321,7 +356,10 @@ public final class Sandbox {
             pkg.versions = pkg.versions.filter { v in keepList.contains { $0.version == v.version } }
             state.packages[key] = pkg
         }
-        guard !doomed.isEmpty else { return report }
+        guard !doomed.isEmpty else {
+            try removeUnknownTrees()
+            return report
+        }
         try commit()
         for (id, v) in doomed {
             if Pins.isPinned(layout, id, v.version) {
@@ -332,11 +370,13 @@ public final class Sandbox {
             report.removed.append("\(id)@\(v.version)")
             report.freedBytes += v.size
         }
+        // Copies left behind earlier because a session pinned them go once unpinned.
+        try removeUnknownTrees()
         return report
     }
 
     /// Renames a tree into trash (atomic disappearance), removes its list, then deletes it.
-    private func removeTree(_ id: PackageID, _ version: SemanticVersion) throws(StoreError) {
+    private func removeTree(_ id: PackageID, _ version: SemanticVersion, keepList: Bool = false) throws(StoreError) {
         let tree = layout.tree(id, version)
         let trashed = layout.trash.appending("\(id)@\(version)-\(UInt32.random(in: 0...UInt32.max))")
         if AtomicFile.exists(tree) {
@@ -345,7 +385,7 @@ public final class Sandbox {
             }
             try io { try AtomicFile.syncDirectory(tree.removingLastComponent()) }
         }
-        _ = unlink(layout.list(id, version).string)
+        if !keepList { _ = unlink(layout.list(id, version).string) }
         try? FileManager.default.removeItem(atPath: trashed.string)
     }
 
@@ -379,7 +419,7 @@ public final class Sandbox {
             for key in state.packages.keys.sorted() {
                 guard let id = PackageID(key), let pkg = state.packages[key] else { continue }
                 for v in pkg.versions where !(good[id]?.contains { $0.0 == v.version } ?? false) {
-                    if !verified.contains("\(id)@\(v.version)") && !problems.contains(where: { $0.hasPrefix("\(id)@\(v.version)") }) {
+                    if !verified.contains("\(id)@\(v.version)") && !problems.contains(where: { $0.hasPrefix("\(id)@\(v.version):") }) {
                         problems.append("\(id)@\(v.version): in state.json but not on disk")
                     }
                 }
@@ -388,14 +428,18 @@ public final class Sandbox {
         guard repair, !problems.isEmpty else {
             return DoctorReport(problems: problems, verifiedVersions: verified, repaired: false)
         }
+        guard lock != nil else { throw .closed }
         var rebuilt = SandboxState()
         rebuilt.generation = state.generation
         for (id, versions) in good {
             var pkg = stateProblem == nil ? state[id] : PackageState()
             let onDisk = versions.map(\.0)
-            pkg.versions = versions.map { v, list in
-                pkg.versions.first { $0.version == v }
-                    ?? InstalledVersion(version: v, fileCount: list.files.count, size: list.totalSize, installedAt: now)
+            // Keep the state's installation order (gc retention relies on it); versions only
+            // found on disk follow, in version order.
+            let known = pkg.versions.filter { v in onDisk.contains(v.version) }
+            let found = versions.filter { v, _ in !known.contains { $0.version == v } }.sorted { $0.0 < $1.0 }
+            pkg.versions = known + found.map { v, list in
+                InstalledVersion(version: v, fileCount: list.files.count, size: list.totalSize, installedAt: now)
             }
             if let a = pkg.active, !onDisk.contains(a) { pkg.active = nil }
             if let f = pkg.fallback, !onDisk.contains(f) { pkg.fallback = nil }
@@ -410,8 +454,8 @@ public final class Sandbox {
         }
         // Trees that did not verify are removed; the rebuilt state no longer names them.
         state = rebuilt
-        try commit()
         stateProblem = nil
+        try commit()
         try removeUnknownTrees()
         return DoctorReport(problems: problems, verifiedVersions: verified, repaired: true)
     }
@@ -484,9 +528,16 @@ public final class Sandbox {
         for n in names { try? FileManager.default.removeItem(atPath: dir.appending(n).string) }
     }
 
+    /// Removes the temporary files of interrupted atomic writes (state.json and file lists).
     private static func removeTemporaryStateFiles(_ layout: SandboxLayout) {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: layout.root.string)) ?? []
         for n in names where n.hasPrefix(".state.json.tmp-") { _ = unlink(layout.root.appending(n).string) }
+        let ids = (try? FileManager.default.contentsOfDirectory(atPath: layout.lists.string)) ?? []
+        for id in ids {
+            let dir = layout.lists.appending(id)
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: dir.string)) ?? []
+            for f in files where f.hasPrefix(".") && f.contains(".tmp-") { _ = unlink(dir.appending(f).string) }
+        }
     }
 }
 

@@ -24,6 +24,11 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case verification(id: String, version: String, problems: [String])
     case fileList(String)
     case io(FileSystemError)
+    /// The sandbox handle was closed (its lock released); open it again.
+    case closed
+    /// A tree of this version is still in use by a live session (left by an interrupted
+    /// operation); it can be replaced once the session ends.
+    case versionBusy(id: String, version: String)
 
     /// A stable machine-readable code.
     public var code: String {
@@ -41,6 +46,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .verification: "verification-failed"
         case .fileList: "file-list"
         case .io: "io"
+        case .closed: "closed"
+        case .versionBusy: "version-busy"
         }
     }
 
@@ -65,6 +72,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
                 + (problems.count > 5 ? "; and \(problems.count - 5) more" : "")
         case .fileList(let d): "the file list cannot be used: \(d)"
         case .io(let e): e.description
+        case .closed: "the sandbox was closed; open it again"
+        case .versionBusy(let id, let v):
+            "a left-over copy of \(id) \(v) is pinned by a live session; install it again when that session ends"
         }
     }
 }
