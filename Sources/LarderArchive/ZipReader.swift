@@ -186,6 +186,8 @@ private struct ReadState {
     var claimed: [String: (name: String, isFile: Bool)] = [:]
     /// Collision keys of directories stated by their own entry.
     var explicitDirectories: Set<String> = []
+    /// Directory prefixes already claimed exactly as spelled (their key need not be computed again).
+    var knownDirectories: Set<String> = []
 
     /// Files carry a placeholder digest until `listing(digests:)` fills in the sink's.
     private static let placeholder = SHA256Digest.of([UInt8]())
@@ -254,7 +256,9 @@ private struct ReadState {
             prefix = prefix.isEmpty ? String(c) : prefix + "/" + c
             let last = i == comps.count - 1
             let wantFile = last && isFile
+            if !last, knownDirectories.contains(prefix) { continue }
             let key = RelativePath.collisionKey(prefix)
+            defer { if !last { knownDirectories.insert(prefix) } }
             guard let existing = claimed[key] else {
                 claimed[key] = (prefix, wantFile)
                 if last && !isFile { explicitDirectories.insert(key) }

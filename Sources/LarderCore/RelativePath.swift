@@ -116,9 +116,21 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
     }
 
     /// NFC, then lower case, then NFC again: names equal under this key would be merged by a
-    /// case-insensitive, normalisation-insensitive file system.
+    /// case-insensitive, normalisation-insensitive file system. ASCII names (nearly all) take a
+    /// fast path with the same result: ASCII is already NFC and lower-cases byte by byte.
     public static func collisionKey(_ s: String) -> String {
-        s.precomposedStringWithCanonicalMapping.lowercased().precomposedStringWithCanonicalMapping
+        var ascii = true
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(s.utf8.count)
+        for c in s.utf8 {
+            if c >= 0x80 {
+                ascii = false
+                break
+            }
+            bytes.append(c >= 0x41 && c <= 0x5A ? c + 32 : c)
+        }
+        if ascii { return String(decoding: bytes, as: UTF8.self) }
+        return s.precomposedStringWithCanonicalMapping.lowercased().precomposedStringWithCanonicalMapping
     }
 
     /// The path's components.
