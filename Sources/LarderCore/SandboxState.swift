@@ -182,18 +182,42 @@ public struct PackageState: Codable, Sendable, Equatable {
     }
 }
 
+/// The last index this sandbox accepted, recorded durably before anything is acted on.
+public struct AcceptedIndex: Codable, Sendable, Equatable {
+    /// Never lower in a later index (rollback attack); equal only with identical bytes.
+    public var serial: UInt64
+    /// SHA-256 of the exact bytes accepted.
+    public var sha256: SHA256Digest
+    public var expires: Date
+    /// The server's ETag, for the next conditional GET.
+    public var etag: String?
+    public var acceptedAt: Date
+
+    /// Creates a record.
+    public init(serial: UInt64, sha256: SHA256Digest, expires: Date, etag: String?, acceptedAt: Date) {
+        self.serial = serial
+        self.sha256 = sha256
+        self.expires = expires
+        self.etag = etag
+        self.acceptedAt = acceptedAt
+    }
+}
+
 /// `state.json`: the sandbox's single source of truth, replaced atomically.
 public struct SandboxState: Codable, Sendable, Equatable {
     public var schemaVersion: Int
     /// Grows with every write, so readers notice a change cheaply.
     public var generation: UInt64
     public var packages: [String: PackageState]
+    /// The last accepted index (absent before the first sync).
+    public var index: AcceptedIndex?
 
     /// An empty sandbox.
     public init() {
         schemaVersion = currentSchemaVersion
         generation = 0
         packages = [:]
+        index = nil
     }
 
     /// The state of `id` (empty when unknown).

@@ -110,6 +110,14 @@ public final class Sandbox {
     public func install(
         bundle: FilePath, id idText: String, version versionText: String, fileList: FileList? = nil, force: Bool = false
     ) throws(StoreError) -> InstallReport {
+        try install(bundle: bundle, id: idText, version: versionText, fileList: fileList, force: force, activate: true)
+    }
+
+    /// As `install`, but with `activate: false` the verified version is only placed on disk and
+    /// recorded, to be activated later with others (`activate(_:)`).
+    public func install(
+        bundle: FilePath, id idText: String, version versionText: String, fileList: FileList?, force: Bool, activate: Bool
+    ) throws(StoreError) -> InstallReport {
         try requireWritable()
         guard let id = PackageID(idText) else { throw .badID(idText) }
         guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
@@ -136,7 +144,7 @@ public final class Sandbox {
         }
         if let existing = pkg.versions.first(where: { $0.version == version }) {
             var outcome = "unchanged"
-            if pkg.active != version {
+            if activate, pkg.active != version {
                 pkg.activate(version, event: "activate", reason: "installed again (already on disk)", at: now)
                 outcome = "activated"
                 changed = true
@@ -150,6 +158,10 @@ public final class Sandbox {
                 fallback: pkg.fallback?.description, fileCount: existing.fileCount, size: existing.size,
                 verifiedAgainstFileList: fileList != nil)
         }
+
+        // Changes made above (a failed mark cleared, a vanished tree forgotten) are committed
+        // with the placement below.
+        if changed { state[id] = pkg }
 
         // Extract into a directory nothing else shares, then verify.
         let stage = layout.staging.appending("\(id)@\(version)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
@@ -172,8 +184,26 @@ public final class Sandbox {
         // Durable before it becomes visible; an error here abandons the staged version.
         do { try extractor.makeDurable() } catch { throw .io(error) }
 
-        // The list, then the tree, then the state that refers to both.
+        let record = try place(tree: tree, id: id, version: version, list: list, trusted: fileList == nil)
+        pkg = state[id]
+        if activate {
+            pkg.activate(version, event: "activate", at: now)
+            state[id] = pkg
+            try commit()
+        }
+        options.logger.debug("installed", metadata: ["id": "\(id)", "version": "\(version)", "files": "\(list.files.count)"])
+        return InstallReport(
+            id: id.rawValue, version: version.description, outcome: activate ? "installed" : "placed", previous: previous?.description,
+            fallback: pkg.fallback?.description, fileCount: record.fileCount, size: record.size,
+            verifiedAgainstFileList: fileList != nil)
+    }
+
+    /// Moves a verified, durable tree into `packages/<id>/<version>` with its list, and records
+    /// it in the state (not active). The list is written first, then the tree renamed, then the
+    /// state that names both.
+    private func place(tree: FilePath, id: PackageID, version: SemanticVersion, list: FileList, trusted: Bool) throws(StoreError) -> InstalledVersion {
         let listPath = layout.list(id, version)
+        let target = layout.tree(id, version)
         try io { try AtomicFile.makeDirectories(listPath.removingLastComponent()) }
         try io { try AtomicFile.write(try ManifestCoding.encode(list), to: listPath) }
         try io { try AtomicFile.makeDirectories(target.removingLastComponent()) }
@@ -192,17 +222,111 @@ public final class Sandbox {
             throw .io(FileSystemError("rename", tree, e))
         }
         try io { try AtomicFile.syncDirectory(target.removingLastComponent()) }
+        var pkg = state[id]
         let record = InstalledVersion(version: version, fileCount: list.files.count, size: list.totalSize, installedAt: now)
+        pkg.versions.removeAll { $0.version == version }
         pkg.versions.append(record)
-        pkg.record(HistoryEntry(event: "install", version: version, reason: fileList == nil ? "bundle trusted (no file list)" : "verified against its file list", at: now))
-        pkg.activate(version, event: "activate", at: now)
+        pkg.record(HistoryEntry(event: "install", version: version, reason: trusted ? "bundle trusted (no file list)" : "verified against its file list", at: now))
         state[id] = pkg
         try commit()
-        options.logger.debug("installed", metadata: ["id": "\(id)", "version": "\(version)", "files": "\(list.files.count)"])
-        return InstallReport(
-            id: id.rawValue, version: version.description, outcome: "installed", previous: previous?.description,
-            fallback: pkg.fallback?.description, fileCount: record.fileCount, size: record.size,
-            verifiedAgainstFileList: fileList != nil)
+        return record
+    }
+
+    /// A fresh directory under `staging/` that nothing else shares, for assembling a tree
+    /// outside `install` (sync's object updates). Removed by the next recovery if abandoned.
+    public func makeStagingDirectory(_ label: String) throws(StoreError) -> FilePath {
+        try requireWritable()
+        let dir = layout.staging.appending("\(label)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try io { try AtomicFile.makeDirectories(dir.appending("tree")) }
+        return dir
+    }
+
+    /// Installs a tree assembled under a staging directory from `makeStagingDirectory`: it is
+    /// checked file by file against `list` (size, SHA-256, nothing missing or extra), made
+    /// durable, and placed; with `activate`, activated as pending.
+    public func installAssembled(stagingDirectory: FilePath, list: FileList, activate: Bool) throws(StoreError) -> InstalledVersion {
+        try requireWritable()
+        let tree = stagingDirectory.appending("tree")
+        defer { try? FileManager.default.removeItem(atPath: stagingDirectory.string) }
+        let problems = TreeCheck.problems(tree: tree, list: list)
+        if !problems.isEmpty {
+            throw .verification(id: list.id.rawValue, version: list.version.description, problems: problems)
+        }
+        let dir: FileDescriptor
+        do { dir = try FileDescriptor.open(tree, .readOnly, options: [.directory]) } catch {
+            throw .io(FileSystemError("open", tree, (error as? Errno) ?? .ioError))
+        }
+        defer { try? dir.close() }
+        #if os(Linux)
+            do { try AtomicFile.syncFileSystem(dir.rawValue, path: tree) } catch { throw .io(error) }
+        #else
+            // Elsewhere: each file, then each directory (assembled trees are small updates).
+            for f in list.files {
+                guard let fd = try? FileDescriptor.open(tree.appending(f.path.string), .readOnly) else { continue }
+                defer { try? fd.close() }
+                do { try AtomicFile.sync(fd, path: tree.appending(f.path.string)) } catch { throw .io(error) }
+            }
+            do { try AtomicFile.sync(dir, path: tree) } catch { throw .io(error) }
+        #endif
+        let record = try place(tree: tree, id: list.id, version: list.version, list: list, trusted: false)
+        if activate { try self.activate([(list.id, list.version)]) }
+        return record
+    }
+
+    /// Activates several versions (already on disk) in one state write: a dependency group
+    /// becomes active together or not at all.
+    public func activate(_ versions: [(PackageID, SemanticVersion)], reason: String? = nil) throws(StoreError) {
+        try requireWritable()
+        for (id, v) in versions where !state[id].has(v) {
+            throw .notInstalled(id: id.rawValue, version: v.description)
+        }
+        for (id, v) in versions {
+            var pkg = state[id]
+            if pkg.active != v { pkg.activate(v, event: "activate", reason: reason, at: now) }
+            state[id] = pkg
+        }
+        try commit()
+    }
+
+    /// Records the index a sync accepted (before acting on it), durably.
+    public func recordIndex(_ accepted: AcceptedIndex) throws(StoreError) {
+        try requireWritable()
+        state.index = accepted
+        try commit()
+    }
+
+    /// Forgets a package that left the index: its versions are deleted like gc deletes them
+    /// (state first, then trees via trash), unless a session pins them.
+    public func removePackage(id idText: String, reason: String) throws(StoreError) -> [String] {
+        try requireWritable()
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        guard let pkg = state.packages[id.rawValue] else { throw .unknownPackage(idText) }
+        state.packages[id.rawValue] = nil
+        try commit()
+        var removed: [String] = []
+        for v in pkg.versions where !Pins.isPinned(layout, id, v.version) {
+            try removeTree(id, v.version)
+            removed.append("\(id)@\(v.version)")
+        }
+        _ = reason
+        return removed
+    }
+
+    /// Every content (SHA-256) present in an installed version, with one file that holds it.
+    public func localContents() -> [SHA256Digest: FilePath] {
+        var out: [SHA256Digest: FilePath] = [:]
+        for key in state.packages.keys.sorted() {
+            guard let id = PackageID(key), let pkg = state.packages[key] else { continue }
+            for v in pkg.versions {
+                guard let data = try? AtomicFile.read(layout.list(id, v.version)),
+                    let list = try? ManifestCoding.decode(FileList.self, from: data, document: "list")
+                else { continue }
+                for f in list.files where out[f.sha256] == nil {
+                    out[f.sha256] = layout.tree(id, v.version).appending(f.path.string)
+                }
+            }
+        }
+        return out
     }
 
     /// The differences between what a bundle held and what its list says, one sentence each.
