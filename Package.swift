@@ -2,7 +2,7 @@
 import PackageDescription
 
 // Dependency direction (see README "Layout"):
-//   LarderCore <- LarderFileSystem <- LarderArchive <- LarderPublish, LarderStore
+//   LarderCore <- LarderFileSystem <- LarderArchive <- LarderPublish, LarderStore <- LarderSync
 //     <- Larder (façade) <- larder (CLI)
 // LarderCore is pure values and decisions (no I/O). LarderArchive is the only module that
 // imports C (libarchive for zip, zlib for gzip objects).
@@ -70,9 +70,17 @@ let package = Package(
             ]
         ),
         .target(
+            name: "LarderSync",
+            dependencies: [
+                "LarderCore", "LarderFileSystem", "LarderArchive", "LarderStore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .target(
             name: "Larder",
             dependencies: [
-                "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore",
+                "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore", "LarderSync",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
@@ -94,6 +102,10 @@ let package = Package(
         .testTarget(
             name: "LarderStoreTests",
             dependencies: ["LarderStore", "LarderArchive", "LarderCore", "LarderFileSystem", "LarderPublish"]
+        ),
+        .testTarget(
+            name: "LarderSyncTests",
+            dependencies: ["LarderSync", "LarderStore", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem"]
         ),
         .testTarget(name: "LarderCLITests", dependencies: ["LarderCore"]),
     ]

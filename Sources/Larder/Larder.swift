@@ -1,6 +1,7 @@
 @_exported import LarderCore
 @_exported import LarderPublish
 @_exported import LarderStore
+@_exported import LarderSync
 import Foundation
 import LarderFileSystem
 import SystemPackage

@@ -112,6 +112,9 @@ public struct PlanAction: Codable, Sendable, Equatable {
 public struct Plan: Codable, Sendable, Equatable {
     public var actions: [PlanAction]
 
+    /// Creates a plan.
+    public init(actions: [PlanAction]) { self.actions = actions }
+
     /// Actions that change something.
     public var changes: [PlanAction] { actions.filter { $0.kind != .skip } }
 }

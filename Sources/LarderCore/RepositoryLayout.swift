@@ -1,4 +1,4 @@
-import LarderCore
+
 import SystemPackage
 
 /// Where each document of a repository lives, relative to its root (see manifests/README.md).
@@ -11,12 +11,12 @@ public struct RepositoryLayout: Sendable {
 
     public static let indexName = "index.json"
     public static let signatureName = "index.json.sig"
-    static let pendingSuffix = ".pending"
+    public static let pendingSuffix = ".pending"
 
     public var index: FilePath { root.appending(Self.indexName) }
     public var signature: FilePath { root.appending(Self.signatureName) }
-    var pendingIndex: FilePath { root.appending(Self.indexName + Self.pendingSuffix) }
-    var pendingSignature: FilePath { root.appending(Self.signatureName + Self.pendingSuffix) }
+    public var pendingIndex: FilePath { root.appending(Self.indexName + Self.pendingSuffix) }
+    public var pendingSignature: FilePath { root.appending(Self.signatureName + Self.pendingSuffix) }
     public var packages: FilePath { root.appending("packages") }
     public var objects: FilePath { root.appending("objects") }
 

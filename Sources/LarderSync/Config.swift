@@ -1,0 +1,86 @@
+import Foundation
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+/// `<root>/config.json`, written by `larder init`: where the repository is, which keys are
+/// trusted, which channel and app version this device has, and its random device id (made once,
+/// kept across re-inits; it decides rollout buckets).
+public struct SyncConfig: Codable, Sendable, Equatable {
+    public var schemaVersion: Int
+    public var repository: String
+    public var trustedKeys: [KeyFile]
+    public var channel: String
+    public var appVersion: SemanticVersion
+    public var deviceId: String
+    /// Plain http to hosts other than loopback.
+    public var allowInsecureHTTP: Bool
+    /// Downloads at once.
+    public var concurrency: Int
+
+    /// Creates a config.
+    public init(
+        repository: String, trustedKeys: [KeyFile], channel: String = Channel.default, appVersion: SemanticVersion,
+        deviceId: String, allowInsecureHTTP: Bool = false, concurrency: Int = 4
+    ) {
+        schemaVersion = currentSchemaVersion
+        self.repository = repository
+        self.trustedKeys = trustedKeys
+        self.channel = channel
+        self.appVersion = appVersion
+        self.deviceId = deviceId
+        self.allowInsecureHTTP = allowInsecureHTTP
+        self.concurrency = concurrency
+    }
+
+    /// The file's path in a sandbox.
+    public static func path(root: FilePath) -> FilePath { root.appending("config.json") }
+
+    /// Reads the config of the sandbox at `root`.
+    public static func load(root: FilePath) throws(SyncError) -> SyncConfig {
+        let p = path(root: root)
+        guard AtomicFile.exists(p) else { throw .notInitialised(root: root.string) }
+        do {
+            return try ManifestCoding.decode(SyncConfig.self, from: AtomicFile.read(p), document: "config.json")
+        } catch {
+            throw .config("\(error)")
+        }
+    }
+
+    /// The trusted public keys.
+    public func publicKeys() throws(SyncError) -> [PublicKey] {
+        var out: [PublicKey] = []
+        for k in trustedKeys {
+            do {
+                out.append(try KeyFile.publicKey(from: ManifestCoding.encode(k), path: "config.json"))
+            } catch {
+                throw .config("a trusted key in config.json is not usable: \(error)")
+            }
+        }
+        return out
+    }
+
+    /// Writes (or rewrites) the config of the sandbox at `root`, keeping an existing device id.
+    public static func initialise(
+        root: FilePath, repository: String, keys: [PublicKey], channel: String, appVersion: SemanticVersion,
+        allowInsecureHTTP: Bool
+    ) throws(SyncError) -> SyncConfig {
+        guard let url = URL(string: repository), let scheme = url.scheme?.lowercased(), ["https", "http", "file"].contains(scheme) else {
+            throw .config("\"\(repository)\" is not a repository URL (https://…, http://… or file://…)")
+        }
+        guard Channel.isValid(channel) else { throw .config("\"\(channel)\" is not a channel name") }
+        guard !keys.isEmpty else { throw .config("at least one trusted public key is needed") }
+        let existing = try? load(root: root)
+        let device = existing?.deviceId ?? (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let config = SyncConfig(
+            repository: repository.hasSuffix("/") ? repository : repository + "/", trustedKeys: keys.map { KeyFile(public: $0) },
+            channel: channel, appVersion: appVersion, deviceId: device, allowInsecureHTTP: allowInsecureHTTP)
+        do {
+            try AtomicFile.makeDirectories(root)
+            try AtomicFile.write(try ManifestCoding.encode(config), to: path(root: root))
+        } catch {
+            throw .config("cannot write \(path(root: root)): \(error)")
+        }
+        return config
+    }
+}

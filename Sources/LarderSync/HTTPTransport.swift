@@ -1,0 +1,399 @@
+import Foundation
+import LarderCore
+import SystemPackage
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// Tuning of HTTP transfers.
+public struct HTTPOptions: Sendable {
+    /// Attempts per request (the first included) on connection errors, 5xx and 429.
+    public var attempts = 5
+    /// First backoff delay; doubled each retry, with ±50 % jitter.
+    public var backoff: Double = 0.5
+    /// Longest wait honoured from Retry-After or backoff.
+    public var maxDelay: Double = 30
+    /// Whole-transfer deadline, seconds.
+    public var deadline: Double = 600
+    /// Seconds without a byte before a transfer is abandoned.
+    public var stallTimeout: Double = 20
+    /// Minimum average rate (bytes/s) over `floorWindow` seconds.
+    public var minimumRate: Double = 2048
+    public var floorWindow: Double = 15
+    /// Plain http to hosts other than loopback.
+    public var allowInsecureHTTP = false
+    /// Redirects followed per request (same host, no https → http downgrade).
+    public var maxRedirects = 5
+
+    /// The defaults.
+    public init() {}
+}
+
+/// HTTP(S) through URLSession (FoundationNetworking on Linux): conditional GET, our own
+/// Range/If-Range resume into `.part` files (Foundation's resume data does not work on Linux),
+/// retries with exponential backoff and jitter (honouring Retry-After), a deadline and a
+/// minimum-throughput floor, SHA-256 while streaming, a hard stop at the declared size, and a
+/// redirect policy: at most `maxRedirects`, same host only, never from https to http.
+public final class HTTPTransport: Transport, @unchecked Sendable {
+    // @unchecked: `options` is immutable; URLSession is thread-safe.
+    let options: HTTPOptions
+
+    /// Creates a transport.
+    public init(options: HTTPOptions = HTTPOptions()) {
+        self.options = options
+    }
+
+    static func isLoopback(_ host: String?) -> Bool {
+        guard let h = host?.lowercased() else { return false }
+        return h == "localhost" || h == "::1" || h == "[::1]" || h.hasPrefix("127.")
+    }
+
+    func checkScheme(_ url: URL) throws(FetchError) {
+        switch url.scheme?.lowercased() {
+        case "https": return
+        case "http":
+            if !options.allowInsecureHTTP && !Self.isLoopback(url.host) { throw .insecure(url: url.absoluteString) }
+        case let s: throw .unsupportedScheme(s ?? "")
+        }
+    }
+
+    public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
+        try checkScheme(url)
+        var attempt = 0
+        while true {
+            attempt += 1
+            var request = URLRequest(url: url)
+            if let e = etag { request.setValue(e, forHTTPHeaderField: "If-None-Match") }
+            let outcome = await run(request, sink: .memory(limit: Int64(maxBytes)))
+            switch outcome {
+            case .done(let status, let headers, let body):
+                if status == 304 { return FetchedDocument(data: Data(), etag: headers["etag"] ?? etag, notModified: true) }
+                if status == 200 { return FetchedDocument(data: body, etag: headers["etag"], notModified: false) }
+                if let delay = retryDelay(status: status, headers: headers, attempt: attempt) {
+                    await sleep(delay)
+                    continue
+                }
+                throw .status(url: url.absoluteString, code: status)
+            case .failed(let error, let retryable):
+                if retryable, attempt < options.attempts {
+                    await sleep(backoff(attempt))
+                    continue
+                }
+                throw error
+            }
+        }
+    }
+
+    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?) async throws(FetchError) {
+        try checkScheme(url)
+        let file = PartFileBox(try PartFile(part, url: url.absoluteString, expecting: expecting))
+        defer { file.part.close() }
+        let etagPath = FilePath(part.string + ".etag")
+        var attempt = 0
+        let started = Date()
+        while true {
+            attempt += 1
+            if Date().timeIntervalSince(started) > options.deadline {
+                throw .tooSlow(url: url.absoluteString, detail: "not complete after the \(Int(options.deadline)) s deadline")
+            }
+            if let size = expecting.size, file.part.have == size {
+                try file.part.finish()
+                _ = unlink(etagPath.string)
+                return
+            }
+            var request = URLRequest(url: url)
+            if file.part.have > 0 {
+                request.setValue("bytes=\(file.part.have)-", forHTTPHeaderField: "Range")
+                if let tag = try? String(contentsOfFile: etagPath.string, encoding: .utf8) {
+                    request.setValue(tag, forHTTPHeaderField: "If-Range")
+                }
+            }
+            let outcome = await run(request, sink: .file(file, progress: progress, etagPath: etagPath))
+            switch outcome {
+            case .done(let status, let headers, _):
+                if status == 200 || status == 206 {
+                    do {
+                        try file.part.finish()
+                        _ = unlink(etagPath.string)
+                        return
+                    } catch let e {
+                        // Short: resume from where it stopped. Wrong bytes: start over.
+                        if case .truncated = e, attempt < options.attempts {
+                            await sleep(backoff(attempt))
+                            continue
+                        }
+                        if case .hashMismatch = e { _ = unlink(etagPath.string) }
+                        throw e
+                    }
+                }
+                if status == 416 {
+                    file.part.reset()
+                    if attempt < options.attempts { continue }
+                }
+                if let delay = retryDelay(status: status, headers: headers, attempt: attempt) {
+                    await sleep(delay)
+                    continue
+                }
+                throw .status(url: url.absoluteString, code: status)
+            case .failed(let error, let retryable):
+                if retryable, attempt < options.attempts {
+                    await sleep(backoff(attempt))
+                    continue
+                }
+                throw error
+            }
+        }
+    }
+
+    // MARK: retries
+
+    func backoff(_ attempt: Int) -> Double {
+        let base = options.backoff * pow(2, Double(attempt - 1))
+        return min(options.maxDelay, base * Double.random(in: 0.5...1.5))
+    }
+
+    /// The wait before retrying a response, or nil when it must not be retried.
+    func retryDelay(status: Int, headers: [String: String], attempt: Int) -> Double? {
+        guard attempt < options.attempts, status == 429 || (500...599).contains(status) else { return nil }
+        if let ra = headers["retry-after"], let seconds = Double(ra.trimmingCharacters(in: .whitespaces)) {
+            return min(options.maxDelay, max(0, seconds))
+        }
+        return backoff(attempt)
+    }
+
+    func sleep(_ seconds: Double) async {
+        try? await Task.sleep(nanoseconds: UInt64(seconds * 1e9))
+    }
+
+    // MARK: one request
+
+    enum Sink {
+        case memory(limit: Int64)
+        case file(PartFileBox, progress: ProgressHandler?, etagPath: FilePath)
+    }
+
+    enum Outcome {
+        case done(status: Int, headers: [String: String], body: Data)
+        case failed(FetchError, retryable: Bool)
+    }
+
+    func run(_ request: URLRequest, sink: Sink) async -> Outcome {
+        await withCheckedContinuation { continuation in
+            let delegate = RequestDelegate(request: request, sink: sink, options: options) { continuation.resume(returning: $0) }
+            let config = URLSessionConfiguration.ephemeral
+            config.requestCachePolicy = .reloadIgnoringLocalCacheData
+            config.urlCache = nil
+            config.timeoutIntervalForRequest = options.stallTimeout
+            config.timeoutIntervalForResource = options.deadline
+            config.httpMaximumConnectionsPerHost = 4
+            let queue = OperationQueue()
+            queue.maxConcurrentOperationCount = 1
+            let session = URLSession(configuration: config, delegate: delegate, delegateQueue: queue)
+            delegate.start(session)
+        }
+    }
+}
+
+/// A reference to a part file shared with a request's delegate (which runs on its own queue,
+/// one request at a time).
+final class PartFileBox: @unchecked Sendable {
+    // @unchecked: used by one request's delegate queue at a time, and by the caller only
+    // between requests.
+    var part: PartFile
+    init(_ part: PartFile) { self.part = part }
+}
+
+/// Streams one request's body into memory or a part file, enforcing the size limits, the
+/// redirect policy and the throughput floor.
+final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    // @unchecked: every callback runs on the session's serial delegate queue.
+    private let request: URLRequest
+    private let sink: HTTPTransport.Sink
+    private let options: HTTPOptions
+    private let completion: (HTTPTransport.Outcome) -> Void
+    private var status = 0
+    private var headers: [String: String] = [:]
+    private var body = Data()
+    private var failure: FetchError?
+    private var finished = false
+    private var redirects = 0
+    private var windowStart = Date()
+    private var windowBytes: Int64 = 0
+    private var task: URLSessionDataTask?
+    private var session: URLSession?
+    private var timer: DispatchSourceTimer?
+
+    init(request: URLRequest, sink: HTTPTransport.Sink, options: HTTPOptions, completion: @escaping (HTTPTransport.Outcome) -> Void) {
+        self.request = request
+        self.sink = sink
+        self.options = options
+        self.completion = completion
+    }
+
+    var url: String { request.url?.absoluteString ?? "?" }
+
+    func start(_ session: URLSession) {
+        self.session = session
+        let t = session.dataTask(with: request)
+        task = t
+        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue.global())
+        timer.schedule(deadline: .now() + 1, repeating: 1)
+        // The handler holds the delegate until `finish` cancels and drops the timer.
+        let me = self
+        timer.setEventHandler {
+            session.delegateQueue.addOperation { me.checkFloor() }
+        }
+        timer.resume()
+        self.timer = timer
+        t.resume()
+    }
+
+    private func checkFloor() {
+        guard !finished else { return }
+        let elapsed = Date().timeIntervalSince(windowStart)
+        if elapsed >= options.floorWindow {
+            let rate = Double(windowBytes) / elapsed
+            if rate < options.minimumRate {
+                fail(.tooSlow(url: url, detail: "\(Int(rate)) bytes/s over \(Int(elapsed)) s, below the \(Int(options.minimumRate)) bytes/s floor"), retryable: true)
+                return
+            }
+            windowStart = Date()
+            windowBytes = 0
+        }
+    }
+
+    private func fail(_ error: FetchError, retryable: Bool) {
+        guard !finished else { return }
+        failure = error
+        finish(.failed(error, retryable: retryable))
+        task?.cancel()
+    }
+
+    private func finish(_ outcome: HTTPTransport.Outcome) {
+        guard !finished else { return }
+        finished = true
+        timer?.cancel()
+        timer = nil
+        session?.finishTasksAndInvalidate()
+        completion(outcome)
+    }
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest: URLRequest, completionHandler: @escaping (URLRequest?) -> Void
+    ) {
+        redirects += 1
+        let from = request.url
+        let to = newRequest.url
+        if redirects > options.maxRedirects {
+            fail(.redirect(url: url, detail: "more than \(options.maxRedirects) redirects (a loop?)"), retryable: false)
+            completionHandler(nil)
+        } else if to?.host?.lowercased() != from?.host?.lowercased() {
+            fail(.redirect(url: url, detail: "redirect to another host (\(to?.host ?? "?")) refused"), retryable: false)
+            completionHandler(nil)
+        } else if from?.scheme == "https" && to?.scheme != "https" {
+            fail(.redirect(url: url, detail: "redirect from https to \(to?.scheme ?? "?") refused"), retryable: false)
+            completionHandler(nil)
+        } else {
+            var next = newRequest
+            for (k, v) in request.allHTTPHeaderFields ?? [:] { next.setValue(v, forHTTPHeaderField: k) }
+            completionHandler(next)
+        }
+    }
+
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
+    ) {
+        guard let http = response as? HTTPURLResponse else {
+            fail(.connection(url: url, detail: "not an HTTP response"), retryable: true)
+            completionHandler(.cancel)
+            return
+        }
+        status = http.statusCode
+        for (k, v) in http.allHeaderFields {
+            if let key = k as? String, let value = v as? String { headers[key.lowercased()] = value }
+        }
+        if case .file(let box, _, let etagPath) = sink, status == 200 || status == 206 {
+            if status == 200 && box.part.have > 0 {
+                // The server ignored our Range (or the If-Range validator changed): start over.
+                box.part.reset()
+            }
+            if status == 206 {
+                guard let range = headers["content-range"], let (start, total) = Self.parseContentRange(range),
+                    start == box.part.have
+                else {
+                    fail(.badRange(url: url, detail: "Content-Range \"\(headers["content-range"] ?? "")\" does not continue at byte \(box.part.have)"), retryable: false)
+                    box.part.reset()
+                    completionHandler(.cancel)
+                    return
+                }
+                if let want = box.part.total, let total, total != want {
+                    fail(.badRange(url: url, detail: "Content-Range total \(total), expected \(want)"), retryable: false)
+                    box.part.reset()
+                    completionHandler(.cancel)
+                    return
+                }
+            }
+            let cap = (box.part.expecting.size ?? box.part.expecting.limit) - box.part.have
+            if let length = headers["content-length"].flatMap({ Int64($0) }), length > cap {
+                fail(.tooLarge(url: url, limit: box.part.expecting.size ?? box.part.expecting.limit), retryable: false)
+                completionHandler(.cancel)
+                return
+            }
+            if let tag = headers["etag"] { try? tag.write(toFile: etagPath.string, atomically: true, encoding: .utf8) }
+        }
+        if case .memory(let limit) = sink, let length = headers["content-length"].flatMap({ Int64($0) }), length > limit, status == 200 {
+            fail(.tooLarge(url: url, limit: limit), retryable: false)
+            completionHandler(.cancel)
+            return
+        }
+        completionHandler(.allow)
+    }
+
+    /// `bytes START-END/TOTAL` → (START, TOTAL or nil for `*`).
+    static func parseContentRange(_ text: String) -> (Int64, Int64?)? {
+        let t = text.trimmingCharacters(in: .whitespaces)
+        guard t.hasPrefix("bytes ") else { return nil }
+        let rest = t.dropFirst(6)
+        let parts = rest.split(separator: "/", maxSplits: 1)
+        guard parts.count == 2 else { return nil }
+        let range = parts[0].split(separator: "-")
+        guard range.count == 2, let start = Int64(range[0]), let end = Int64(range[1]), end >= start else { return nil }
+        let total = parts[1] == "*" ? nil : Int64(parts[1])
+        if let t = total, end >= t { return nil }
+        return (start, total)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        guard !finished else { return }
+        windowBytes += Int64(data.count)
+        let success = status == 200 || status == 206
+        switch sink {
+        case .memory(let limit):
+            if success, Int64(body.count + data.count) > limit {
+                fail(.tooLarge(url: url, limit: limit), retryable: false)
+                return
+            }
+            if body.count < 64 << 10 || success { body.append(data) }
+        case .file(let box, let progress, _):
+            guard success else { return }
+            do {
+                try box.part.append(data)
+                progress?(Int64(data.count))
+            } catch {
+                fail(error, retryable: false)
+            }
+        }
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
+        guard !finished else { return }
+        if let e = error {
+            finish(.failed(.connection(url: url, detail: e.localizedDescription), retryable: true))
+        } else {
+            finish(.done(status: status, headers: headers, body: body))
+        }
+    }
+}

@@ -1,0 +1,51 @@
+import LarderArchive
+import LarderCore
+import LarderStore
+
+/// Why a sync could do nothing (per-package failures are in the report instead).
+public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
+    case notInitialised(root: String)
+    case config(String)
+    /// The index or its signature could not be fetched.
+    case fetch(FetchError)
+    /// The index is not signed by a trusted key (or the check itself failed).
+    case signature(SigningError)
+    case manifest(ManifestError)
+    /// The index's serial is lower than one this sandbox accepted: a replayed old index.
+    case rollbackAttack(serial: UInt64, accepted: UInt64)
+    /// The same serial with different bytes.
+    case serialReused(serial: UInt64)
+    /// The index expired: nothing new is installed (what is installed keeps serving).
+    case expired(String)
+    case store(StoreError)
+
+    /// A stable machine-readable code.
+    public var code: String {
+        switch self {
+        case .notInitialised: "not-initialised"
+        case .config: "config"
+        case .fetch(let e): e.code
+        case .signature: "signature"
+        case .manifest: "index-schema"
+        case .rollbackAttack: "rollback-attack"
+        case .serialReused: "serial-reused"
+        case .expired: "index-expired"
+        case .store(let e): e.code
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .notInitialised(let r): "\(r) has no config.json; run `larder init --root \(r) --repo URL --public-key F` first"
+        case .config(let d): "configuration: \(d)"
+        case .fetch(let e): "fetching the index: \(e)"
+        case .signature(let e): "the index was refused: \(e)"
+        case .manifest(let e): "the index was refused: \(e)"
+        case .rollbackAttack(let s, let a):
+            "the index has serial \(s), lower than the \(a) this sandbox accepted (a replayed old index?); nothing was changed"
+        case .serialReused(let s): "the index has serial \(s), already accepted with different contents; nothing was changed"
+        case .expired(let at): "the index expired at \(at); nothing new is installed until the publisher re-signs it"
+        case .store(let e): e.description
+        }
+    }
+}

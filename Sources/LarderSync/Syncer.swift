@@ -1,0 +1,492 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import LarderStore
+import Logging
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Progress of a sync, for a progress bar or JSON lines.
+public enum SyncEvent: Sendable, Equatable {
+    /// The index was fetched (`changed` false for a 304 / identical bytes).
+    case index(serial: UInt64, changed: Bool)
+    /// Bytes arrived for a package; `total` is what the plan expects to fetch for it.
+    case bytes(id: String, done: Int64, total: Int64)
+    /// A package finished (`outcome` as in the report).
+    case package(id: String, outcome: String)
+}
+
+/// What happened to one package.
+public struct PackageResult: Sendable, Codable, Equatable {
+    public var id: String
+    /// `install`, `update`, `rollback`, `remove`, `skip`.
+    public var action: String
+    public var from: String?
+    public var to: String?
+    /// `objects`, `bundle` or `local` for installs and updates.
+    public var method: String?
+    public var bytesFetched: Int64
+    public var bundleBytes: Int64?
+    public var seconds: Double
+    /// `done`, `failed` or `skipped`.
+    public var outcome: String
+    public var reason: String
+}
+
+/// What a sync did.
+public struct SyncReport: Sendable, Codable, Equatable {
+    public var serial: UInt64
+    /// Whether the index changed since the last sync.
+    public var indexChanged: Bool
+    public var packages: [PackageResult]
+    public var removedByGC: [String]
+    /// 0 all done, 2 some packages failed (exit code 1 is a sync that could do nothing).
+    public var exitCode: Int32 { packages.contains { $0.outcome == "failed" } ? 2 : 0 }
+}
+
+/// Options of one sync.
+public struct SyncOptions: Sendable {
+    /// Only these packages (all when empty).
+    public var packages: [String] = []
+    /// Overrides of the config.
+    public var appVersion: SemanticVersion?
+    public var channel: String?
+    public var http = HTTPOptions()
+    public var retention = 1
+    public var clock: @Sendable () -> Date = { Date() }
+    public var progress: (@Sendable (SyncEvent) -> Void)?
+    public var logger = Logger(label: "larder.sync")
+
+    /// The defaults.
+    public init() {}
+}
+
+/// Larder's main job: keep the sandbox in step with the signed repository index.
+public struct Syncer: Sendable {
+    public let root: FilePath
+    public let options: SyncOptions
+    let injected: (any Transport)?
+
+    /// A syncer for the sandbox at `root`; `transport` replaces the one the repository URL
+    /// implies (tests inject one).
+    public init(root: FilePath, options: SyncOptions = SyncOptions(), transport: (any Transport)? = nil) {
+        self.root = root
+        self.options = options
+        self.injected = transport
+    }
+
+    static let maxIndexBytes = ManifestCoding.maxDocumentBytes
+
+    /// The repository URL of a document.
+    func url(_ base: URL, _ relative: String) -> URL {
+        base.appendingPathComponent(relative)
+    }
+
+    /// Fetches and verifies the index; records it durably when it is new. Returns the index and
+    /// whether it changed.
+    func acceptIndex(
+        sandbox: Sandbox, config: SyncConfig, transport: any Transport, base: URL, record: Bool = true
+    ) async throws(SyncError) -> (RepositoryIndex, Bool) {
+        let cacheIndex = sandbox.layout.root.appending("repository-index.json")
+        let cacheSig = sandbox.layout.root.appending("repository-index.json.sig")
+        let cached = sandbox.state.index != nil && AtomicFile.exists(cacheIndex)
+        let doc: FetchedDocument
+        do throws(FetchError) {
+            doc = try await transport.document(url(base, RepositoryLayout.indexName), etag: cached ? sandbox.state.index?.etag : nil, maxBytes: Self.maxIndexBytes)
+        } catch { throw .fetch(error) }
+        let trusted = try config.publicKeys()
+        var bytes = doc.data
+        var fresh = !doc.notModified
+        if doc.notModified {
+            do { bytes = try AtomicFile.read(cacheIndex) } catch { throw .store(.io(error)) }
+        }
+        if let acc = sandbox.state.index, fresh, SHA256Digest.of(bytes) == acc.sha256 { fresh = false }
+        // The signature is checked over the exact bytes before anything is decoded.
+        var sigBytes = Data()
+        if fresh {
+            do throws(FetchError) {
+                sigBytes = try await transport.document(url(base, RepositoryLayout.signatureName), etag: nil, maxBytes: 1 << 16).data
+            } catch { throw .fetch(error) }
+        } else {
+            sigBytes = (try? AtomicFile.read(cacheSig)) ?? Data()
+        }
+        do {
+            let sig = try ManifestCoding.decode(SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
+            try IndexSignature.verify(bytes, signatures: sig, trusted: trusted)
+        } catch let e as SigningError {
+            throw .signature(e)
+        } catch let e as ManifestError {
+            throw .signature(.noTrustedSignature(signedBy: [], trusted: trusted.map(\.keyID).sorted() + ["(\(e))"]))
+        } catch {
+            throw .signature(.noTrustedSignature(signedBy: [], trusted: trusted.map(\.keyID)))
+        }
+        let index: RepositoryIndex
+        do throws(ManifestError) {
+            index = try ManifestCoding.decode(RepositoryIndex.self, from: bytes, document: RepositoryLayout.indexName)
+        } catch {
+            throw .manifest(error)
+        }
+        let digest = SHA256Digest.of(bytes)
+        if let acc = sandbox.state.index {
+            if index.serial < acc.serial { throw .rollbackAttack(serial: index.serial, accepted: acc.serial) }
+            if index.serial == acc.serial && digest != acc.sha256 { throw .serialReused(serial: index.serial) }
+        }
+        if index.expires <= options.clock() { throw .expired(ManifestCoding.formatRFC3339(index.expires)) }
+        if fresh && record {
+            // Durable before anything is acted on: the cache, then the accepted serial.
+            do {
+                try AtomicFile.write(bytes, to: cacheIndex)
+                try AtomicFile.write(sigBytes, to: cacheSig)
+            } catch { throw .store(.io(error)) }
+            do {
+                try sandbox.recordIndex(AcceptedIndex(serial: index.serial, sha256: digest, expires: index.expires, etag: doc.etag, acceptedAt: options.clock()))
+            } catch { throw .store(error) }
+        } else if record, let acc = sandbox.state.index, doc.etag != nil, doc.etag != acc.etag {
+            var updated = acc
+            updated.etag = doc.etag
+            try? sandbox.recordIndex(updated)
+        }
+        options.progress?(.index(serial: index.serial, changed: fresh))
+        return (index, fresh)
+    }
+
+    func context(_ config: SyncConfig) -> ClientContext {
+        ClientContext(appVersion: options.appVersion ?? config.appVersion, deviceID: config.deviceId, channel: options.channel ?? config.channel)
+    }
+
+    /// Fetches the file lists the plan needs, each checked against the size and SHA-256 the
+    /// index declares. Failures are returned per package.
+    func fetchLists(
+        _ plan: Plan, index: RepositoryIndex, transport: any Transport, base: URL, channel: String
+    ) async -> ([PackageID: FileList], [PackageID: String]) {
+        var lists: [PackageID: FileList] = [:]
+        var failures: [PackageID: String] = [:]
+        for a in plan.actions where a.skip == .fileListNeeded {
+            guard let e = index.packages.first(where: { $0.id == a.id && $0.channel == channel }) else { continue }
+            do {
+                let doc = try await transport.document(url(base, e.files.path), etag: nil, maxBytes: Int(min(e.files.size, Int64(Self.maxIndexBytes))))
+                guard Int64(doc.data.count) == e.files.size, SHA256Digest.of(doc.data) == e.files.sha256 else {
+                    failures[a.id] = "\(e.files.path) does not match the size and sha256 the index declares"
+                    continue
+                }
+                let list = try ManifestCoding.decode(FileList.self, from: doc.data, document: e.files.path)
+                guard list.id == e.id, list.version == e.version else {
+                    failures[a.id] = "\(e.files.path) describes \(list.id) \(list.version)"
+                    continue
+                }
+                lists[a.id] = list
+            } catch let err as FetchError {
+                failures[a.id] = err.description
+            } catch {
+                failures[a.id] = "\(error)"
+            }
+        }
+        return (lists, failures)
+    }
+
+    /// Plans without changing anything (fetches the index and file lists, records nothing).
+    public func plan() async throws(SyncError) -> (Plan, RepositoryIndex) {
+        let config = try SyncConfig.load(root: root)
+        let sandbox: Sandbox
+        do { sandbox = try Sandbox.open(root) } catch { throw .store(error) }
+        defer { sandbox.close() }
+        guard let base = URL(string: config.repository) else { throw .config("bad repository URL") }
+        let t = try transportFor(base, config)
+        let (index, _) = try await acceptIndex(sandbox: sandbox, config: config, transport: t, base: base, record: false)
+        let ctx = context(config)
+        let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx))
+        let (lists, _) = await fetchLists(first, index: index, transport: t, base: base, channel: ctx.channel)
+        let local = Set(sandbox.localContents().keys)
+        return (filter(Differ.plan(index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: local)), index)
+    }
+
+    func filter(_ plan: Plan) -> Plan {
+        guard !options.packages.isEmpty else { return plan }
+        return Plan(actions: plan.actions.filter { options.packages.contains($0.id.rawValue) })
+    }
+
+    func transportFor(_ base: URL, _ config: SyncConfig) throws(SyncError) -> any Transport {
+        if let t = injected { return t }
+        var http = options.http
+        http.allowInsecureHTTP = http.allowInsecureHTTP || config.allowInsecureHTTP
+        do { return try transport(for: base, options: http) } catch { throw .fetch(error) }
+    }
+
+    /// Syncs: lock, recover, fetch and verify the index, plan, fetch with bounded concurrency,
+    /// place and activate (as pending; dependency groups together), gc by retention. One
+    /// package's failure neither blocks nor damages another.
+    public func sync() async throws(SyncError) -> SyncReport {
+        let config = try SyncConfig.load(root: root)
+        let sandbox: Sandbox
+        do { sandbox = try Sandbox.open(root) } catch { throw .store(error) }
+        defer { sandbox.close() }
+        guard let base = URL(string: config.repository) else { throw .config("bad repository URL") }
+        let t = try transportFor(base, config)
+        let (index, changed) = try await acceptIndex(sandbox: sandbox, config: config, transport: t, base: base)
+        let ctx = context(config)
+        let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx))
+        let (lists, listFailures) = await fetchLists(first, index: index, transport: t, base: base, channel: ctx.channel)
+        let local = sandbox.localContents()
+        let plan = filter(Differ.plan(index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: Set(local.keys)))
+        var results: [PackageResult] = []
+        let entries = Dictionary(index.packages.filter { $0.channel == ctx.channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+
+        for a in plan.actions {
+            let started = Date()
+            func result(_ outcome: String, _ reason: String, method: String? = nil, bytes: Int64 = 0) -> PackageResult {
+                PackageResult(
+                    id: a.id.rawValue, action: a.kind.rawValue, from: a.from?.description, to: a.to?.description, method: method,
+                    bytesFetched: bytes, bundleBytes: a.cost?.bundleBytes, seconds: Date().timeIntervalSince(started), outcome: outcome,
+                    reason: reason)
+            }
+            switch a.kind {
+            case .remove:
+                do {
+                    _ = try sandbox.removePackage(id: a.id.rawValue, reason: a.reason)
+                    results.append(result("done", a.reason))
+                } catch { results.append(result("failed", error.description)) }
+            case .rollback:
+                guard let to = a.to else { continue }
+                do {
+                    _ = try sandbox.rollback(id: a.id.rawValue, to: to.description, reason: "revoked by the repository: \(a.reason)")
+                    results.append(result("done", a.reason))
+                } catch { results.append(result("failed", error.description)) }
+            case .skip:
+                if let failure = listFailures[a.id] {
+                    results.append(result("failed", "file list: \(failure)"))
+                } else {
+                    results.append(result("skipped", a.reason))
+                }
+            case .install, .update:
+                break
+            }
+        }
+
+        // Fetch and place every install/update, then activate each dependency group whole.
+        let changes = plan.changes.filter { $0.kind == .install || $0.kind == .update }
+        var placed: [PackageID: (bytes: Int64, seconds: Double, method: String)] = [:]
+        var failed: [PackageID: String] = [:]
+        let fetched = await download(changes, entries: entries, lists: lists, local: local, sandbox: sandbox, transport: t, base: base, concurrency: max(1, config.concurrency))
+        for a in changes {
+            guard let list = lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
+            let started = Date()
+            if let err = fetched.errors[a.id] {
+                failed[a.id] = err
+                continue
+            }
+            do {
+                switch cost.method {
+                case .bundle:
+                    guard let part = fetched.bundles[a.id] else { throw StoreError.fileList("the bundle was not downloaded") }
+                    _ = try sandbox.install(bundle: part, id: a.id.rawValue, version: e.version.description, fileList: list, force: false, activate: false)
+                    _ = unlink(part.string)
+                case .objects, .local:
+                    try assemble(list: list, local: local, objects: fetched.objects, sandbox: sandbox)
+                }
+                placed[a.id] = (fetched.bytes[a.id] ?? 0, Date().timeIntervalSince(started) + (fetched.seconds[a.id] ?? 0), cost.method.rawValue)
+            } catch let err as StoreError {
+                failed[a.id] = err.description
+            } catch let err as FetchError {
+                failed[a.id] = err.description
+            } catch {
+                failed[a.id] = "\(error)"
+            }
+        }
+        var activated: Set<PackageID> = []
+        for a in changes where !activated.contains(a.id) {
+            let group = a.group.isEmpty ? [a.id] : a.group
+            let members = changes.filter { group.contains($0.id) }
+            if let bad = members.first(where: { failed[$0.id] != nil || placed[$0.id] == nil }) {
+                for m in members where failed[m.id] == nil {
+                    failed[m.id] = "not activated: \(bad.id), in the same dependency group, failed"
+                }
+                members.forEach { activated.insert($0.id) }
+                continue
+            }
+            do {
+                try sandbox.activate(members.compactMap { m in m.to.map { (m.id, $0) } }, reason: "sync")
+            } catch {
+                for m in members { failed[m.id] = error.description }
+            }
+            members.forEach { activated.insert($0.id) }
+        }
+        for a in changes {
+            let p = placed[a.id]
+            let r = PackageResult(
+                id: a.id.rawValue, action: a.kind.rawValue, from: a.from?.description, to: a.to?.description,
+                method: p?.method ?? a.cost?.method.rawValue, bytesFetched: p?.bytes ?? fetched.bytes[a.id] ?? 0,
+                bundleBytes: a.cost?.bundleBytes, seconds: p?.seconds ?? 0,
+                outcome: failed[a.id] == nil ? "done" : "failed", reason: failed[a.id] ?? a.reason)
+            results.append(r)
+            options.progress?(.package(id: a.id.rawValue, outcome: r.outcome))
+        }
+        var removed: [String] = []
+        if let gc = try? sandbox.gc(keep: options.retention) { removed = gc.removed }
+        let order = Dictionary(plan.actions.enumerated().map { ($1.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
+        results.sort { (order[$0.id] ?? 0) < (order[$1.id] ?? 0) }
+        return SyncReport(serial: index.serial, indexChanged: changed, packages: results, removedByGC: removed)
+    }
+
+    // MARK: fetching
+
+    struct Fetched {
+        var bundles: [PackageID: FilePath] = [:]
+        /// Object content digest → downloaded gzip file.
+        var objects: [SHA256Digest: FilePath] = [:]
+        var bytes: [PackageID: Int64] = [:]
+        var seconds: [PackageID: Double] = [:]
+        var errors: [PackageID: String] = [:]
+    }
+
+    enum Job: Sendable {
+        case bundle(PackageID, URL, FilePath, Expectation)
+        case object(PackageID, SHA256Digest, URL, FilePath, Expectation)
+    }
+
+    /// Downloads bundles and missing objects into `downloads/` with at most `concurrency`
+    /// transfers at once; partial files stay for resume.
+    func download(
+        _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
+        local: [SHA256Digest: FilePath], sandbox: Sandbox, transport: any Transport, base: URL, concurrency: Int
+    ) async -> Fetched {
+        var jobs: [Job] = []
+        var seen: Set<SHA256Digest> = []
+        let downloads = sandbox.layout.downloads
+        for a in changes {
+            guard let list = lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
+            switch cost.method {
+            case .bundle:
+                let part = downloads.appending("\(e.id)-\(e.version)-\(e.bundle.sha256.hex.prefix(16)).zip.part")
+                jobs.append(.bundle(a.id, url(base, e.bundle.path), part, Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256)))
+            case .objects:
+                for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
+                    let part = downloads.appending("object-\(f.sha256.hex).gz.part")
+                    // Objects declare no compressed size: gzip of incompressible data grows by a
+                    // few bytes per 16 KiB block, so this bound is generous but firm.
+                    let limit = f.size + f.size / 64 + 1024
+                    jobs.append(.object(a.id, f.sha256, url(base, RepositoryLayout.objectPath(f.sha256)), part, Expectation(size: nil, limit: limit, sha256: nil)))
+                }
+            case .local:
+                break
+            }
+        }
+        let progress = options.progress
+        let totals = Dictionary(changes.map { ($0.id.rawValue, $0.cost?.bytes ?? 0) }, uniquingKeysWith: { a, _ in a })
+        let counter = ByteCounter()
+        var result = Fetched()
+        await withTaskGroup(of: (Job, String?, Double).self) { group in
+            var next = 0
+            func launch() {
+                guard next < jobs.count else { return }
+                let job = jobs[next]
+                next += 1
+                group.addTask {
+                    let started = Date()
+                    let (id, u, part, exp): (PackageID, URL, FilePath, Expectation) = switch job {
+                    case .bundle(let i, let u, let p, let e): (i, u, p, e)
+                    case .object(let i, _, let u, let p, let e): (i, u, p, e)
+                    }
+                    do {
+                        try await transport.download(u, to: part, expecting: exp) { n in
+                            let done = counter.add(id.rawValue, n)
+                            progress?(.bytes(id: id.rawValue, done: done, total: totals[id.rawValue] ?? 0))
+                        }
+                        return (job, nil, Date().timeIntervalSince(started))
+                    } catch {
+                        return (job, (error as? FetchError)?.description ?? "\(error)", Date().timeIntervalSince(started))
+                    }
+                }
+            }
+            for _ in 0..<concurrency { launch() }
+            for await (job, error, seconds) in group {
+                switch job {
+                case .bundle(let id, _, let part, _):
+                    if let e = error { result.errors[id] = e } else { result.bundles[id] = part }
+                    result.seconds[id, default: 0] += seconds
+                case .object(let id, let digest, _, let part, _):
+                    if let e = error { result.errors[id] = result.errors[id] ?? e } else { result.objects[digest] = part }
+                    result.seconds[id, default: 0] = max(result.seconds[id, default: 0], seconds)
+                }
+                launch()
+            }
+        }
+        for a in changes { result.bytes[a.id] = counter.value(a.id.rawValue) }
+        return result
+    }
+
+    /// Builds a version's tree in staging from contents already on disk (hard links, else
+    /// copies) and downloaded objects (inflated while hashed), then installs it (verified file
+    /// by file, not activated).
+    func assemble(list: FileList, local: [SHA256Digest: FilePath], objects: [SHA256Digest: FilePath], sandbox: Sandbox) throws {
+        let stage = try sandbox.makeStagingDirectory("\(list.id)@\(list.version)")
+        let tree = stage.appending("tree")
+        for f in list.files {
+            let target = tree.appending(f.path.string)
+            try AtomicFile.makeDirectories(target.removingLastComponent())
+            if let source = local[f.sha256] {
+                if link(source.string, target.string) != 0 {
+                    try FileManager.default.copyItem(atPath: source.string, toPath: target.string)
+                }
+            } else if let gz = objects[f.sha256] {
+                try inflate(gz, to: target, expecting: f)
+            } else {
+                throw StoreError.verification(id: list.id.rawValue, version: list.version.description, problems: ["\(f.path): no source for its content"])
+            }
+        }
+        _ = try sandbox.installAssembled(stagingDirectory: stage, list: list, activate: false)
+        for f in list.files { if let gz = objects[f.sha256] { _ = unlink(gz.string) } }
+    }
+
+    /// Inflates a downloaded object into `target`, checking size and SHA-256 while writing.
+    func inflate(_ gz: FilePath, to target: FilePath, expecting f: FileEntry) throws {
+        let input = try FileDescriptor.open(gz, .readOnly)
+        defer { try? input.close() }
+        let output = try FileDescriptor.open(target, .writeOnly, options: [.create, .exclusiveCreate], permissions: [.ownerReadWrite, .groupRead, .otherRead])
+        defer { try? output.close() }
+        let inflater = try Gzip.Inflater(limit: f.size)
+        var hasher = SHA256Stream()
+        var buffer = [UInt8](repeating: 0, count: 256 << 10)
+        while true {
+            let n = try buffer.withUnsafeMutableBytes { try input.read(into: $0) }
+            if n == 0 { break }
+            try buffer.withUnsafeBytes { raw in
+                try inflater.feed(UnsafeRawBufferPointer(rebasing: raw[0..<n])) { chunk in
+                    hasher.update(chunk)
+                    _ = try output.writeAll(chunk)
+                }
+            }
+        }
+        guard inflater.isFinished else { throw GzipError.truncated }
+        let got = hasher.finish()
+        guard hasher.count == f.size, got == f.sha256 else {
+            _ = unlink(gz.string)
+            throw FetchError.hashMismatch(url: RepositoryLayout.objectPath(f.sha256), expected: f.sha256, got: got)
+        }
+    }
+}
+
+/// Bytes per package across concurrent transfers.
+final class ByteCounter: @unchecked Sendable {
+    // @unchecked: `counts` is guarded by `lock`.
+    private let lock = NSLock()
+    private var counts: [String: Int64] = [:]
+
+    func add(_ id: String, _ n: Int64) -> Int64 {
+        lock.lock()
+        defer { lock.unlock() }
+        counts[id, default: 0] += n
+        return counts[id] ?? 0
+    }
+
+    func value(_ id: String) -> Int64 {
+        lock.lock()
+        defer { lock.unlock() }
+        return counts[id] ?? 0
+    }
+}

@@ -1,0 +1,152 @@
+import Foundation
+import LarderCore
+import SystemPackage
+
+/// Why a fetch failed. Each case says what was wrong with the server's answer.
+public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The server answered with a status that is not success (after retries where they apply).
+    case status(url: String, code: Int)
+    /// The connection failed (after retries).
+    case connection(url: String, detail: String)
+    /// More bytes than declared or allowed.
+    case tooLarge(url: String, limit: Int64)
+    /// Fewer bytes than declared.
+    case truncated(url: String, expected: Int64, got: Int64)
+    /// The content's SHA-256 is not the declared one.
+    case hashMismatch(url: String, expected: SHA256Digest, got: SHA256Digest)
+    /// A partial response that does not continue what we have (bad Content-Range).
+    case badRange(url: String, detail: String)
+    /// The transfer took longer than the deadline, or its rate fell below the floor.
+    case tooSlow(url: String, detail: String)
+    /// The redirect policy refused a redirect (another host, a downgrade, a loop).
+    case redirect(url: String, detail: String)
+    /// Plain http to a non-loopback host without the explicit flag.
+    case insecure(url: String)
+    case unsupportedScheme(String)
+    case io(String)
+
+    /// A stable machine-readable code.
+    public var code: String {
+        switch self {
+        case .status: "http-status"
+        case .connection: "connection"
+        case .tooLarge: "too-large"
+        case .truncated: "truncated"
+        case .hashMismatch: "hash-mismatch"
+        case .badRange: "bad-range"
+        case .tooSlow: "too-slow"
+        case .redirect: "redirect"
+        case .insecure: "insecure-http"
+        case .unsupportedScheme: "unsupported-scheme"
+        case .io: "io"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .status(let u, let c): "\(u): the server answered \(c)"
+        case .connection(let u, let d): "\(u): \(d)"
+        case .tooLarge(let u, let l): "\(u): more than the \(l) bytes declared or allowed"
+        case .truncated(let u, let e, let g): "\(u): ended after \(g) of \(e) bytes"
+        case .hashMismatch(let u, let e, let g): "\(u): sha256 \(g), expected \(e)"
+        case .badRange(let u, let d): "\(u): \(d)"
+        case .tooSlow(let u, let d): "\(u): \(d)"
+        case .redirect(let u, let d): "\(u): \(d)"
+        case .insecure(let u): "\(u): plain http is allowed only to loopback, or with --allow-http"
+        case .unsupportedScheme(let s): "unsupported URL scheme \"\(s)\" (use https://, http:// or file://)"
+        case .io(let d): d
+        }
+    }
+}
+
+/// A small document fetched whole (index, signature, file list).
+public struct FetchedDocument: Sendable, Equatable {
+    /// The body; empty when `notModified`.
+    public var data: Data
+    public var etag: String?
+    /// The server answered 304 to our If-None-Match.
+    public var notModified: Bool
+
+    /// Creates a document.
+    public init(data: Data, etag: String?, notModified: Bool) {
+        self.data = data
+        self.etag = etag
+        self.notModified = notModified
+    }
+}
+
+/// What a download must be.
+public struct Expectation: Sendable, Equatable {
+    /// Exact size when declared; reading stops there.
+    public var size: Int64?
+    /// Upper bound when the size is not declared (objects).
+    public var limit: Int64
+    public var sha256: SHA256Digest?
+
+    /// Creates an expectation.
+    public init(size: Int64?, limit: Int64, sha256: SHA256Digest?) {
+        self.size = size
+        self.limit = limit
+        self.sha256 = sha256
+    }
+}
+
+/// Byte progress of one transfer.
+public typealias ProgressHandler = @Sendable (_ bytes: Int64) -> Void
+
+/// The one seam between sync and the network (or offline media). Implementations: HTTP(S)
+/// through URLSession, and `file://` repositories; tests inject faults through real servers.
+public protocol Transport: Sendable {
+    /// Fetches a small document, conditionally when `etag` is given.
+    func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument
+
+    /// Downloads to `part`, resuming from the bytes already in it, until the expected size;
+    /// verifies the SHA-256 when one is expected. `part` is complete and verified on return.
+    func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?) async throws(FetchError)
+}
+
+/// Picks the transport for a repository URL.
+public func transport(for url: URL, options: HTTPOptions = HTTPOptions()) throws(FetchError) -> any Transport {
+    switch url.scheme?.lowercased() {
+    case "file": return FileTransport()
+    case "http", "https": return HTTPTransport(options: options)
+    case let s: throw .unsupportedScheme(s ?? "")
+    }
+}
+
+/// `file://` repositories (offline media, a mounted share): the same contract, no network.
+/// ETags are the SHA-256 of the document, so a no-change sync reads the index once.
+public struct FileTransport: Transport {
+    /// Creates one.
+    public init() {}
+
+    public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
+        let path = url.path
+        guard let attrs = try? FileManager.default.attributesOfItem(atPath: path) else {
+            throw .status(url: url.absoluteString, code: 404)
+        }
+        if let size = attrs[.size] as? Int, size > maxBytes { throw .tooLarge(url: url.absoluteString, limit: Int64(maxBytes)) }
+        guard let data = FileManager.default.contents(atPath: path) else { throw .status(url: url.absoluteString, code: 404) }
+        if data.count > maxBytes { throw .tooLarge(url: url.absoluteString, limit: Int64(maxBytes)) }
+        let tag = "\"\(SHA256Digest.of(data).hex)\""
+        if let e = etag, e == tag { return FetchedDocument(data: Data(), etag: tag, notModified: true) }
+        return FetchedDocument(data: data, etag: tag, notModified: false)
+    }
+
+    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?) async throws(FetchError) {
+        guard let input = FileHandle(forReadingAtPath: url.path) else { throw .status(url: url.absoluteString, code: 404) }
+        defer { try? input.close() }
+        var sink: PartFile
+        do { sink = try PartFile(part, url: url.absoluteString, expecting: expecting) } catch { throw error }
+        defer { sink.close() }
+        do { try input.seek(toOffset: UInt64(sink.have)) } catch { throw .io("\(url.path): \(error)") }
+        while true {
+            let chunk: Data
+            do { chunk = try input.read(upToCount: 256 << 10) ?? Data() } catch { throw .io("\(url.path): \(error)") }
+            if chunk.isEmpty { break }
+            try sink.append(chunk)
+            progress?(Int64(chunk.count))
+        }
+        try sink.finish()
+    }
+}
