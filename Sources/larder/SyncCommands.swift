@@ -109,7 +109,7 @@ struct Plan: ParsableCommand {
         for a in plan.actions {
             var line = "\(a.kind.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0)) \(a.id)"
             if let f = a.from { line += " \(f)" }
-            if let t = a.to { line += a.from == nil ? " \(t)" : " → \(t)" }
+            if let t = a.to, t != a.from { line += a.from == nil ? " \(t)" : " → \(t)" }
             if let c = a.cost {
                 line += "  [\(c.method.rawValue): \(Output.bytes(c.bytes)) in \(c.requests) request(s), \(c.reused) file(s) reused; bundle \(Output.bytes(c.bundleBytes))]"
             }
@@ -157,7 +157,7 @@ struct Sync: ParsableCommand {
             for p in report.packages {
                 var line = "\(p.id): \(p.action)"
                 if let f = p.from { line += " \(f)" }
-                if let t = p.to { line += p.from == nil ? " \(t)" : " → \(t)" }
+                if let t = p.to, t != p.from { line += p.from == nil ? " \(t)" : " → \(t)" }
                 if p.action == "install" || p.action == "update" {
                     line += " via \(p.method ?? "?"), fetched \(Output.bytes(p.bytesFetched))"
                     if let b = p.bundleBytes { line += " of a \(Output.bytes(b)) bundle" }
