@@ -1,0 +1,208 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import LarderPublish
+import LarderStore
+import LarderSync
+import SystemPackage
+import Testing
+
+let packageRoot = URL(fileURLWithPath: #filePath)
+    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+/// A repository (file://), its key, and a sandbox initialised to follow it.
+final class SyncEnv: @unchecked Sendable {
+    let dir: URL
+    let key = PrivateKey()
+    var clock = Date()
+
+    init() throws {
+        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? URL(fileURLWithPath: "/dev/shm") : FileManager.default.temporaryDirectory
+        dir = base.appendingPathComponent("larder-sync-test-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    }
+
+    var repo: URL { dir.appendingPathComponent("repo") }
+    var root: FilePath { FilePath(dir.appendingPathComponent("sandbox").path) }
+
+    func cleanup() { try? FileManager.default.removeItem(at: dir) }
+
+    /// Copies the sample app, applies `edit` to catalog.json's version line, packs it.
+    @discardableResult
+    func publish(_ version: String, id: String = "sample-app", catalog: String? = nil, deps: [String] = [], ttl: TimeInterval = 30 * 86400, at: Date? = nil) throws -> PackReport {
+        let src = dir.appendingPathComponent("src-\(id)-\(version)")
+        if !FileManager.default.fileExists(atPath: src.path) {
+            try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("Examples/sample-app"), to: src)
+        }
+        let cat = src.appendingPathComponent("data/catalog.json")
+        let text = try String(contentsOf: cat, encoding: .utf8).replacingOccurrences(of: "\"version\": \"1.0.0\"", with: "\"version\": \"\(catalog ?? version)\"")
+        try Data(text.utf8).write(to: cat)
+        var r = PackRequest(source: FilePath(src.path), repository: FilePath(repo.path), id: id, version: version)
+        r.dependencies = deps
+        r.timeToLive = ttl
+        let when = at ?? clock
+        return try Publisher(key: key, now: { when }).pack(r)
+    }
+
+    func initialise(keys: [PublicKey]? = nil) throws {
+        _ = try SyncConfig.initialise(root: root, repository: repo.absoluteString, keys: keys ?? [key.publicKey], channel: "stable",
+                                      appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
+    }
+
+    func sync() async throws(SyncError) -> SyncReport {
+        var o = SyncOptions()
+        let now = clock
+        o.clock = { now }
+        return try await Syncer(root: root, options: o).sync()
+    }
+
+    func state() throws -> SandboxState { try SandboxReader(root: root).state() }
+    func active(_ id: String = "sample-app") throws -> String? { try state().packages[id]?.active?.description }
+}
+
+@Suite("Sync over file://")
+struct SyncTests {
+    @Test func installNoChangeUpdateRevoke() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise()
+        let first = try await env.sync()
+        #expect(first.indexChanged && first.exitCode == 0)
+        let r1 = try #require(first.packages.first)
+        #expect(r1.action == "install" && r1.outcome == "done" && r1.method == "bundle")
+        #expect(r1.bytesFetched == r1.bundleBytes)
+        #expect(try env.active() == "1.0.0")
+
+        let again = try await env.sync()
+        #expect(!again.indexChanged)
+        #expect(again.packages.allSatisfy { $0.outcome == "skipped" && $0.bytesFetched == 0 })
+
+        let v2 = try env.publish("2.0.0")
+        let second = try await env.sync()
+        let r2 = try #require(second.packages.first)
+        #expect(r2.action == "update" && r2.method == "objects" && r2.outcome == "done", "\(r2)")
+        #expect(r2.bytesFetched > 0 && r2.bytesFetched < v2.bundle.size / 10, "\(r2.bytesFetched) of \(v2.bundle.size)")
+        #expect(try env.active() == "2.0.0")
+        // The assembled tree is exact.
+        let layout = SandboxLayout(root: env.root)
+        let list = try ManifestCoding.decode(FileList.self, from: AtomicFile.read(layout.list(PackageID("sample-app")!, SemanticVersion("2.0.0")!)), document: "l")
+        #expect(TreeCheck.problems(tree: layout.tree(PackageID("sample-app")!, SemanticVersion("2.0.0")!), list: list) == [])
+
+        _ = try Publisher(key: env.key).revoke(id: "sample-app", version: "2.0.0", repository: FilePath(env.repo.path))
+        let third = try await env.sync()
+        #expect(third.packages.first?.action == "rollback")
+        #expect(try env.active() == "1.0.0")
+        #expect(try env.state().packages["sample-app"]?.hasFailed(SemanticVersion("2.0.0")!) == true)
+    }
+
+    @Test func untrustedAndTamperedIndex() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise(keys: [PrivateKey().publicKey])
+        await #expect(throws: SyncError.self) { try await env.sync() }
+        #expect(try env.active() == nil)
+        try env.initialise()
+        _ = try await env.sync()
+        // Edit the index after signing: refused, 1.0.0 stays.
+        try env.publish("2.0.0")
+        let indexURL = env.repo.appendingPathComponent("index.json")
+        let text = try String(contentsOf: indexURL, encoding: .utf8).replacingOccurrences(of: "\"percent\" : 100", with: "\"percent\" : 99")
+        try Data(text.utf8).write(to: indexURL)
+        do {
+            _ = try await env.sync()
+            Issue.record("a tampered index must be refused")
+        } catch {
+            #expect(error.code == "signature", "\(error)")
+        }
+        #expect(try env.active() == "1.0.0")
+    }
+
+    @Test func rollbackAttackAndReusedSerial() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        let old = env.dir.appendingPathComponent("old-repo")
+        try FileManager.default.copyItem(at: env.repo, to: old)
+        try env.publish("2.0.0")
+        try env.initialise()
+        _ = try await env.sync()
+        #expect(try env.active() == "2.0.0")
+        // Serve the older snapshot (serial 1) where serial 2 was accepted.
+        let current = env.dir.appendingPathComponent("current-repo")
+        try FileManager.default.moveItem(at: env.repo, to: current)
+        try FileManager.default.copyItem(at: old, to: env.repo)
+        do {
+            _ = try await env.sync()
+            Issue.record("a lower serial must be refused")
+        } catch {
+            #expect(error == .rollbackAttack(serial: 1, accepted: 2))
+        }
+        #expect(try env.active() == "2.0.0")
+        // Same serial, different (validly signed) bytes.
+        try FileManager.default.removeItem(at: env.repo)
+        try FileManager.default.moveItem(at: current, to: env.repo)
+        var idx = try ManifestCoding.decode(RepositoryIndex.self, from: Data(contentsOf: env.repo.appendingPathComponent("index.json")), document: "i")
+        idx.packages[0].rollout.percent = 50
+        let bytes = try ManifestCoding.encode(idx)
+        try bytes.write(to: env.repo.appendingPathComponent("index.json"))
+        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [env.key])).write(to: env.repo.appendingPathComponent("index.json.sig"))
+        do {
+            _ = try await env.sync()
+            Issue.record("a reused serial must be refused")
+        } catch {
+            #expect(error == .serialReused(serial: 2))
+        }
+    }
+
+    @Test func expiredIndexInstallsNothing() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0", ttl: 60, at: Date(timeIntervalSinceNow: -3600))
+        try env.initialise()
+        do {
+            _ = try await env.sync()
+            Issue.record("an expired index must install nothing")
+        } catch {
+            #expect(error.code == "index-expired")
+        }
+        #expect(try env.active() == nil)
+    }
+
+    /// A corrupt bundle fails its package only; a dependency group fails together.
+    @Test func failuresAreIsolatedButGroupsFailTogether() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0", id: "ui")
+        try env.publish("1.0.0", id: "app", deps: ["ui@^1.0.0"])
+        try env.publish("1.0.0", id: "other")
+        // Corrupt ui's bundle (same size): its hash no longer matches the signed index.
+        let bundle = env.repo.appendingPathComponent("packages/ui/1.0.0/bundle.zip")
+        var d = try Data(contentsOf: bundle)
+        d[d.count / 2] ^= 0xFF
+        try d.write(to: bundle)
+        try env.initialise()
+        let report = try await env.sync()
+        #expect(report.exitCode == 2)
+        let by = Dictionary(report.packages.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        #expect(by["ui"]?.outcome == "failed" && by["ui"]?.reason.contains("sha256") == true, "\(String(describing: by["ui"]))")
+        #expect(by["app"]?.outcome == "failed" && by["app"]?.reason.contains("dependency group") == true, "\(String(describing: by["app"]))")
+        #expect(by["other"]?.outcome == "done")
+        #expect(try env.active("other") == "1.0.0")
+        #expect(try env.active("app") == nil && env.active("ui") == nil)
+        // The corrupt download was discarded; a healthy repository then completes the sync.
+        d[d.count / 2] ^= 0xFF
+        try d.write(to: bundle)
+        let healed = try await env.sync()
+        #expect(healed.exitCode == 0, "\(healed)")
+        #expect(try env.active("app") == "1.0.0" && env.active("ui") == "1.0.0")
+    }
+
+    @Test func notInitialised() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        await #expect(throws: SyncError.notInitialised(root: env.root.string)) { try await env.sync() }
+    }
+}
