@@ -35,7 +35,7 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
     private var hasher = SHA256Stream()
     private var digests: [SHA256Digest] = []
 
-    init(consumer: C, batchBytes: Int = 4 << 20, depth: Int = 4) {
+    init(consumer: C, batchBytes: Int = 1 << 20, depth: Int = 4) {
         self.consumer = consumer
         self.batchBytes = batchBytes
         self.depth = depth
