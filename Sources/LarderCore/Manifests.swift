@@ -175,13 +175,17 @@ public struct RepositoryIndex: Codable, Sendable, Equatable {
     public var expires: Date
     /// One entry per package and channel.
     public var packages: [PackageEntry]
+    /// Key rotation: the public keys devices trust from this index on. A device adopts them only
+    /// when the index is signed by a key it already trusts.
+    public var keys: [KeyFile]?
 
     /// Creates an index.
-    public init(schemaVersion: Int = currentSchemaVersion, serial: UInt64, expires: Date, packages: [PackageEntry]) {
+    public init(schemaVersion: Int = currentSchemaVersion, serial: UInt64, expires: Date, packages: [PackageEntry], keys: [KeyFile]? = nil) {
         self.schemaVersion = schemaVersion
         self.serial = serial
         self.expires = expires
         self.packages = packages
+        self.keys = keys
     }
 }
 

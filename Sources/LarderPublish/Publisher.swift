@@ -77,17 +77,43 @@ public struct RevokeReport: Sendable, Codable, Equatable {
 /// leaves a repository that verifies with a half-written version.
 public struct Publisher: Sendable {
     let key: PrivateKey
+    /// Further keys that sign every index this publisher writes (during a key rotation).
+    let coSigners: [PrivateKey]
     let now: @Sendable () -> Date
     let logger: Logger
 
-    /// A publisher signing with `key`; `now` is the clock used for `expires`.
+    /// A publisher signing with `key` (and `coSigners`); `now` is the clock used for `expires`.
     public init(
-        key: PrivateKey, now: @escaping @Sendable () -> Date = { Date() },
+        key: PrivateKey, coSigners: [PrivateKey] = [], now: @escaping @Sendable () -> Date = { Date() },
         logger: Logger = Logger(label: "larder.publish")
     ) {
         self.key = key
+        self.coSigners = coSigners
         self.now = now
         self.logger = logger
+    }
+
+    /// The keys whose signature on the current index this publisher accepts.
+    var ownKeys: [PublicKey] { [key.publicKey] + coSigners.map(\.publicKey) }
+
+    /// What `rotateKeys` did.
+    public struct RotationReport: Sendable, Codable, Equatable {
+        public var serial: UInt64
+        public var keys: [String]
+        public var signedBy: [String]
+    }
+
+    /// Publishes an index whose `keys` are `newKeys`: devices that verify it with a key they
+    /// trust adopt `newKeys` as their trusted set. Sign with the old key and co-sign with the new
+    /// one, so that both old and updated devices accept it.
+    public func rotateKeys(to newKeys: [PublicKey], repository: FilePath, timeToLive: TimeInterval = 30 * 24 * 3600) throws(PublishError) -> RotationReport {
+        let layout = RepositoryLayout(root: repository)
+        guard var index = try loadIndex(layout) else {
+            throw .existingIndexUntrusted(detail: "\(layout.index) does not exist")
+        }
+        index.keys = newKeys.map { KeyFile(public: $0) }
+        let published = try publish(&index, layout, ttl: timeToLive)
+        return RotationReport(serial: published.serial, keys: newKeys.map(\.keyID), signedBy: ownKeys.map(\.keyID))
     }
 
     // MARK: pack
@@ -263,7 +289,7 @@ public struct Publisher: Sendable {
     /// Reads the current index, first completing or discarding a half-published pair. The index
     /// must be signed by this publisher's key; `nil` for a repository with no index yet.
     func loadIndex(_ layout: RepositoryLayout) throws(PublishError) -> RepositoryIndex? {
-        let trusted = [key.publicKey]
+        let trusted = ownKeys
         try recoverPending(layout, trusted: trusted)
         guard AtomicFile.exists(layout.index) else {
             if AtomicFile.exists(layout.signature) {
@@ -324,7 +350,7 @@ public struct Publisher: Sendable {
         if let issue = IndexRules.issues(index).first { throw .indexRule(issue) }
         let bytes = try encode(index)
         let sig: SignatureFile
-        do { sig = try IndexSignature.sign(bytes, with: [key]) } catch {
+        do { sig = try IndexSignature.sign(bytes, with: [key] + coSigners) } catch {
             throw .signing(.badKeyFile(path: "(signing key)", detail: "\(error)"))
         }
         let sigBytes = try encode(sig)

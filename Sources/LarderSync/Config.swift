@@ -60,6 +60,16 @@ public struct SyncConfig: Codable, Sendable, Equatable {
         return out
     }
 
+    /// Replaces the trusted keys (key rotation announced by a verified index).
+    public func withKeys(_ keys: [KeyFile], root: FilePath) throws(SyncError) -> SyncConfig {
+        var c = self
+        c.trustedKeys = keys
+        do { try AtomicFile.write(try ManifestCoding.encode(c), to: Self.path(root: root)) } catch {
+            throw .config("cannot write \(Self.path(root: root)): \(error)")
+        }
+        return c
+    }
+
     /// Writes (or rewrites) the config of the sandbox at `root`, keeping an existing device id.
     public static func initialise(
         root: FilePath, repository: String, keys: [PublicKey], channel: String, appVersion: SemanticVersion,

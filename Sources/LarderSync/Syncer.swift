@@ -138,6 +138,13 @@ public struct Syncer: Sendable {
             if index.serial == acc.serial && digest != acc.sha256 { throw .serialReused(serial: index.serial) }
         }
         if index.expires <= options.clock() { throw .expired(ManifestCoding.formatRFC3339(index.expires)) }
+        // Key rotation: a verified index may name the keys trusted from now on.
+        if fresh && record, let keys = index.keys, !keys.isEmpty, keys != config.trustedKeys {
+            let check = SyncConfig(repository: config.repository, trustedKeys: keys, appVersion: config.appVersion, deviceId: config.deviceId)
+            _ = try check.publicKeys()
+            _ = try config.withKeys(keys, root: root)
+            options.logger.notice("trusted keys rotated by the index", metadata: ["keys": "\(keys.map(\.keyId))", "serial": "\(index.serial)"])
+        }
         if fresh && record {
             // Durable before anything is acted on: the cache, then the accepted serial.
             do {

@@ -8,7 +8,7 @@ struct LarderCommand: ParsableCommand {
         commandName: "larder",
         abstract: "Keep offline web packages in step with a signed repository.",
         discussion: """
-            Publisher commands: keygen, pack, revoke, verify.
+            Publisher commands: keygen, pack, revoke, rotate-key, verify.
             Device commands: init, sync, plan, install, status, confirm, rollback, gc, doctor \
             (each with --root DIR).
             Not built yet: resolve, serve.
@@ -19,7 +19,7 @@ struct LarderCommand: ParsableCommand {
         // No root `--version` flag: `pack --version` is the package version, and ArgumentParser
         // would answer a pack missing a required option with the tool's version and exit 0.
         subcommands: [
-            Keygen.self, Pack.self, Revoke.self, Verify.self,
+            Keygen.self, Pack.self, Revoke.self, RotateKey.self, Verify.self,
             Init.self, Sync.self, Plan.self,
             Install.self, Status.self, Confirm.self, Rollback.self, GC.self, Doctor.self,
             ShowVersion.self,

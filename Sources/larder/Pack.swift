@@ -66,6 +66,9 @@ struct Pack: ParsableCommand {
     @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS"))
     var ttlDays = 30.0
 
+    @Option(name: .customLong("co-sign"), help: ArgumentHelp("Another private key that also signs the index (during a key rotation; repeatable).", valueName: "KEY"))
+    var coSign: [String] = []
+
     @Option(help: ArgumentHelp("Stricter file-count limit for this pack (at most the default, \(TreeLimits.standard.maxFiles)).", valueName: "N"))
     var maxFiles: Int?
 
@@ -99,8 +102,10 @@ struct Pack: ParsableCommand {
 
     func run() throws {
         let privateKey: PrivateKey
+        let coSigners: [PrivateKey]
         do {
             privateKey = try Larder.loadPrivateKey(FilePath(key))
+            coSigners = try coSign.map { try Larder.loadPrivateKey(FilePath($0)) }
         } catch {
             throw Output.failure(command: "pack", code: "key", message: "\(error)", json: output.json)
         }
@@ -119,7 +124,7 @@ struct Pack: ParsableCommand {
         request.limits = limits
         let report: PackReport
         do {
-            report = try Publisher(key: privateKey).pack(request)
+            report = try Publisher(key: privateKey, coSigners: coSigners).pack(request)
         } catch {
             throw Output.failure(command: "pack", code: error.code, message: error.description, json: output.json)
         }

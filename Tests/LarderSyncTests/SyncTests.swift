@@ -200,6 +200,46 @@ struct SyncTests {
         #expect(try env.active("app") == "1.0.0" && env.active("ui") == "1.0.0")
     }
 
+    /// Key rotation: the old key announces the new one (co-signed); a device that syncs adopts it
+    /// and then accepts indexes signed by the new key alone. A rotation signed only by an
+    /// untrusted key changes nothing.
+    @Test func keyRotation() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise()
+        _ = try await env.sync()
+        let newKey = PrivateKey()
+        let rotation = try Publisher(key: env.key, coSigners: [newKey]).rotateKeys(to: [newKey.publicKey], repository: FilePath(env.repo.path))
+        #expect(rotation.keys == [newKey.publicKey.keyID])
+        _ = try await env.sync()
+        let config = try SyncConfig.load(root: env.root)
+        #expect(try config.publicKeys() == [newKey.publicKey])
+        // The new key alone now publishes, and the device follows.
+        let src = env.dir.appendingPathComponent("src-rot")
+        try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("Examples/sample-app"), to: src)
+        try Data("{\"version\": \"2.0.0\", \"items\": []}\n".utf8).write(to: src.appendingPathComponent("data/catalog.json"))
+        _ = try Publisher(key: newKey).pack(PackRequest(source: FilePath(src.path), repository: FilePath(env.repo.path), id: "sample-app", version: "2.0.0"))
+        let after = try await env.sync()
+        #expect(after.exitCode == 0)
+        #expect(try env.active() == "2.0.0")
+        // An attacker's "rotation" signed by its own key is refused outright.
+        let attacker = PrivateKey()
+        var idx = try ManifestCoding.decode(RepositoryIndex.self, from: Data(contentsOf: env.repo.appendingPathComponent("index.json")), document: "i")
+        idx.serial += 1
+        idx.keys = [KeyFile(public: attacker.publicKey)]
+        let bytes = try ManifestCoding.encode(idx)
+        try bytes.write(to: env.repo.appendingPathComponent("index.json"))
+        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [attacker])).write(to: env.repo.appendingPathComponent("index.json.sig"))
+        do {
+            _ = try await env.sync()
+            Issue.record("a rotation signed by an untrusted key must be refused")
+        } catch {
+            #expect(error.code == "signature")
+        }
+        #expect(try SyncConfig.load(root: env.root).publicKeys() == [newKey.publicKey])
+    }
+
     @Test func notInitialised() async throws {
         let env = try SyncEnv()
         defer { env.cleanup() }
