@@ -11,7 +11,7 @@ import SystemPackage
 /// status, gc, doctor) and `SandboxReader` (lock-free reads, `pin`).
 public enum Larder {
     /// The version of this build, compared with `minClientVersion` by the differ.
-    public static let version = "0.1.0"
+    public static let version = larderVersion
 }
 
 /// What `keygen` wrote.

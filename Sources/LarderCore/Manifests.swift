@@ -1,5 +1,9 @@
 import Foundation
 
+/// This build's version (the `larder version` output, the User-Agent, and what `minClientVersion`
+/// is compared with when no app version is configured).
+public let larderVersion = "0.1.0"
+
 /// The schema version this build writes and the major version it reads. Readers accept any
 /// document whose `schemaVersion` equals this and ignore fields they do not know.
 public let currentSchemaVersion = 1

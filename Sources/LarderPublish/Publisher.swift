@@ -356,6 +356,10 @@ public struct Publisher: Sendable {
         let sigBytes = try encode(sig)
         try io { try AtomicFile.write(sigBytes, to: layout.pendingSignature) }
         try io { try AtomicFile.write(bytes, to: layout.pendingIndex) }
+        // Static servers derive validators from the modification time in whole seconds (nginx:
+        // mtime + length). Two publications in one second with equal lengths would look the same
+        // to a conditional GET, so the new pair's mtime is strictly after the previous index's.
+        advanceModificationTime([layout.pendingSignature, layout.pendingIndex], after: layout.index)
         try renameDurably(layout.pendingSignature, layout.signature, in: layout.root)
         try renameDurably(layout.pendingIndex, layout.index, in: layout.root)
         return index
@@ -366,6 +370,17 @@ public struct Publisher: Sendable {
             throw .io(FileSystemError("rename", from, Errno(rawValue: errno)))
         }
         try io { try AtomicFile.syncDirectory(dir) }
+    }
+
+    /// Sets the modification time of `paths` to at least one second after that of `previous`.
+    private func advanceModificationTime(_ paths: [FilePath], after previous: FilePath) {
+        var st = stat()
+        guard stat(previous.string, &st) == 0 else { return }
+        let floor = Int(st.st_mtim.tv_sec) + 1
+        let nowSeconds = Int(Date().timeIntervalSince1970)
+        guard nowSeconds < floor else { return }
+        var times = [timespec(tv_sec: floor, tv_nsec: 0), timespec(tv_sec: floor, tv_nsec: 0)]
+        for p in paths { _ = utimensat(AT_FDCWD, p.string, &times, 0) }
     }
 
     private func removeStaleStaging(in dir: FilePath) {

@@ -182,6 +182,7 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
         await withCheckedContinuation { continuation in
             let delegate = RequestDelegate(request: request, sink: sink, options: options) { continuation.resume(returning: $0) }
             let config = URLSessionConfiguration.ephemeral
+            config.httpAdditionalHeaders = ["User-Agent": "larder/\(larderVersion)"]
             config.requestCachePolicy = .reloadIgnoringLocalCacheData
             config.urlCache = nil
             config.timeoutIntervalForRequest = options.stallTimeout
