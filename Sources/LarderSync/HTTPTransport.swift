@@ -264,11 +264,11 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
         }
     }
 
-    private func fail(_ error: FetchError, retryable: Bool) {
+    private func fail(_ error: FetchError, retryable: Bool, cancel: Bool = true) {
         guard !finished else { return }
         failure = error
         finish(.failed(error, retryable: retryable))
-        task?.cancel()
+        if cancel { task?.cancel() }
     }
 
     private func finish(_ outcome: HTTPTransport.Outcome) {
@@ -288,14 +288,23 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
         let from = request.url
         let to = newRequest.url
         if redirects > options.maxRedirects {
-            fail(.redirect(url: url, detail: "more than \(options.maxRedirects) redirects (a loop?)"), retryable: false)
+            // Answer URLSession first and do not cancel: FoundationNetworking traps when a
+            // redirect callback arrives for a cancelled task. The refused redirect's own response
+            // then completes the task, and `finished` makes us ignore it.
             completionHandler(nil)
+            fail(.redirect(url: url, detail: "more than \(options.maxRedirects) redirects (a loop?)"), retryable: false, cancel: false)
         } else if to?.host?.lowercased() != from?.host?.lowercased() {
-            fail(.redirect(url: url, detail: "redirect to another host (\(to?.host ?? "?")) refused"), retryable: false)
+            // Answer URLSession first and do not cancel: FoundationNetworking traps when a
+            // redirect callback arrives for a cancelled task. The refused redirect's own response
+            // then completes the task, and `finished` makes us ignore it.
             completionHandler(nil)
+            fail(.redirect(url: url, detail: "redirect to another host (\(to?.host ?? "?")) refused"), retryable: false, cancel: false)
         } else if from?.scheme == "https" && to?.scheme != "https" {
-            fail(.redirect(url: url, detail: "redirect from https to \(to?.scheme ?? "?") refused"), retryable: false)
+            // Answer URLSession first and do not cancel: FoundationNetworking traps when a
+            // redirect callback arrives for a cancelled task. The refused redirect's own response
+            // then completes the task, and `finished` makes us ignore it.
             completionHandler(nil)
+            fail(.redirect(url: url, detail: "redirect from https to \(to?.scheme ?? "?") refused"), retryable: false, cancel: false)
         } else {
             var next = newRequest
             for (k, v) in request.allHTTPHeaderFields ?? [:] { next.setValue(v, forHTTPHeaderField: k) }

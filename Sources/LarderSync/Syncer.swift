@@ -37,6 +37,18 @@ public struct PackageResult: Sendable, Codable, Equatable {
     /// `done`, `failed` or `skipped`.
     public var outcome: String
     public var reason: String
+    /// For a failure: a stable code (`hash-mismatch`, `too-large`, `redirect`, `verification-failed`, …).
+    public var code: String?
+}
+
+/// A failure with its stable code.
+struct Failure: Sendable, Equatable {
+    let code: String
+    let message: String
+    init(_ code: String, _ message: String) {
+        self.code = code
+        self.message = message
+    }
 }
 
 /// What a sync did.
@@ -171,27 +183,29 @@ public struct Syncer: Sendable {
     /// index declares. Failures are returned per package.
     func fetchLists(
         _ plan: Plan, index: RepositoryIndex, transport: any Transport, base: URL, channel: String
-    ) async -> ([PackageID: FileList], [PackageID: String]) {
+    ) async -> ([PackageID: FileList], [PackageID: Failure]) {
         var lists: [PackageID: FileList] = [:]
-        var failures: [PackageID: String] = [:]
+        var failures: [PackageID: Failure] = [:]
         for a in plan.actions where a.skip == .fileListNeeded {
             guard let e = index.packages.first(where: { $0.id == a.id && $0.channel == channel }) else { continue }
             do {
                 let doc = try await transport.document(url(base, e.files.path), etag: nil, maxBytes: Int(min(e.files.size, Int64(Self.maxIndexBytes))))
                 guard Int64(doc.data.count) == e.files.size, SHA256Digest.of(doc.data) == e.files.sha256 else {
-                    failures[a.id] = "\(e.files.path) does not match the size and sha256 the index declares"
+                    failures[a.id] = Failure("file-list-mismatch", "\(e.files.path) does not match the size and sha256 the index declares")
                     continue
                 }
                 let list = try ManifestCoding.decode(FileList.self, from: doc.data, document: e.files.path)
                 guard list.id == e.id, list.version == e.version else {
-                    failures[a.id] = "\(e.files.path) describes \(list.id) \(list.version)"
+                    failures[a.id] = Failure("file-list-mismatch", "\(e.files.path) describes \(list.id) \(list.version)")
                     continue
                 }
                 lists[a.id] = list
             } catch let err as FetchError {
-                failures[a.id] = err.description
+                failures[a.id] = Failure(err.code, err.description)
+            } catch let err as ManifestError {
+                failures[a.id] = Failure("file-list-schema", err.description)
             } catch {
-                failures[a.id] = "\(error)"
+                failures[a.id] = Failure("file-list", "\(error)")
             }
         }
         return (lists, failures)
@@ -246,27 +260,27 @@ public struct Syncer: Sendable {
 
         for a in plan.actions {
             let started = Date()
-            func result(_ outcome: String, _ reason: String, method: String? = nil, bytes: Int64 = 0) -> PackageResult {
+            func result(_ outcome: String, _ reason: String, method: String? = nil, bytes: Int64 = 0, code: String? = nil) -> PackageResult {
                 PackageResult(
                     id: a.id.rawValue, action: a.kind.rawValue, from: a.from?.description, to: a.to?.description, method: method,
                     bytesFetched: bytes, bundleBytes: a.cost?.bundleBytes, seconds: Date().timeIntervalSince(started), outcome: outcome,
-                    reason: reason)
+                    reason: reason, code: code)
             }
             switch a.kind {
             case .remove:
                 do {
                     _ = try sandbox.removePackage(id: a.id.rawValue, reason: a.reason)
                     results.append(result("done", a.reason))
-                } catch { results.append(result("failed", error.description)) }
+                } catch { results.append(result("failed", error.description, code: error.code)) }
             case .rollback:
                 guard let to = a.to else { continue }
                 do {
                     _ = try sandbox.rollback(id: a.id.rawValue, to: to.description, reason: "revoked by the repository: \(a.reason)")
                     results.append(result("done", a.reason))
-                } catch { results.append(result("failed", error.description)) }
+                } catch { results.append(result("failed", error.description, code: error.code)) }
             case .skip:
                 if let failure = listFailures[a.id] {
-                    results.append(result("failed", "file list: \(failure)"))
+                    results.append(result("failed", "file list: \(failure.message)", code: failure.code))
                 } else {
                     results.append(result("skipped", a.reason))
                 }
@@ -278,7 +292,7 @@ public struct Syncer: Sendable {
         // Fetch and place every install/update, then activate each dependency group whole.
         let changes = plan.changes.filter { $0.kind == .install || $0.kind == .update }
         var placed: [PackageID: (bytes: Int64, seconds: Double, method: String)] = [:]
-        var failed: [PackageID: String] = [:]
+        var failed: [PackageID: Failure] = [:]
         let fetched = await download(changes, entries: entries, lists: lists, local: local, sandbox: sandbox, transport: t, base: base, concurrency: max(1, config.concurrency))
         for a in changes {
             guard let list = lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
@@ -298,11 +312,13 @@ public struct Syncer: Sendable {
                 }
                 placed[a.id] = (fetched.bytes[a.id] ?? 0, Date().timeIntervalSince(started) + (fetched.seconds[a.id] ?? 0), cost.method.rawValue)
             } catch let err as StoreError {
-                failed[a.id] = err.description
+                failed[a.id] = Failure(err.code, err.description)
             } catch let err as FetchError {
-                failed[a.id] = err.description
+                failed[a.id] = Failure(err.code, err.description)
+            } catch let err as GzipError {
+                failed[a.id] = Failure("object-corrupt", "an object of \(a.id) \(a.to?.description ?? ""): \(err)")
             } catch {
-                failed[a.id] = "\(error)"
+                failed[a.id] = Failure("io", "\(error)")
             }
         }
         var activated: Set<PackageID> = []
@@ -311,7 +327,7 @@ public struct Syncer: Sendable {
             let members = changes.filter { group.contains($0.id) }
             if let bad = members.first(where: { failed[$0.id] != nil || placed[$0.id] == nil }) {
                 for m in members where failed[m.id] == nil {
-                    failed[m.id] = "not activated: \(bad.id), in the same dependency group, failed"
+                    failed[m.id] = Failure("dependency-group", "not activated: \(bad.id), in the same dependency group, failed")
                 }
                 members.forEach { activated.insert($0.id) }
                 continue
@@ -319,7 +335,7 @@ public struct Syncer: Sendable {
             do {
                 try sandbox.activate(members.compactMap { m in m.to.map { (m.id, $0) } }, reason: "sync")
             } catch {
-                for m in members { failed[m.id] = error.description }
+                for m in members { failed[m.id] = Failure(error.code, error.description) }
             }
             members.forEach { activated.insert($0.id) }
         }
@@ -329,7 +345,7 @@ public struct Syncer: Sendable {
                 id: a.id.rawValue, action: a.kind.rawValue, from: a.from?.description, to: a.to?.description,
                 method: p?.method ?? a.cost?.method.rawValue, bytesFetched: p?.bytes ?? fetched.bytes[a.id] ?? 0,
                 bundleBytes: a.cost?.bundleBytes, seconds: p?.seconds ?? 0,
-                outcome: failed[a.id] == nil ? "done" : "failed", reason: failed[a.id] ?? a.reason)
+                outcome: failed[a.id] == nil ? "done" : "failed", reason: failed[a.id]?.message ?? a.reason, code: failed[a.id]?.code)
             results.append(r)
             options.progress?(.package(id: a.id.rawValue, outcome: r.outcome))
         }
@@ -348,7 +364,7 @@ public struct Syncer: Sendable {
         var objects: [SHA256Digest: FilePath] = [:]
         var bytes: [PackageID: Int64] = [:]
         var seconds: [PackageID: Double] = [:]
-        var errors: [PackageID: String] = [:]
+        var errors: [PackageID: Failure] = [:]
     }
 
     enum Job: Sendable {
@@ -387,7 +403,7 @@ public struct Syncer: Sendable {
         let totals = Dictionary(changes.map { ($0.id.rawValue, $0.cost?.bytes ?? 0) }, uniquingKeysWith: { a, _ in a })
         let counter = ByteCounter()
         var result = Fetched()
-        await withTaskGroup(of: (Job, String?, Double).self) { group in
+        await withTaskGroup(of: (Job, Failure?, Double).self) { group in
             var next = 0
             func launch() {
                 guard next < jobs.count else { return }
@@ -406,7 +422,8 @@ public struct Syncer: Sendable {
                         }
                         return (job, nil, Date().timeIntervalSince(started))
                     } catch {
-                        return (job, (error as? FetchError)?.description ?? "\(error)", Date().timeIntervalSince(started))
+                        let f = (error as? FetchError).map { Failure($0.code, $0.description) } ?? Failure("io", "\(error)")
+                        return (job, f, Date().timeIntervalSince(started))
                     }
                 }
             }

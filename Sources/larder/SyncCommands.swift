@@ -57,9 +57,22 @@ struct SyncArguments: ParsableArguments {
     @Option(name: .customLong("package"), help: ArgumentHelp("Only this package (repeatable).", valueName: "ID")) var packages: [String] = []
     @Option(help: ArgumentHelp("Override the app version of the config.", valueName: "VERSION")) var appVersion: String?
     @Option(help: "Override the channel of the config.") var channel: String?
+    @Option(help: ArgumentHelp("HTTP attempts per request (retries on connection errors, 5xx, 429).", valueName: "N")) var attempts = 5
+    @Option(help: ArgumentHelp("Seconds without a byte before a transfer is abandoned.", valueName: "SECONDS")) var stallTimeout = 20.0
+    @Option(help: ArgumentHelp("Minimum average transfer rate in bytes/s …", valueName: "BYTES")) var minRate = 2048.0
+    @Option(help: ArgumentHelp("… measured over this many seconds.", valueName: "SECONDS")) var rateWindow = 15.0
+    @Option(help: ArgumentHelp("Deadline of one transfer, seconds.", valueName: "SECONDS")) var deadline = 600.0
 
     func options() throws -> SyncOptions {
         var o = SyncOptions()
+        guard attempts >= 1, stallTimeout > 0, minRate >= 0, rateWindow > 0, deadline > 0 else {
+            throw ValidationError("--attempts must be at least 1 and the times positive")
+        }
+        o.http.attempts = attempts
+        o.http.stallTimeout = stallTimeout
+        o.http.minimumRate = minRate
+        o.http.floorWindow = rateWindow
+        o.http.deadline = deadline
         o.packages = packages
         if let v = appVersion {
             guard let sv = SemanticVersion(v) else { throw ValidationError("--app-version \"\(v)\" is not a SemVer version") }
