@@ -284,6 +284,40 @@ public struct FileList: Codable, Sendable, Equatable {
 
     /// Sum of the file sizes.
     public var totalSize: Int64 { files.reduce(0) { $0 + $1.size } }
+
+    /// How a tree (as listed by reading it) differs from this list, in list order then extras.
+    public func differences(from actual: [FileEntry]) -> [FileDifference] {
+        let have = Dictionary(actual.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
+        let want = Set(files.map(\.path))
+        var out: [FileDifference] = []
+        for f in files {
+            guard let got = have[f.path] else {
+                out.append(.missing(f))
+                continue
+            }
+            if got.size != f.size || got.sha256 != f.sha256 { out.append(.differs(listed: f, actual: got)) }
+        }
+        for f in actual where !want.contains(f.path) { out.append(.extra(f)) }
+        return out
+    }
+}
+
+/// One way a tree differs from its file list.
+public enum FileDifference: Sendable, Equatable {
+    /// Listed but absent.
+    case missing(FileEntry)
+    /// Present but not listed.
+    case extra(FileEntry)
+    /// Present with another size or SHA-256.
+    case differs(listed: FileEntry, actual: FileEntry)
+
+    /// The path concerned.
+    public var path: RelativePath {
+        switch self {
+        case .missing(let f), .extra(let f): f.path
+        case .differs(let l, _): l.path
+        }
+    }
 }
 
 /// One signature in `index.json.sig`.

@@ -201,7 +201,7 @@ public struct Verifier: Sendable {
         if let list = fileList {
             report.filesChecked += list.files.count
             if let listing {
-                compare(listing.files, list.files, bundle: entry.bundle.path, problem: problem)
+                compare(listing.files, list, bundle: entry.bundle.path, problem: problem)
             }
             if !list.files.contains(where: { $0.path.string == entry.entry }) {
                 problem("entry-missing", entry.entry, "the entry file \"\(entry.entry)\" is not in the package")
@@ -271,20 +271,16 @@ public struct Verifier: Sendable {
         return true
     }
 
-    private func compare(_ actual: [FileEntry], _ listed: [FileEntry], bundle: String, problem: (String, String?, String) -> Void) {
-        let a = Dictionary(actual.map { ($0.path, $0) }, uniquingKeysWith: { x, _ in x })
-        let l = Dictionary(listed.map { ($0.path, $0) }, uniquingKeysWith: { x, _ in x })
-        for f in listed {
-            guard let got = a[f.path] else {
+    private func compare(_ actual: [FileEntry], _ list: FileList, bundle: String, problem: (String, String?, String) -> Void) {
+        for d in list.differences(from: actual) {
+            switch d {
+            case .missing(let f):
                 problem("bundle-missing-file", f.path.string, "listed in files.json but not in \(bundle)")
-                continue
+            case .extra(let f):
+                problem("bundle-extra-file", f.path.string, "in \(bundle) but not listed in files.json")
+            case .differs(let l, let g):
+                problem("bundle-file-differs", l.path.string, "in \(bundle) it is \(g.size) bytes sha256 \(g.sha256); files.json says \(l.size) bytes sha256 \(l.sha256)")
             }
-            if got.size != f.size || got.sha256 != f.sha256 {
-                problem("bundle-file-differs", f.path.string, "in \(bundle) it is \(got.size) bytes sha256 \(got.sha256); files.json says \(f.size) bytes sha256 \(f.sha256)")
-            }
-        }
-        for f in actual where l[f.path] == nil {
-            problem("bundle-extra-file", f.path.string, "in \(bundle) but not listed in files.json")
         }
     }
 
@@ -338,7 +334,7 @@ public struct Verifier: Sendable {
             let listing = try ZipReader(limits: limits).read(path, into: &collector)
             report.packagesChecked = 1
             report.filesChecked = listing.files.count
-            if let list = fileList { compare(listing.files, list.files, bundle: path.string, problem: problem) }
+            if let list = fileList { compare(listing.files, list, bundle: path.string, problem: problem) }
             checkLinks(collector.texts, files: listing.files, entryName: entryName, problem: problem)
         } catch {
             problem(error.code, nil, "bundle rejected by the archive reader: \(error)")

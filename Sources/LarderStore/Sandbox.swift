@@ -177,7 +177,7 @@ public final class Sandbox {
         reader.checkCRC = fileList == nil
         do { listing = try reader.read(bundle, into: &extractor) } catch { throw .archive(error) }
         let list = fileList ?? FileList(id: id, version: version, files: listing.files)
-        let problems = Self.compare(listing.files, list.files)
+        let problems = Self.compare(listing.files, list)
         if !problems.isEmpty {
             throw .verification(id: id.rawValue, version: version.description, problems: problems)
         }
@@ -330,21 +330,15 @@ public final class Sandbox {
     }
 
     /// The differences between what a bundle held and what its list says, one sentence each.
-    static func compare(_ actual: [FileEntry], _ listed: [FileEntry]) -> [String] {
-        let have = Dictionary(actual.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
-        let want = Set(listed.map(\.path))
-        var out: [String] = []
-        for f in listed {
-            guard let got = have[f.path] else {
-                out.append("\(f.path) is listed but not in the bundle")
-                continue
-            }
-            if got.size != f.size || got.sha256 != f.sha256 {
-                out.append("\(f.path) is \(got.size) bytes sha256 \(got.sha256), the list says \(f.size) bytes sha256 \(f.sha256)")
+    static func compare(_ actual: [FileEntry], _ list: FileList) -> [String] {
+        list.differences(from: actual).map { d in
+            switch d {
+            case .missing(let f): "\(f.path) is listed but not in the bundle"
+            case .extra(let f): "\(f.path) is in the bundle but not listed"
+            case .differs(let l, let g):
+                "\(l.path) is \(g.size) bytes sha256 \(g.sha256), the list says \(l.size) bytes sha256 \(l.sha256)"
             }
         }
-        for f in actual where !want.contains(f.path) { out.append("\(f.path) is in the bundle but not listed") }
-        return out
     }
 
     // MARK: health
