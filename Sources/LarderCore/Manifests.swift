@@ -1,5 +1,9 @@
 import Foundation
 
+/// The largest size any document may declare for a file or blob (1 TiB): far above every limit,
+/// low enough that sums over any index or file list cannot overflow.
+public let maxDeclaredSize: Int64 = 1 << 40
+
 /// This build's version (the `larder version` output, the User-Agent, and what `minClientVersion`
 /// is compared with when no app version is configured).
 public let larderVersion = "0.1.0"
@@ -31,8 +35,8 @@ public struct BlobRef: Codable, Sendable, Equatable {
         path = try c.decode(String.self, forKey: .path)
         size = try c.decode(Int64.self, forKey: .size)
         sha256 = try c.decode(SHA256Digest.self, forKey: .sha256)
-        if size < 0 {
-            throw DecodingError.dataCorruptedError(forKey: .size, in: c, debugDescription: "size \(size) is negative")
+        if size < 0 || size > maxDeclaredSize {
+            throw DecodingError.dataCorruptedError(forKey: .size, in: c, debugDescription: "size \(size) is outside 0...\(maxDeclaredSize)")
         }
     }
 }
@@ -217,8 +221,8 @@ public struct FileEntry: Codable, Sendable, Equatable {
         size = try c.decode(Int64.self, forKey: .size)
         sha256 = try c.decode(SHA256Digest.self, forKey: .sha256)
         mime = try c.decodeIfPresent(String.self, forKey: .mime)
-        if size < 0 {
-            throw DecodingError.dataCorruptedError(forKey: .size, in: c, debugDescription: "size \(size) is negative")
+        if size < 0 || size > maxDeclaredSize {
+            throw DecodingError.dataCorruptedError(forKey: .size, in: c, debugDescription: "size \(size) is outside 0...\(maxDeclaredSize)")
         }
         if let m = mime, !Self.isMediaType(m) {
             throw DecodingError.dataCorruptedError(
@@ -268,6 +272,9 @@ public struct FileList: Codable, Sendable, Equatable {
         id = try c.decode(PackageID.self, forKey: .id)
         version = try c.decode(SemanticVersion.self, forKey: .version)
         files = try c.decode([FileEntry].self, forKey: .files)
+        if files.count > 1_000_000 {
+            throw DecodingError.dataCorruptedError(forKey: .files, in: c, debugDescription: "\(files.count) files is beyond any limit")
+        }
         var keys: [String: String] = [:]
         for (i, f) in files.enumerated() {
             if i > 0, !(files[i - 1].path < f.path) {

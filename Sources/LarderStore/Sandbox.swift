@@ -288,6 +288,20 @@ public final class Sandbox {
         try commit()
     }
 
+    /// Records a version as failed (never installed again automatically) and stops using it as
+    /// the fallback — for a revoked version the device has moved off.
+    public func markFailed(id idText: String, version versionText: String, reason: String) throws(StoreError) {
+        try requireWritable()
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        guard let v = SemanticVersion(versionText) else { throw .badVersion(versionText) }
+        var pkg = state[id]
+        if pkg.active == v { return }
+        if !pkg.hasFailed(v) { pkg.failed.append(FailedVersion(version: v, reason: reason, at: now)) }
+        if pkg.fallback == v { pkg.fallback = nil }
+        state[id] = pkg
+        try commit()
+    }
+
     /// Records the index a sync accepted (before acting on it), durably.
     public func recordIndex(_ accepted: AcceptedIndex) throws(StoreError) {
         try requireWritable()

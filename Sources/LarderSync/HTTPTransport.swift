@@ -316,6 +316,10 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
         _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
         completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
     ) {
+        guard !finished else {
+            completionHandler(.cancel)
+            return
+        }
         guard let http = response as? HTTPURLResponse else {
             fail(.connection(url: url, detail: "not an HTTP response"), retryable: true)
             completionHandler(.cancel)
@@ -334,14 +338,15 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
                 guard let range = headers["content-range"], let (start, total) = Self.parseContentRange(range),
                     start == box.part.have
                 else {
-                    fail(.badRange(url: url, detail: "Content-Range \"\(headers["content-range"] ?? "")\" does not continue at byte \(box.part.have)"), retryable: false)
+                    let detail = "Content-Range \"\(headers["content-range"] ?? "")\" does not continue at byte \(box.part.have)"
                     box.part.reset()
+                    fail(.badRange(url: url, detail: detail), retryable: false)
                     completionHandler(.cancel)
                     return
                 }
                 if let want = box.part.total, let total, total != want {
-                    fail(.badRange(url: url, detail: "Content-Range total \(total), expected \(want)"), retryable: false)
                     box.part.reset()
+                    fail(.badRange(url: url, detail: "Content-Range total \(total), expected \(want)"), retryable: false)
                     completionHandler(.cancel)
                     return
                 }

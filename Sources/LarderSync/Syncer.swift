@@ -221,15 +221,26 @@ public struct Syncer: Sendable {
         let t = try transportFor(base, config)
         let (index, _) = try await acceptIndex(sandbox: sandbox, config: config, transport: t, base: base, record: false)
         let ctx = context(config)
-        let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx))
+        let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
         let (lists, _) = await fetchLists(first, index: index, transport: t, base: base, channel: ctx.channel)
         let local = Set(sandbox.localContents().keys)
-        return (filter(Differ.plan(index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: local)), index)
+        return (filter(Differ.plan(index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: local), index), index)
     }
 
-    func filter(_ plan: Plan) -> Plan {
+    /// Only the named packages — widened to everything they depend on (transitively, from the
+    /// index) and to their dependency groups, so that a package is never activated without the
+    /// members its plan counted on.
+    func filter(_ plan: Plan, _ index: RepositoryIndex) -> Plan {
         guard !options.packages.isEmpty else { return plan }
-        return Plan(actions: plan.actions.filter { options.packages.contains($0.id.rawValue) })
+        var wanted = Set(options.packages)
+        var frontier = Array(wanted)
+        while let id = frontier.popLast() {
+            for e in index.packages where e.id.rawValue == id {
+                for d in e.dependencies where wanted.insert(d.id.rawValue).inserted { frontier.append(d.id.rawValue) }
+            }
+        }
+        for a in plan.actions where wanted.contains(a.id.rawValue) { a.group.forEach { wanted.insert($0.rawValue) } }
+        return Plan(actions: plan.actions.filter { wanted.contains($0.id.rawValue) })
     }
 
     func transportFor(_ base: URL, _ config: SyncConfig) throws(SyncError) -> any Transport {
@@ -251,10 +262,10 @@ public struct Syncer: Sendable {
         let t = try transportFor(base, config)
         let (index, changed) = try await acceptIndex(sandbox: sandbox, config: config, transport: t, base: base)
         let ctx = context(config)
-        let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx))
+        let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
         let (lists, listFailures) = await fetchLists(first, index: index, transport: t, base: base, channel: ctx.channel)
         let local = sandbox.localContents()
-        let plan = filter(Differ.plan(index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: Set(local.keys)))
+        let plan = filter(Differ.plan(index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: Set(local.keys)), index)
         var results: [PackageResult] = []
         let entries = Dictionary(index.packages.filter { $0.channel == ctx.channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
 
@@ -268,10 +279,8 @@ public struct Syncer: Sendable {
             }
             switch a.kind {
             case .remove:
-                do {
-                    _ = try sandbox.removePackage(id: a.id.rawValue, reason: a.reason)
-                    results.append(result("done", a.reason))
-                } catch { results.append(result("failed", error.description, code: error.code)) }
+                // After the installs below: their trees may link contents from this package.
+                continue
             case .rollback:
                 guard let to = a.to else { continue }
                 do {
@@ -297,6 +306,11 @@ public struct Syncer: Sendable {
         for a in changes {
             guard let list = lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
             let started = Date()
+            if sandbox.state[a.id].has(e.version) {
+                // Placed by an earlier sync whose group did not activate: nothing to fetch or build.
+                placed[a.id] = (0, 0, FetchMethod.local.rawValue)
+                continue
+            }
             if let err = fetched.errors[a.id] {
                 failed[a.id] = err
                 continue
@@ -334,6 +348,12 @@ public struct Syncer: Sendable {
             }
             do {
                 try sandbox.activate(members.compactMap { m in m.to.map { (m.id, $0) } }, reason: "sync")
+                // A revoked version left behind is no fallback: mark it failed.
+                for m in members {
+                    if let from = m.from, entries[m.id]?.revoked.contains(from) == true {
+                        try sandbox.markFailed(id: m.id.rawValue, version: from.description, reason: "revoked by the repository")
+                    }
+                }
             } catch {
                 for m in members { failed[m.id] = Failure(error.code, error.description) }
             }
@@ -349,6 +369,21 @@ public struct Syncer: Sendable {
             results.append(r)
             options.progress?(.package(id: a.id.rawValue, outcome: r.outcome))
         }
+        for a in plan.actions where a.kind == .remove {
+            let started = Date()
+            var r = PackageResult(
+                id: a.id.rawValue, action: "remove", from: a.from?.description, to: nil, method: nil, bytesFetched: 0,
+                bundleBytes: nil, seconds: 0, outcome: "done", reason: a.reason, code: nil)
+            do { _ = try sandbox.removePackage(id: a.id.rawValue, reason: a.reason) } catch {
+                r.outcome = "failed"
+                r.reason = error.description
+                r.code = error.code
+            }
+            r.seconds = Date().timeIntervalSince(started)
+            results.append(r)
+        }
+        // Downloaded objects go once every placement that might share them is done.
+        for part in fetched.objects.values { _ = unlink(part.string) }
         var removed: [String] = []
         if let gc = try? sandbox.gc(keep: options.retention) { removed = gc.removed }
         let order = Dictionary(plan.actions.enumerated().map { ($1.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
@@ -464,7 +499,6 @@ public struct Syncer: Sendable {
             }
         }
         _ = try sandbox.installAssembled(stagingDirectory: stage, list: list, activate: false)
-        for f in list.files { if let gz = objects[f.sha256] { _ = unlink(gz.string) } }
     }
 
     /// Inflates a downloaded object into `target`, checking size and SHA-256 while writing.

@@ -240,6 +240,56 @@ struct SyncTests {
         #expect(try SyncConfig.load(root: env.root).publicKeys() == [newKey.publicKey])
     }
 
+    /// Two packages whose update needs the same new content: the object is downloaded once and
+    /// serves both (it used to be deleted by the first package that used it).
+    @Test func sharedObjectServesTwoPackages() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0", id: "a")
+        try env.publish("1.0.0", id: "b")
+        try env.initialise()
+        _ = try await env.sync()
+        try env.publish("2.0.0", id: "a", catalog: "same-new-content")
+        try env.publish("2.0.0", id: "b", catalog: "same-new-content")
+        let r = try await env.sync()
+        #expect(r.exitCode == 0, "\(r)")
+        #expect(r.packages.filter { $0.action == "update" }.allSatisfy { $0.outcome == "done" && $0.method == "objects" }, "\(r)")
+        #expect(try env.active("a") == "2.0.0" && env.active("b") == "2.0.0")
+    }
+
+    /// `--package app` brings its dependency group along rather than activating app alone.
+    @Test func packageFilterKeepsDependencyGroups() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0", id: "ui")
+        try env.publish("1.0.0", id: "app", deps: ["ui@^1.0.0"])
+        try env.publish("1.0.0", id: "other")
+        try env.initialise()
+        var o = SyncOptions()
+        o.packages = ["app"]
+        let r = try await Syncer(root: env.root, options: o).sync()
+        #expect(r.exitCode == 0)
+        #expect(try env.active("app") == "1.0.0" && env.active("ui") == "1.0.0")
+        #expect(try env.active("other") == nil)
+    }
+
+    /// Moving off a revoked version by an update: the revoked one is recorded failed and is not
+    /// kept as the fallback an automatic rollback would return to.
+    @Test func revokedVersionIsNoFallback() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.1.0")
+        try env.initialise()
+        _ = try await env.sync()
+        _ = try Publisher(key: env.key).revoke(id: "sample-app", version: "1.1.0", repository: FilePath(env.repo.path))
+        try env.publish("1.2.0")
+        _ = try await env.sync()
+        let pkg = try #require(try env.state().packages["sample-app"])
+        #expect(pkg.active?.description == "1.2.0")
+        #expect(pkg.fallback == nil)
+        #expect(pkg.hasFailed(SemanticVersion("1.1.0")!))
+    }
+
     @Test func notInitialised() async throws {
         let env = try SyncEnv()
         defer { env.cleanup() }
