@@ -372,15 +372,19 @@ public struct Publisher: Sendable {
         try io { try AtomicFile.syncDirectory(dir) }
     }
 
-    /// Sets the modification time of `paths` to at least one second after that of `previous`.
+    /// Sets the modification time of `paths` to at least one second after that of `previous`
+    /// (each file's own mtime is compared: it was stamped when written, possibly in the second
+    /// before "now", and the kernel's file clock is coarse).
     private func advanceModificationTime(_ paths: [FilePath], after previous: FilePath) {
         var st = stat()
         guard stat(previous.string, &st) == 0 else { return }
         let floor = Int(st.st_mtim.tv_sec) + 1
-        let nowSeconds = Int(Date().timeIntervalSince1970)
-        guard nowSeconds < floor else { return }
-        var times = [timespec(tv_sec: floor, tv_nsec: 0), timespec(tv_sec: floor, tv_nsec: 0)]
-        for p in paths { _ = utimensat(AT_FDCWD, p.string, &times, 0) }
+        for p in paths {
+            var own = stat()
+            guard stat(p.string, &own) == 0, Int(own.st_mtim.tv_sec) < floor else { continue }
+            var times = [timespec(tv_sec: floor, tv_nsec: 0), timespec(tv_sec: floor, tv_nsec: 0)]
+            _ = utimensat(AT_FDCWD, p.string, &times, 0)
+        }
     }
 
     private func removeStaleStaging(in dir: FilePath) {

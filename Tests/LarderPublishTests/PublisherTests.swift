@@ -181,6 +181,23 @@ struct PublisherTests {
         #expect(try ws.index().packages.first?.revoked.map(\.description) == ["1.1.0"])
     }
 
+    /// Static servers build validators from mtime seconds and length: every new index must have
+    /// a later mtime than the previous one, even when published within the same second.
+    @Test func indexModificationTimesIncrease() throws {
+        let ws = try Workspace()
+        defer { ws.cleanup() }
+        var previous = 0
+        for i in 0..<6 {
+            try ws.write("data/catalog.json", "{\"version\": \"1.0.\(i)\", \"items\": []}\n")
+            _ = try ws.publisher().pack(ws.request("1.0.\(i)"))
+            let m = try #require(FileManager.default.attributesOfItem(atPath: ws.repo.appendingPathComponent("index.json").path)[.modificationDate] as? Date)
+            let sig = try #require(FileManager.default.attributesOfItem(atPath: ws.repo.appendingPathComponent("index.json.sig").path)[.modificationDate] as? Date)
+            #expect(Int(m.timeIntervalSince1970) > previous, "publication \(i)")
+            #expect(Int(sig.timeIntervalSince1970) >= Int(m.timeIntervalSince1970))
+            previous = Int(m.timeIntervalSince1970)
+        }
+    }
+
     /// A crash between writing the pending pair and renaming it: the next run completes it.
     @Test func interruptedPublicationIsCompleted() throws {
         let ws = try Workspace()
