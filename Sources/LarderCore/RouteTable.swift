@@ -1,0 +1,238 @@
+/// What a URL resolves to.
+public enum Resolution: Sendable, Equatable {
+    /// Served from the sandbox.
+    case local(LocalFile)
+    /// Let the request go to the network.
+    case passthrough(reason: String)
+    /// Inside a package's routes, no such file, and the policy forbids the network.
+    case notFound(reason: String)
+}
+
+/// A file that serves a URL.
+public struct LocalFile: Sendable, Equatable {
+    public var package: PackageID
+    public var version: SemanticVersion
+    /// The path inside the package.
+    public var path: RelativePath
+    public var mime: String
+    public var length: Int64
+    /// The file's SHA-256 from its file list (quoted for the header).
+    public var etag: String
+}
+
+/// One installed package as the resolver sees it: its active version's files and the serving
+/// settings the index gave it.
+public struct RoutedPackage: Sendable {
+    public var id: PackageID
+    public var version: SemanticVersion
+    public var routes: [RoutePrefix]
+    public var entry: String
+    public var spaFallback: Bool
+    public var policy: Policy
+    public var files: [String: FileEntry]
+
+    /// Creates one from a file list and the index's settings.
+    public init(list: FileList, routes: [RoutePrefix], entry: String, spaFallback: Bool, policy: Policy) {
+        id = list.id
+        version = list.version
+        self.routes = routes
+        self.entry = entry
+        self.spaFallback = spaFallback
+        self.policy = policy
+        files = Dictionary(list.files.map { ($0.path.string, $0) }, uniquingKeysWith: { a, _ in a })
+    }
+}
+
+/// An immutable URL → file table, built once per sandbox state. Matching and normalisation are
+/// pure and make no system call: `larder://<id>/<path>` always, the app's other custom schemes,
+/// and http(s) prefixes the index declares (longest prefix wins, host case-insensitive, default
+/// ports normalised). Query and fragment are ignored; percent-decoding happens once; dot segments
+/// are removed; a path that would leave the package, or holds NUL, a backslash or an encoded
+/// slash, is refused before any lookup.
+public struct RouteTable: Sendable {
+    let packages: [PackageID: RoutedPackage]
+    /// Prefixes, longest path first.
+    let prefixes: [(RoutePrefix, PackageID)]
+    /// Custom schemes that map `scheme://<id>/<path>` like `larder:`.
+    let schemes: Set<String>
+
+    /// Builds a table; `schemes` are extra custom schemes the app registers (lower case).
+    public init(packages: [RoutedPackage], schemes: Set<String> = []) {
+        self.packages = Dictionary(packages.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+        var p: [(RoutePrefix, PackageID)] = []
+        for pkg in packages { for r in pkg.routes { p.append((r, pkg.id)) } }
+        prefixes = p.sorted { $0.0.path.utf8.count > $1.0.path.utf8.count }
+        self.schemes = Set(schemes.map { $0.lowercased() }).union(["larder"])
+    }
+
+    /// Resolves a URL string.
+    public func resolve(_ url: String) -> Resolution {
+        guard let u = ParsedURL(url) else { return .passthrough(reason: "not a URL this table routes") }
+        // Custom schemes: scheme://<id>/<path>.
+        if schemes.contains(u.scheme) {
+            guard let id = PackageID(u.host), let pkg = packages[id] else {
+                return .notFound(reason: "no package \(u.host) in this sandbox")
+            }
+            return lookup(pkg, rawPath: u.path)
+        }
+        guard u.scheme == "http" || u.scheme == "https" else { return .passthrough(reason: "scheme \(u.scheme) is not routed") }
+        let port = u.port.flatMap { ($0 == 80 && u.scheme == "http") || ($0 == 443 && u.scheme == "https") ? nil : $0 }
+        for (prefix, id) in prefixes where prefix.scheme == u.scheme && prefix.host == u.host && prefix.port == port {
+            // `/app` matches the prefix `/app/` as its directory.
+            let asDirectory = u.path.hasSuffix("/") ? u.path : u.path + "/"
+            guard u.path.hasPrefix(prefix.path) || asDirectory == prefix.path, let pkg = packages[id] else { continue }
+            let rest = u.path.hasPrefix(prefix.path) ? String(u.path.dropFirst(prefix.path.count)) : ""
+            return lookup(pkg, rawPath: "/" + rest)
+        }
+        return .passthrough(reason: "no package routes \(u.scheme)://\(u.host)\(u.path)")
+    }
+
+    /// The lookup inside one package: bypass prefixes, decoding and dot segments, then the file,
+    /// the directory's entry file, or the SPA fallback; else the policy decides.
+    func lookup(_ pkg: RoutedPackage, rawPath: String) -> Resolution {
+        for b in pkg.policy.bypass where rawPath.hasPrefix(b) {
+            return .passthrough(reason: "\(rawPath) matches the bypass prefix \(b) of \(pkg.id)")
+        }
+        let path: String
+        switch Self.normalise(rawPath) {
+        case .success(let p): path = p
+        case .failure(let why): return .notFound(reason: "refused path \(rawPath): \(why.message)")
+        }
+        let isDirectory = path.isEmpty || path.hasSuffix("/")
+        var candidates: [String] = []
+        if isDirectory {
+            candidates.append(path + pkg.entry)
+        } else {
+            candidates.append(path)
+            candidates.append(path + "/" + pkg.entry)
+        }
+        for c in candidates {
+            if let f = pkg.files[c] { return .local(local(pkg, f)) }
+        }
+        let last = path.split(separator: "/").last ?? ""
+        if pkg.spaFallback, !isDirectory, !last.contains("."), let f = pkg.files[pkg.entry] {
+            return .local(local(pkg, f))
+        }
+        switch pkg.policy.mode {
+        case .localOnly: return .notFound(reason: "\(pkg.id)@\(pkg.version) has no \(path.isEmpty ? "/" : path) (local-only)")
+        case .localThenNetwork: return .passthrough(reason: "\(pkg.id)@\(pkg.version) has no \(path.isEmpty ? "/" : path)")
+        }
+    }
+
+    func local(_ pkg: RoutedPackage, _ f: FileEntry) -> LocalFile {
+        LocalFile(
+            package: pkg.id, version: pkg.version, path: f.path, mime: f.mime ?? MediaTypes.type(for: f.path),
+            length: f.size, etag: "\"\(f.sha256.hex)\"")
+    }
+
+    struct Refusal: Error { let message: String }
+
+    /// Percent-decodes once and removes dot segments; refuses NUL, backslash, an encoded slash,
+    /// bad escapes, non-UTF-8, and paths that climb above the package root. Returns the path
+    /// without its leading `/` (a trailing `/` is kept to mark a directory).
+    static func normalise(_ raw: String) -> Result<String, Refusal> {
+        let u = Array(raw.utf8)
+        if u.count > 4096 { return .failure(Refusal(message: "longer than 4096 bytes")) }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(u.count)
+        var i = 0
+        func hex(_ c: UInt8) -> UInt8? {
+            switch c {
+            case 0x30...0x39: c - 0x30
+            case 0x41...0x46: c - 0x41 + 10
+            case 0x61...0x66: c - 0x61 + 10
+            default: nil
+            }
+        }
+        while i < u.count {
+            let c = u[i]
+            if c == UInt8(ascii: "%") {
+                guard i + 2 < u.count, let h = hex(u[i + 1]), let l = hex(u[i + 2]) else {
+                    return .failure(Refusal(message: "a bad percent escape"))
+                }
+                let d = h << 4 | l
+                if d == UInt8(ascii: "/") { return .failure(Refusal(message: "an encoded slash")) }
+                if d == UInt8(ascii: "\\") { return .failure(Refusal(message: "an encoded backslash")) }
+                if d == 0 { return .failure(Refusal(message: "an encoded NUL")) }
+                bytes.append(d)
+                i += 3
+                continue
+            }
+            if c == 0 { return .failure(Refusal(message: "a NUL byte")) }
+            if c == UInt8(ascii: "\\") { return .failure(Refusal(message: "a backslash")) }
+            bytes.append(c)
+            i += 1
+        }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            return .failure(Refusal(message: "not UTF-8 once decoded"))
+        }
+        var out: [Substring] = []
+        let segments = text.split(separator: "/", omittingEmptySubsequences: false)
+        for s in segments {
+            if s.isEmpty || s == "." { continue }
+            if s == ".." {
+                guard !out.isEmpty else { return .failure(Refusal(message: "it climbs above the package root")) }
+                out.removeLast()
+                continue
+            }
+            out.append(s)
+        }
+        let trailing = text.hasSuffix("/") || text.hasSuffix("/.") || text.hasSuffix("/..") || text.isEmpty
+        let joined = out.joined(separator: "/")
+        return .success(trailing && !joined.isEmpty ? joined + "/" : joined)
+    }
+}
+
+/// The pieces of a URL the table matches on, parsed without Foundation: scheme and host lower
+/// case, port, path (still percent-encoded); query and fragment dropped.
+struct ParsedURL {
+    let scheme: String
+    let host: String
+    let port: Int?
+    let path: String
+
+    init?(_ text: String) {
+        guard let colon = text.firstIndex(of: ":") else { return nil }
+        let scheme = text[..<colon].lowercased()
+        guard !scheme.isEmpty, scheme.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == "." }) else { return nil }
+        var rest = text[text.index(after: colon)...]
+        guard rest.hasPrefix("//") else { return nil }
+        rest = rest.dropFirst(2)
+        if let cut = rest.firstIndex(where: { $0 == "?" || $0 == "#" }) { rest = rest[..<cut] }
+        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
+        var authority = rest[..<slash]
+        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        var host = authority
+        var port: Int?
+        if let c = authority.lastIndex(of: ":"), !authority.hasSuffix("]") {
+            host = authority[..<c]
+            guard let p = Int(authority[authority.index(after: c)...]), (0...65535).contains(p) else { return nil }
+            port = p
+        }
+        self.scheme = scheme
+        self.host = host.lowercased()
+        self.port = port
+        let path = String(rest[slash...])
+        self.path = path.isEmpty ? "/" : path
+    }
+}
+
+/// Content types by extension, covering what web pages load; text types carry `charset=utf-8`.
+public enum MediaTypes {
+    static let table: [String: String] = [
+        "html": "text/html; charset=utf-8", "htm": "text/html; charset=utf-8", "css": "text/css; charset=utf-8",
+        "js": "text/javascript; charset=utf-8", "mjs": "text/javascript; charset=utf-8",
+        "json": "application/json; charset=utf-8", "map": "application/json; charset=utf-8",
+        "webmanifest": "application/manifest+json; charset=utf-8", "txt": "text/plain; charset=utf-8",
+        "xml": "application/xml; charset=utf-8", "svg": "image/svg+xml; charset=utf-8", "wasm": "application/wasm",
+        "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp",
+        "avif": "image/avif", "ico": "image/x-icon", "woff": "font/woff", "woff2": "font/woff2", "ttf": "font/ttf",
+        "otf": "font/otf", "mp4": "video/mp4", "webm": "video/webm", "mp3": "audio/mpeg", "m4a": "audio/mp4",
+        "ogg": "audio/ogg", "wav": "audio/wav", "pdf": "application/pdf",
+    ]
+
+    /// The type for a path (by its extension), `application/octet-stream` when unknown.
+    public static func type(for path: RelativePath) -> String {
+        table[path.pathExtension] ?? "application/octet-stream"
+    }
+}
