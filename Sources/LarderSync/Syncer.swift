@@ -382,8 +382,10 @@ public struct Syncer: Sendable {
             r.seconds = Date().timeIntervalSince(started)
             results.append(r)
         }
-        // Downloaded objects go once every placement that might share them is done.
+        // Downloaded objects go once every placement that might share them is done; partial
+        // downloads the current plan would not resume (superseded releases) go too.
         for part in fetched.objects.values { _ = unlink(part.string) }
+        pruneDownloads(sandbox.layout.downloads, keep: fetched.resumable)
         var removed: [String] = []
         if let gc = try? sandbox.gc(keep: options.retention) { removed = gc.removed }
         let order = Dictionary(plan.actions.enumerated().map { ($1.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
@@ -400,6 +402,18 @@ public struct Syncer: Sendable {
         var bytes: [PackageID: Int64] = [:]
         var seconds: [PackageID: Double] = [:]
         var errors: [PackageID: Failure] = [:]
+        /// Partial downloads of this plan that failed and may be resumed next time.
+        var resumable: Set<String> = []
+    }
+
+    /// Removes everything in `downloads/` but the partial downloads named in `keep` (and their
+    /// saved validators).
+    func pruneDownloads(_ dir: FilePath, keep: Set<String>) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: dir.string)) ?? []
+        for n in names {
+            let base = n.hasSuffix(".etag") ? String(n.dropLast(5)) : n
+            if !keep.contains(base) { _ = unlink(dir.appending(n).string) }
+        }
     }
 
     enum Job: Sendable {
@@ -466,10 +480,20 @@ public struct Syncer: Sendable {
             for await (job, error, seconds) in group {
                 switch job {
                 case .bundle(let id, _, let part, _):
-                    if let e = error { result.errors[id] = e } else { result.bundles[id] = part }
+                    if let e = error {
+                        result.errors[id] = e
+                        result.resumable.insert(part.lastComponent?.string ?? "")
+                    } else {
+                        result.bundles[id] = part
+                    }
                     result.seconds[id, default: 0] += seconds
                 case .object(let id, let digest, _, let part, _):
-                    if let e = error { result.errors[id] = result.errors[id] ?? e } else { result.objects[digest] = part }
+                    if let e = error {
+                        result.errors[id] = result.errors[id] ?? e
+                        result.resumable.insert(part.lastComponent?.string ?? "")
+                    } else {
+                        result.objects[digest] = part
+                    }
                     result.seconds[id, default: 0] = max(result.seconds[id, default: 0], seconds)
                 }
                 launch()
