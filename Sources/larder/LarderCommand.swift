@@ -9,9 +9,9 @@ struct LarderCommand: ParsableCommand {
         abstract: "Keep offline web packages in step with a signed repository.",
         discussion: """
             Publisher commands: keygen, pack, revoke, rotate-key, verify.
-            Device commands: init, sync, plan, install, status, confirm, rollback, gc, doctor \
-            (each with --root DIR).
-            Not built yet: resolve, serve.
+            Device commands: init, sync, plan, resolve, install, status, confirm, rollback, gc, \
+            doctor (each with --root DIR).
+            Not built yet: serve.
 
             Exit codes: 0 success; 1 failure or problems found; 64 usage error.
             Results go to stdout (text, or a JSON document with --json); diagnostics to stderr.
@@ -20,7 +20,7 @@ struct LarderCommand: ParsableCommand {
         // would answer a pack missing a required option with the tool's version and exit 0.
         subcommands: [
             Keygen.self, Pack.self, Revoke.self, RotateKey.self, Verify.self,
-            Init.self, Sync.self, Plan.self,
+            Init.self, Sync.self, Plan.self, Resolve.self,
             Install.self, Status.self, Confirm.self, Rollback.self, GC.self, Doctor.self,
             ShowVersion.self,
         ]
