@@ -114,15 +114,30 @@ public enum Gzip {
         /// Whether the gzip trailer has been read.
         public var isFinished: Bool { ended }
 
-        /// Feeds compressed bytes; `sink` receives inflated chunks.
+        /// Feeds compressed bytes; `sink` receives inflated chunks. Call `drain` after the last
+        /// feed so that output zlib still holds is delivered.
         public func feed(_ input: UnsafeRawBufferPointer, _ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
             guard input.count > 0 else { return }
             if ended { throw GzipError.trailingData }
             stream.next_in = UnsafeMutablePointer(mutating: input.baseAddress?.assumingMemoryBound(to: UInt8.self))
             stream.avail_in = UInt32(input.count)
+            try pump(sink)
+            if ended && stream.avail_in > 0 { throw GzipError.trailingData }
+        }
+
+        /// Delivers output zlib still holds after the last input (a full output buffer can end
+        /// exactly where more output is pending).
+        public func drain(_ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
+            guard !ended else { return }
+            stream.avail_in = 0
+            try pump(sink)
+        }
+
+        /// Inflates until the stream ends, or the input is used up and the output was not full
+        /// (zlib has nothing more to give without more input).
+        private func pump(_ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
             let size = out.count
-            while stream.avail_in > 0 || stream.avail_out == 0 {
-                if ended { throw GzipError.trailingData }
+            while !ended {
                 var r: Int32 = Z_OK
                 var have = 0
                 out.withUnsafeMutableBufferPointer { o in
@@ -133,6 +148,9 @@ public enum Gzip {
                 }
                 if r == Z_STREAM_END {
                     ended = true
+                } else if r == Z_BUF_ERROR {
+                    // No progress possible: zlib needs more input.
+                    if stream.avail_in > 0 { throw GzipError.zlib(code: r, message: "no progress with input left") }
                 } else if r != Z_OK {
                     let msg = stream.msg.map { String(cString: $0) } ?? "inflate"
                     throw GzipError.zlib(code: r, message: msg)
@@ -140,9 +158,8 @@ public enum Gzip {
                 produced += Int64(have)
                 if produced > limit { throw GzipError.tooLarge(limit: limit) }
                 if have > 0 { try out.withUnsafeBytes { try sink(UnsafeRawBufferPointer(rebasing: $0[0..<have])) } }
-                if have == 0 && r == Z_OK && stream.avail_in == 0 { break }
+                if r == Z_BUF_ERROR || (stream.avail_in == 0 && have < size) { break }
             }
-            if ended && stream.avail_in > 0 { throw GzipError.trailingData }
         }
     }
 
@@ -160,6 +177,7 @@ public enum Gzip {
                 try inflater.feed(UnsafeRawBufferPointer(rebasing: raw[0..<n])) { hasher.update($0) }
             }
         }
+        try inflater.drain { hasher.update($0) }
         guard inflater.isFinished else { throw GzipError.truncated }
         return (hasher.count, hasher.finish())
     }

@@ -544,6 +544,10 @@ public struct Syncer: Sendable {
                 }
             }
         }
+        try inflater.drain { chunk in
+            hasher.update(chunk)
+            _ = try output.writeAll(chunk)
+        }
         guard inflater.isFinished else { throw GzipError.truncated }
         let got = hasher.finish()
         guard hasher.count == f.size, got == f.sha256 else {

@@ -212,6 +212,21 @@ struct WriterTests {
         try run("unzip", ["-tq", a.string])
     }
 
+    /// Contents whose inflated size is a multiple of the inflater's 256 KiB buffer (the last
+    /// inflate call fills it exactly) and odd sizes around it.
+    @Test(arguments: [0, 1, 262_143, 262_144, 262_145, 524_288, 1_048_576])
+    func gzipBufferBoundaries(_ size: Int) throws {
+        let tmp = try TempDir()
+        defer { tmp.cleanup() }
+        let src = tmp.url.appendingPathComponent("in.bin")
+        let data = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 / 97) })
+        try data.write(to: src)
+        let gz = FilePath(tmp.url.appendingPathComponent("out.gz").path)
+        try Gzip.compressFile(FilePath(src.path), to: gz)
+        let back = try Gzip.digestOfInflated(gz, limit: 1 << 30)
+        #expect(back.size == Int64(size) && back.sha256 == SHA256Digest.of(data))
+    }
+
     @Test func gzipRoundTrip() throws {
         let tmp = try TempDir()
         defer { tmp.cleanup() }
