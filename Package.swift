@@ -96,8 +96,7 @@ let package = Package(
         .testTarget(name: "LarderArchiveTests", dependencies: ["LarderArchive", "LarderCore", "LarderFileSystem"]),
         .testTarget(
             name: "LarderPublishTests",
-            dependencies: ["LarderPublish", "LarderArchive", "LarderCore", "Larder"],
-            resources: []
+            dependencies: ["LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem", "Larder"]
         ),
         .testTarget(
             name: "LarderStoreTests",

@@ -41,7 +41,7 @@ public enum Gzip {
         var produced: Int64 = 0
         var hasher = SHA256Stream()
         do {
-            let src = try AtomicFile.check("open", source) { try FileDescriptor.open(source, .readOnly) }
+            let src = try AtomicFile.check("open", source) { try FileDescriptor.open(source, .readOnly, options: [.noFollow]) }
             defer { try? src.close() }
             try AtomicFile.replace(output) { out, temp in
                 var stream = z_stream()

@@ -79,7 +79,7 @@ public struct ZipReader: Sendable {
 
     /// Reads and validates the archive at `path`, handing every entry to `consumer`.
     public func read<C: ArchiveConsumer>(_ path: FilePath, into consumer: inout C) throws(ArchiveError) -> ArchiveListing {
-        let fd = open(path.string, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        let fd = open(path.string, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         guard fd >= 0 else { throw .io(FileSystemError("open", path, Errno(rawValue: errno))) }
         defer { close(fd) }
         var st = stat()

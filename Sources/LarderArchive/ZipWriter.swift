@@ -65,7 +65,7 @@ public enum ZipWriter {
         written.reserveCapacity(files.count)
         var buffer = [UInt8](repeating: 0, count: 256 << 10)
         for (path, source) in files {
-            let src = try AtomicFile.check("open", source) { try FileDescriptor.open(source, .readOnly) }
+            let src = try AtomicFile.check("open", source) { try FileDescriptor.open(source, .readOnly, options: [.noFollow]) }
             defer { try? src.close() }
             var st = stat()
             guard fstat(src.rawValue, &st) == 0 else { throw FileSystemError("stat", source, Errno(rawValue: errno)) }

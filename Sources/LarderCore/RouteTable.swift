@@ -90,13 +90,14 @@ public struct RouteTable: Sendable {
     /// The lookup inside one package: bypass prefixes, decoding and dot segments, then the file,
     /// the directory's entry file, or the SPA fallback; else the policy decides.
     func lookup(_ pkg: RoutedPackage, rawPath: String) -> Resolution {
-        for b in pkg.policy.bypass where rawPath.hasPrefix(b) {
-            return .passthrough(reason: "\(rawPath) matches the bypass prefix \(b) of \(pkg.id)")
-        }
         let path: String
         switch Self.normalise(rawPath) {
         case .success(let p): path = p
         case .failure(let why): return .notFound(reason: "refused path \(rawPath): \(why.message)")
+        }
+        // Bypass prefixes match the normalised path, so `//api/x` or `/%61pi/x` cannot dodge them.
+        for b in pkg.policy.bypass where ("/" + path).hasPrefix(b) || ("/" + path + "/") == b {
+            return .passthrough(reason: "\(rawPath) matches the bypass prefix \(b) of \(pkg.id)")
         }
         let isDirectory = path.isEmpty || path.hasSuffix("/")
         var candidates: [String] = []

@@ -91,7 +91,8 @@ public enum AtomicFile {
     public static func makeDirectories(_ path: FilePath) throws(FileSystemError) {
         var missing: [FilePath] = []
         var p = path
-        while !p.isEmpty, !isDirectory(p) {
+        // Existing parents may be symlinks to directories (a symlinked root): follow them here.
+        while !p.isEmpty, !isDirectoryFollowingLinks(p) {
             missing.append(p)
             let parent = p.removingLastComponent()
             if parent == p { break }
@@ -100,7 +101,7 @@ public enum AtomicFile {
         for dir in missing.reversed() {
             if mkdir(dir.string, 0o755) != 0 {
                 let e = Errno(rawValue: errno)
-                if e != .fileExists || !isDirectory(dir) { throw FileSystemError("mkdir", dir, e) }
+                if e != .fileExists || !isDirectoryFollowingLinks(dir) { throw FileSystemError("mkdir", dir, e) }
             }
             try syncDirectory(dir.removingLastComponent().isEmpty ? FilePath(".") : dir.removingLastComponent())
         }
@@ -110,6 +111,12 @@ public enum AtomicFile {
     public static func isDirectory(_ path: FilePath) -> Bool {
         var st = stat()
         return lstat(path.string, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    /// Whether `path` is a directory, following symlinks.
+    public static func isDirectoryFollowingLinks(_ path: FilePath) -> Bool {
+        var st = stat()
+        return stat(path.string, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
     }
 
     /// Whether anything exists at `path` (not following a final symlink).

@@ -30,6 +30,10 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     /// route another package claims, …); nothing was published.
     case indexRule(IndexIssue)
     case changedWhilePacking(path: String)
+    /// Another pack, revoke or rotate-key is publishing into the same repository.
+    case busy(holderPID: Int32?)
+    /// The serial cannot grow any further.
+    case serialExhausted
     case archive(ArchiveError)
     case manifest(ManifestError)
     case signing(SigningError)
@@ -61,6 +65,8 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .existingIndexUntrusted: "index-untrusted"
         case .indexRule(let issue): issue.code
         case .changedWhilePacking: "changed-while-packing"
+        case .busy: "repository-busy"
+        case .serialExhausted: "serial-exhausted"
         case .archive(let e): e.code
         case .manifest: "manifest"
         case .signing: "signing"
@@ -96,6 +102,8 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .existingIndexUntrusted(let d): "the repository's current index cannot be trusted: \(d)"
         case .indexRule(let issue): "refused, nothing published: \(issue.message)"
         case .changedWhilePacking(let p): "\(p) changed while it was being packed; pack again"
+        case .busy(let pid): "another publisher\(pid.map { " (pid \($0))" } ?? "") is writing to this repository; try again when it is done"
+        case .serialExhausted: "the index serial is at its maximum and cannot grow"
         case .archive(let e): e.description
         case .manifest(let e): e.description
         case .signing(let e): e.description

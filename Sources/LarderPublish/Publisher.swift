@@ -81,6 +81,8 @@ public struct Publisher: Sendable {
     let coSigners: [PrivateKey]
     let now: @Sendable () -> Date
     let logger: Logger
+    /// Seconds to wait for another publisher of the same repository.
+    public var lockTimeout: Double = 60
 
     /// A publisher signing with `key` (and `coSigners`); `now` is the clock used for `expires`.
     public init(
@@ -108,6 +110,8 @@ public struct Publisher: Sendable {
     /// one, so that both old and updated devices accept it.
     public func rotateKeys(to newKeys: [PublicKey], repository: FilePath, timeToLive: TimeInterval = 30 * 24 * 3600) throws(PublishError) -> RotationReport {
         let layout = RepositoryLayout(root: repository)
+        let lock = try publishLock(layout)
+        defer { lock.unlock() }
         guard var index = try loadIndex(layout) else {
             throw .existingIndexUntrusted(detail: "\(layout.index) does not exist")
         }
@@ -148,9 +152,12 @@ public struct Publisher: Sendable {
         case .failure(let problem): throw .badName(path: request.entry, problem: problem)
         }
 
-        // 2. The repository as it stands (completing an interrupted publication first).
+        // 2. The repository as it stands (completing an interrupted publication first), under
+        // the publishers' lock.
         let layout = RepositoryLayout(root: request.repository)
         try io { try AtomicFile.makeDirectories(layout.root) }
+        let lock = try publishLock(layout)
+        defer { lock.unlock() }
         let current = try loadIndex(layout)
         let versionRel = RepositoryLayout.versionPath(id, version)
         if AtomicFile.exists(layout.resolve(versionRel)) || (current?.packages.contains { $0.id == id && $0.version == version } ?? false) {
@@ -265,6 +272,8 @@ public struct Publisher: Sendable {
         guard let id = PackageID(idText) else { throw .badID(idText) }
         guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
         let layout = RepositoryLayout(root: repository)
+        let lock = try publishLock(layout)
+        defer { lock.unlock() }
         guard var index = try loadIndex(layout) else {
             throw .existingIndexUntrusted(detail: "\(layout.index) does not exist")
         }
@@ -344,6 +353,7 @@ public struct Publisher: Sendable {
     /// Bumps the serial and expiry, signs, and publishes the pair: both written as `.pending`
     /// files, then the signature renamed into place, then the index.
     func publish(_ index: inout RepositoryIndex, _ layout: RepositoryLayout, ttl: TimeInterval) throws(PublishError) -> RepositoryIndex {
+        guard index.serial < UInt64.max else { throw .serialExhausted }
         index.serial += 1
         index.expires = Date(timeIntervalSince1970: (now().timeIntervalSince1970 + ttl).rounded(.down))
         index.packages.sort { ($0.id, $0.channel) < ($1.id, $1.channel) }
@@ -370,6 +380,17 @@ public struct Publisher: Sendable {
             throw .io(FileSystemError("rename", from, Errno(rawValue: errno)))
         }
         try io { try AtomicFile.syncDirectory(dir) }
+    }
+
+    /// The publishers' lock of a repository (`.larder-publish.lock`): one pack, revoke or
+    /// rotate-key at a time, so serials never collide and no staging directory in use is removed.
+    private func publishLock(_ layout: RepositoryLayout) throws(PublishError) -> FileLock {
+        do { return try FileLock(path: layout.root.appending(".larder-publish.lock"), timeout: lockTimeout) } catch {
+            switch error {
+            case .locked(let pid, _): throw .busy(holderPID: pid)
+            case .io(let e): throw .io(e)
+            }
+        }
     }
 
     /// Sets the modification time of `paths` to at least one second after that of `previous`

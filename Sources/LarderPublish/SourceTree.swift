@@ -21,7 +21,8 @@ public struct SourceTree: Sendable {
     /// Scans `root`, refusing symlinks, special files, names that break the path rules,
     /// collisions, an empty tree and trees over `limits`.
     public static func scan(_ root: FilePath, limits: TreeLimits = .standard) throws(PublishError) -> SourceTree {
-        guard AtomicFile.isDirectory(root) else { throw .notADirectory(root.string) }
+        // The root itself may be a symlink to the build output; entries inside are never followed.
+        guard AtomicFile.isDirectoryFollowingLinks(root) else { throw .notADirectory(root.string) }
         var files: [(RelativePath, FilePath)] = []
         var total: Int64 = 0
         var keys: [String: String] = [:]

@@ -37,6 +37,8 @@ public struct VerifyReport: Sendable, Codable, Equatable {
     public var path: String
     public var serial: UInt64?
     public var signedBy: String?
+    /// Whether the index signature was checked (false with --skip-signature, and for bundles).
+    public var signatureChecked = false
     public var packagesChecked: Int
     public var filesChecked: Int
     public var objectsChecked: Int
@@ -45,7 +47,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
     public var ok: Bool { problems.isEmpty }
 
     enum CodingKeys: String, CodingKey {
-        case kind, path, serial, signedBy, packagesChecked, filesChecked, objectsChecked, problems, ok
+        case kind, path, serial, signedBy, signatureChecked, packagesChecked, filesChecked, objectsChecked, problems, ok
     }
 
     public func encode(to encoder: Encoder) throws {
@@ -54,6 +56,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         try c.encode(path, forKey: .path)
         try c.encodeIfPresent(serial, forKey: .serial)
         try c.encodeIfPresent(signedBy, forKey: .signedBy)
+        try c.encode(signatureChecked, forKey: .signatureChecked)
         try c.encode(packagesChecked, forKey: .packagesChecked)
         try c.encode(filesChecked, forKey: .filesChecked)
         try c.encode(objectsChecked, forKey: .objectsChecked)
@@ -67,6 +70,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         path = try c.decode(String.self, forKey: .path)
         serial = try c.decodeIfPresent(UInt64.self, forKey: .serial)
         signedBy = try c.decodeIfPresent(String.self, forKey: .signedBy)
+        signatureChecked = try c.decodeIfPresent(Bool.self, forKey: .signatureChecked) ?? false
         packagesChecked = try c.decode(Int.self, forKey: .packagesChecked)
         filesChecked = try c.decode(Int.self, forKey: .filesChecked)
         objectsChecked = try c.decode(Int.self, forKey: .objectsChecked)
@@ -122,6 +126,7 @@ public struct Verifier: Sendable {
             problem("index-missing", "cannot read \(RepositoryLayout.indexName)", file: RepositoryLayout.indexName)
             return report
         }
+        report.signatureChecked = checkSignature
         if checkSignature {
             do {
                 let sigBytes = try AtomicFile.read(layout.signature, limit: 1 << 20)
@@ -349,15 +354,22 @@ struct TextCollector: ArchiveConsumer {
     var texts: [(RelativePath, String)] = []
     var current: RelativePath?
     var buffer: [UInt8] = []
+    /// Set once a chunk did not fit: the text is kept as a prefix, never with a hole.
+    var truncated = false
 
     mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws {
         let ext = path.pathExtension
         current = (ext == "html" || ext == "htm" || ext == "css") ? path : nil
         buffer.removeAll(keepingCapacity: true)
+        truncated = false
     }
 
     mutating func write(_ chunk: UnsafeRawBufferPointer) throws {
-        guard current != nil, buffer.count + chunk.count <= Self.limit else { return }
+        guard current != nil, !truncated else { return }
+        guard buffer.count + chunk.count <= Self.limit else {
+            truncated = true
+            return
+        }
         buffer.append(contentsOf: chunk)
     }
 

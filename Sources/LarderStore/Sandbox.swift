@@ -40,9 +40,9 @@ public final class Sandbox {
     /// Set when state.json could not be read (only with `allowCorruptState`).
     public private(set) var stateProblem: String?
     private let options: Options
-    private var lock: WriterLock?
+    private var lock: FileLock?
 
-    private init(layout: SandboxLayout, state: SandboxState, options: Options, lock: WriterLock) {
+    private init(layout: SandboxLayout, state: SandboxState, options: Options, lock: FileLock) {
         self.layout = layout
         self.state = state
         self.options = options
@@ -56,7 +56,13 @@ public final class Sandbox {
     public static func open(_ root: FilePath, options: Options = Options()) throws(StoreError) -> Sandbox {
         let layout = SandboxLayout(root: root)
         try io { try AtomicFile.makeDirectories(root) }
-        let lock = try WriterLock(path: layout.lock, timeout: options.lockTimeout)
+        let lock: FileLock
+        do { lock = try FileLock(path: layout.lock, timeout: options.lockTimeout) } catch {
+            switch error {
+            case .locked(let pid, let waited): throw .locked(holderPID: pid, waitedSeconds: waited)
+            case .io(let e): throw .io(e)
+            }
+        }
         for dir in [layout.packages, layout.lists, layout.staging, layout.downloads, layout.trash, layout.pins] {
             try io { try AtomicFile.makeDirectories(dir) }
         }
@@ -143,6 +149,10 @@ public final class Sandbox {
             changed = true
         }
         if let existing = pkg.versions.first(where: { $0.version == version }) {
+            if let list = fileList {
+                let problems = TreeCheck.problems(tree: target, list: list)
+                if !problems.isEmpty { throw .verification(id: id.rawValue, version: version.description, problems: problems) }
+            }
             var outcome = "unchanged"
             if activate, pkg.active != version {
                 pkg.activate(version, event: "activate", reason: "installed again (already on disk)", at: now)

@@ -13,7 +13,8 @@ struct LarderCommand: ParsableCommand {
             doctor (each with --root DIR).
             Not built yet: serve.
 
-            Exit codes: 0 success; 1 failure or problems found; 64 usage error.
+            Exit codes: 0 success; 1 failure or problems found; 64 usage error; sync also 2 when \
+            some packages failed and the others were applied.
             Results go to stdout (text, or a JSON document with --json); diagnostics to stderr.
             """,
         // No root `--version` flag: `pack --version` is the package version, and ArgumentParser

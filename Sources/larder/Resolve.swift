@@ -7,9 +7,9 @@ struct Resolve: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show which local file serves a URL, or why it goes to the network (takes no lock).",
         discussion: """
-            URL is larder://<id>/<path>, a URL under a route the index declares for a package, or \\
-            a URL of a scheme given with --scheme. Prints local (file, package@version, type, \\
-            length, ETag), passthrough or not-found, with the reason. Exit 0 for any of these; 1 \\
+            URL is larder://<id>/<path>, a URL under a route the index declares for a package, or \
+            a URL of a scheme given with --scheme. Prints local (file, package@version, type, \
+            length, ETag), passthrough or not-found, with the reason. Exit 0 for any of these; 1 \
             when the sandbox cannot be read.
             """)
     @Argument(help: "The URL to resolve.") var url: String

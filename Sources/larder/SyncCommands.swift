@@ -107,8 +107,12 @@ final class ResultBox<T>: @unchecked Sendable {
 struct Plan: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "plan",
-        abstract: "Show what a sync would do, and why; change nothing.",
-        discussion: "Fetches and verifies the index and the file lists it needs; the sandbox is not changed (beyond the lock).")
+        abstract: "Show what a sync would do, and why; apply nothing.",
+        discussion: """
+            Fetches and verifies the index and the file lists it needs and prints the plan; it \
+            installs, activates and records nothing. Like every writer it takes the sandbox lock \
+            and runs recovery (emptying staging/ and trash/ of interrupted operations).
+            """)
     @OptionGroup var args: SyncArguments
     @OptionGroup var output: OutputOptions
 

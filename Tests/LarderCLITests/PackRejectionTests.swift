@@ -19,6 +19,8 @@ func snapshot(_ root: URL) -> [String: String] {
     let fm = FileManager.default
     guard let e = fm.enumerator(atPath: root.path) else { return out }
     while let rel = e.nextObject() as? String {
+        // The publishers' lock file is created by any pack (it holds no repository data).
+        if rel == ".larder-publish.lock" { continue }
         let url = root.appendingPathComponent(rel)
         var isDir: ObjCBool = false
         guard fm.fileExists(atPath: url.path, isDirectory: &isDir) else { continue }

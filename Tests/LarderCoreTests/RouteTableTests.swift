@@ -71,7 +71,9 @@ struct RouteTableTests {
         if case .passthrough = Self.table.resolve("https://app.example.com/missing.js") {} else { Issue.record("passthrough expected") }
         if case .notFound = Self.table.resolve("https://app.example.com/docs/missing.html") {} else { Issue.record("notFound expected") }
         // Bypass prefixes always go to the network; other hosts and schemes are not routed.
-        if case .passthrough(let r) = Self.table.resolve("https://app.example.com/api/items") { #expect(r.contains("bypass")) } else { Issue.record("bypass") }
+        for api in ["https://app.example.com/api/items", "https://app.example.com//api/items", "https://app.example.com/./api/items", "https://app.example.com/%61pi/items"] {
+            if case .passthrough(let r) = Self.table.resolve(api) { #expect(r.contains("bypass"), "\(api)") } else { Issue.record("bypass: \(api)") }
+        }
         if case .passthrough = Self.table.resolve("https://other.example.com/index.html") {} else { Issue.record("other host") }
         if case .passthrough = Self.table.resolve("http://app.example.com/index.html") {} else { Issue.record("other scheme") }
         if case .notFound = Self.table.resolve("larder://nope/index.html") {} else { Issue.record("unknown package") }

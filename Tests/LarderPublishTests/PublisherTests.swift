@@ -1,5 +1,6 @@
 import Foundation
 import LarderArchive
+import LarderFileSystem
 import LarderCore
 import LarderPublish
 import SystemPackage
@@ -196,6 +197,19 @@ struct PublisherTests {
             #expect(Int(sig.timeIntervalSince1970) >= Int(m.timeIntervalSince1970))
             previous = Int(m.timeIntervalSince1970)
         }
+    }
+
+    /// One publisher at a time: a second one waits for the lock, then gives up naming the holder.
+    @Test func publishersTakeTurns() throws {
+        let ws = try Workspace()
+        defer { ws.cleanup() }
+        _ = try ws.publisher().pack(ws.request("1.0.0"))
+        let held = try FileLock(path: FilePath(ws.repo.appendingPathComponent(".larder-publish.lock").path), timeout: 1)
+        var p = ws.publisher()
+        p.lockTimeout = 0.3
+        #expect(throws: PublishError.busy(holderPID: getpid())) { try p.revoke(id: "sample-app", version: "1.0.0", repository: ws.repoPath) }
+        held.unlock()
+        #expect(try p.revoke(id: "sample-app", version: "1.0.0", repository: ws.repoPath).serial == 2)
     }
 
     /// A crash between writing the pending pair and renaming it: the next run completes it.

@@ -1,5 +1,4 @@
 import Foundation
-import LarderFileSystem
 import SystemPackage
 
 #if canImport(Glibc)
@@ -8,13 +7,22 @@ import SystemPackage
     import Darwin
 #endif
 
-/// The writers' lock: `flock` on `<root>/.lock`, whose content names the holder's pid. A second
+/// Why a lock could not be taken.
+public enum FileLockError: Error, Sendable, Equatable {
+    /// Another process holds it (its pid when it wrote one).
+    case locked(holderPID: Int32?, waitedSeconds: Double)
+    case io(FileSystemError)
+}
+
+/// A writers' lock: `flock` on a lock file whose content names the holder's pid. A second
 /// writer polls until `timeout`, then fails naming the holder. Released on `unlock()` or when the
-/// process dies (the kernel drops flocks with the descriptor).
-final class WriterLock {
+/// process dies (the kernel drops flocks with the descriptor). Used for the sandbox
+/// (`<root>/.lock`) and for publishing into a repository.
+public final class FileLock {
     private var fd: Int32
 
-    init(path: FilePath, timeout: Double) throws(StoreError) {
+    /// Takes the lock at `path`, waiting up to `timeout` seconds.
+    public init(path: FilePath, timeout: Double) throws(FileLockError) {
         let f = open(path.string, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
         guard f >= 0 else { throw .io(FileSystemError("open", path, Errno(rawValue: errno))) }
         let start = Date()
@@ -45,7 +53,8 @@ final class WriterLock {
         return Int32(String(decoding: buf[0..<n], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines))
     }
 
-    func unlock() {
+    /// Releases the lock (idempotent).
+    public func unlock() {
         guard fd >= 0 else { return }
         _ = ftruncate(fd, 0)
         flock(fd, LOCK_UN)
