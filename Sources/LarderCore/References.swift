@@ -206,28 +206,6 @@ extension String {
 
     /// Percent-decoding that fails on a bad escape or on bytes that are not UTF-8.
     fileprivate var removingPercentEncodingStrict: String? {
-        let u = Array(utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(u.count)
-        var i = 0
-        func hex(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 0x30...0x39: c - 0x30
-            case 0x41...0x46: c - 0x41 + 10
-            case 0x61...0x66: c - 0x61 + 10
-            default: nil
-            }
-        }
-        while i < u.count {
-            if u[i] == UInt8(ascii: "%") {
-                guard i + 2 < u.count, let h = hex(u[i + 1]), let l = hex(u[i + 2]) else { return nil }
-                out.append(h << 4 | l)
-                i += 3
-            } else {
-                out.append(u[i])
-                i += 1
-            }
-        }
-        return String(validating: out, as: UTF8.self)
+        try? PercentDecoding.decode(self).get()
     }
 }

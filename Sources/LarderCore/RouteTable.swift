@@ -126,50 +126,30 @@ public struct RouteTable: Sendable {
             length: f.size, etag: "\"\(f.sha256.hex)\"")
     }
 
-    struct Refusal: Error { let message: String }
+    typealias Refusal = PercentDecoding.Refusal
 
     /// Percent-decodes once and removes dot segments; refuses NUL, backslash, an encoded slash,
     /// bad escapes, non-UTF-8, and paths that climb above the package root. Returns the path
     /// without its leading `/` (a trailing `/` is kept to mark a directory).
     static func normalise(_ raw: String) -> Result<String, Refusal> {
-        let u = Array(raw.utf8)
-        if u.count > 4096 { return .failure(Refusal(message: "longer than 4096 bytes")) }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(u.count)
-        var i = 0
-        func hex(_ c: UInt8) -> UInt8? {
-            switch c {
-            case 0x30...0x39: c - 0x30
-            case 0x41...0x46: c - 0x41 + 10
-            case 0x61...0x66: c - 0x61 + 10
+        if raw.utf8.count > 4096 { return .failure(Refusal(message: "longer than 4096 bytes")) }
+        if raw.utf8.contains(0) { return .failure(Refusal(message: "a NUL byte")) }
+        if raw.utf8.contains(UInt8(ascii: "\\")) { return .failure(Refusal(message: "a backslash")) }
+        let decoded = PercentDecoding.decode(raw) { byte in
+            switch byte {
+            case UInt8(ascii: "/"): "an encoded slash"
+            case UInt8(ascii: "\\"): "an encoded backslash"
+            case 0: "an encoded NUL"
             default: nil
             }
         }
-        while i < u.count {
-            let c = u[i]
-            if c == UInt8(ascii: "%") {
-                guard i + 2 < u.count, let h = hex(u[i + 1]), let l = hex(u[i + 2]) else {
-                    return .failure(Refusal(message: "a bad percent escape"))
-                }
-                let d = h << 4 | l
-                if d == UInt8(ascii: "/") { return .failure(Refusal(message: "an encoded slash")) }
-                if d == UInt8(ascii: "\\") { return .failure(Refusal(message: "an encoded backslash")) }
-                if d == 0 { return .failure(Refusal(message: "an encoded NUL")) }
-                bytes.append(d)
-                i += 3
-                continue
-            }
-            if c == 0 { return .failure(Refusal(message: "a NUL byte")) }
-            if c == UInt8(ascii: "\\") { return .failure(Refusal(message: "a backslash")) }
-            bytes.append(c)
-            i += 1
-        }
-        guard let text = String(validating: bytes, as: UTF8.self) else {
-            return .failure(Refusal(message: "not UTF-8 once decoded"))
+        let text: String
+        switch decoded {
+        case .success(let t): text = t
+        case .failure(let r): return .failure(r)
         }
         var out: [Substring] = []
-        let segments = text.split(separator: "/", omittingEmptySubsequences: false)
-        for s in segments {
+        for s in text.split(separator: "/", omittingEmptySubsequences: false) {
             if s.isEmpty || s == "." { continue }
             if s == ".." {
                 guard !out.isEmpty else { return .failure(Refusal(message: "it climbs above the package root")) }
