@@ -70,17 +70,9 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
             case .done(let status, let headers, let body):
                 if status == 304 { return FetchedDocument(data: Data(), etag: headers["etag"] ?? etag, notModified: true) }
                 if status == 200 { return FetchedDocument(data: body, etag: headers["etag"], notModified: false) }
-                if let delay = retryDelay(status: status, headers: headers, attempt: attempt) {
-                    await sleep(delay)
-                    continue
-                }
-                throw .status(url: url.absoluteString, code: status)
+                await sleep(try retryAfter(status: status, headers: headers, url: url, attempt: attempt))
             case .failed(let error, let retryable):
-                if retryable, attempt < options.attempts {
-                    await sleep(backoff(attempt))
-                    continue
-                }
-                throw error
+                await sleep(try retryAfter(error, retryable: retryable, attempt: attempt))
             }
         }
     }
@@ -131,22 +123,30 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
                     file.part.reset()
                     if attempt < options.attempts { continue }
                 }
-                if let delay = retryDelay(status: status, headers: headers, attempt: attempt) {
-                    await sleep(delay)
-                    continue
-                }
-                throw .status(url: url.absoluteString, code: status)
+                await sleep(try retryAfter(status: status, headers: headers, url: url, attempt: attempt))
             case .failed(let error, let retryable):
-                if retryable, attempt < options.attempts {
-                    await sleep(backoff(attempt))
-                    continue
-                }
-                throw error
+                await sleep(try retryAfter(error, retryable: retryable, attempt: attempt))
             }
         }
     }
 
     // MARK: retries
+
+    /// After a response that is neither success nor 304: the wait before the next attempt, or
+    /// the status error when it must not be retried (other 4xx, or attempts used up).
+    func retryAfter(status: Int, headers: [String: String], url: URL, attempt: Int) throws(FetchError) -> Double {
+        guard let delay = retryDelay(status: status, headers: headers, attempt: attempt) else {
+            throw .status(url: url.absoluteString, code: status)
+        }
+        return delay
+    }
+
+    /// After a failed attempt: the backoff before the next one, or the error when it is not
+    /// retryable or the attempts are used up.
+    func retryAfter(_ error: FetchError, retryable: Bool, attempt: Int) throws(FetchError) -> Double {
+        guard retryable, attempt < options.attempts else { throw error }
+        return backoff(attempt)
+    }
 
     func backoff(_ attempt: Int) -> Double {
         let base = options.backoff * pow(2, Double(attempt - 1))

@@ -211,20 +211,52 @@ public struct Syncer: Sendable {
         return (lists, failures)
     }
 
-    /// Plans without changing anything (fetches the index and file lists, records nothing).
-    public func plan() async throws(SyncError) -> (Plan, RepositoryIndex) {
+    /// What both `plan` and `sync` start from: the open sandbox (the caller closes it), the
+    /// verified index, and the plan made with the file lists it needed.
+    struct Prepared {
+        let config: SyncConfig
+        let sandbox: Sandbox
+        let base: URL
+        let transport: any Transport
+        let index: RepositoryIndex
+        let indexChanged: Bool
+        let context: ClientContext
+        let lists: [PackageID: FileList]
+        let listFailures: [PackageID: Failure]
+        let local: [SHA256Digest: FilePath]
+        let plan: Plan
+    }
+
+    /// Locks and recovers the sandbox, fetches and verifies the index (recording it when
+    /// `record`), plans once to learn which file lists are needed, fetches them, and plans again.
+    func prepare(record: Bool) async throws(SyncError) -> Prepared {
         let config = try SyncConfig.load(root: root)
         let sandbox: Sandbox
         do { sandbox = try Sandbox.open(root) } catch { throw .store(error) }
-        defer { sandbox.close() }
-        guard let base = URL(string: config.repository) else { throw .config("bad repository URL") }
-        let t = try transportFor(base, config)
-        let (index, _) = try await acceptIndex(sandbox: sandbox, config: config, transport: t, base: base, record: false)
-        let ctx = context(config)
-        let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
-        let (lists, _) = await fetchLists(first, index: index, transport: t, base: base, channel: ctx.channel)
-        let local = Set(sandbox.localContents().keys)
-        return (filter(Differ.plan(index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: local), index), index)
+        do throws(SyncError) {
+            guard let base = URL(string: config.repository) else { throw SyncError.config("bad repository URL") }
+            let t = try transportFor(base, config)
+            let (index, changed) = try await acceptIndex(sandbox: sandbox, config: config, transport: t, base: base, record: record)
+            let ctx = context(config)
+            let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
+            let (lists, failures) = await fetchLists(first, index: index, transport: t, base: base, channel: ctx.channel)
+            let local = sandbox.localContents()
+            let plan = filter(
+                Differ.plan(index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: Set(local.keys)), index)
+            return Prepared(
+                config: config, sandbox: sandbox, base: base, transport: t, index: index, indexChanged: changed, context: ctx,
+                lists: lists, listFailures: failures, local: local, plan: plan)
+        } catch {
+            sandbox.close()
+            throw error
+        }
+    }
+
+    /// Plans without changing anything (fetches the index and file lists, records nothing).
+    public func plan() async throws(SyncError) -> (Plan, RepositoryIndex) {
+        let p = try await prepare(record: false)
+        p.sandbox.close()
+        return (p.plan, p.index)
     }
 
     /// Only the named packages — widened to everything they depend on (transitively, from the
@@ -254,18 +286,10 @@ public struct Syncer: Sendable {
     /// place and activate (as pending; dependency groups together), gc by retention. One
     /// package's failure neither blocks nor damages another.
     public func sync() async throws(SyncError) -> SyncReport {
-        let config = try SyncConfig.load(root: root)
-        let sandbox: Sandbox
-        do { sandbox = try Sandbox.open(root) } catch { throw .store(error) }
+        let p = try await prepare(record: true)
+        let (config, sandbox, base, t, index, changed, ctx) = (p.config, p.sandbox, p.base, p.transport, p.index, p.indexChanged, p.context)
+        let (lists, listFailures, local, plan) = (p.lists, p.listFailures, p.local, p.plan)
         defer { sandbox.close() }
-        guard let base = URL(string: config.repository) else { throw .config("bad repository URL") }
-        let t = try transportFor(base, config)
-        let (index, changed) = try await acceptIndex(sandbox: sandbox, config: config, transport: t, base: base)
-        let ctx = context(config)
-        let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
-        let (lists, listFailures) = await fetchLists(first, index: index, transport: t, base: base, channel: ctx.channel)
-        let local = sandbox.localContents()
-        let plan = filter(Differ.plan(index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: Set(local.keys)), index)
         var results: [PackageResult] = []
         let entries = Dictionary(index.packages.filter { $0.channel == ctx.channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
 
