@@ -3,14 +3,17 @@ import PackageDescription
 
 // Dependency direction (see README "Layout"):
 //   LarderCore <- LarderFileSystem <- LarderArchive <- LarderPublish, LarderStore <- LarderSync
-//     <- Larder (façade) <- larder (CLI)
+//     <- LarderResolve <- Larder (façade), LarderGateway, LarderWebKit <- larder (CLI)
 // LarderCore is pure values and decisions (no I/O). LarderArchive is the only module that
-// imports C (libarchive for zip, zlib for gzip objects).
+// imports C libraries (libarchive for zip, zlib for gzip objects); CLarderShim is one inline
+// atomic load for LarderResolve. LarderGateway (the `serve` HTTP gateway) is the only module on
+// Hummingbird, so an app that embeds the library does not link a server.
 let package = Package(
     name: "Larder",
     platforms: [.macOS(.v13), .iOS(.v16)],
     products: [
         .library(name: "Larder", targets: ["Larder"]),
+        .library(name: "LarderWebKit", targets: ["LarderWebKit"]),
         .executable(name: "larder", targets: ["larder"]),
     ],
     dependencies: [
@@ -18,6 +21,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
     ],
     targets: [
         .systemLibrary(
@@ -77,17 +82,41 @@ let package = Package(
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        .target(name: "CLarderShim"),
+        .target(
+            name: "LarderResolve",
+            dependencies: [
+                "CLarderShim", "LarderCore", "LarderFileSystem", "LarderStore", "LarderSync",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .target(
+            name: "LarderGateway",
+            dependencies: [
+                "LarderCore", "LarderResolve",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // A WKURLSchemeHandler over the resource loader; its code compiles only where WebKit
+        // exists (`#if canImport(WebKit)`), so on Linux the module is empty.
+        .target(name: "LarderWebKit", dependencies: ["LarderCore", "LarderResolve"]),
         .target(
             name: "Larder",
             dependencies: [
                 "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore", "LarderSync",
+                "LarderResolve",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
+        // The resolve benchmark (scripts/bench-resolve); not a product.
+        .executableTarget(name: "larder-bench-resolve", dependencies: ["LarderCore", "LarderResolve", "LarderStore"]),
         .executableTarget(
             name: "larder",
             dependencies: [
-                "Larder",
+                "Larder", "LarderGateway",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -105,6 +134,10 @@ let package = Package(
         .testTarget(
             name: "LarderSyncTests",
             dependencies: ["LarderSync", "LarderStore", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem"]
+        ),
+        .testTarget(
+            name: "LarderResolveTests",
+            dependencies: ["LarderResolve", "LarderStore", "LarderPublish", "LarderCore", "LarderFileSystem"]
         ),
         .testTarget(name: "LarderCLITests", dependencies: ["LarderCore"]),
     ]

@@ -2,6 +2,7 @@
 @_exported import LarderPublish
 @_exported import LarderStore
 @_exported import LarderSync
+@_exported import LarderResolve
 import Foundation
 import LarderFileSystem
 import SystemPackage

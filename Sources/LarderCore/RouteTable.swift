@@ -21,7 +21,8 @@ public struct LocalFile: Sendable, Equatable {
 }
 
 /// One installed package as the resolver sees it: its active version's files and the serving
-/// settings the index gave it.
+/// settings the index gave it. Every answer is computed here, once per snapshot (type, ETag), so
+/// a lookup is one dictionary access.
 public struct RoutedPackage: Sendable {
     public var id: PackageID
     public var version: SemanticVersion
@@ -29,7 +30,8 @@ public struct RoutedPackage: Sendable {
     public var entry: String
     public var spaFallback: Bool
     public var policy: Policy
-    public var files: [String: FileEntry]
+    /// Path inside the package → the answer for it.
+    public var files: [String: LocalFile]
 
     /// Creates one from a file list and the index's settings.
     public init(list: FileList, routes: [RoutePrefix], entry: String, spaFallback: Bool, policy: Policy) {
@@ -39,7 +41,14 @@ public struct RoutedPackage: Sendable {
         self.entry = entry
         self.spaFallback = spaFallback
         self.policy = policy
-        files = Dictionary(list.files.map { ($0.path.string, $0) }, uniquingKeysWith: { a, _ in a })
+        var files: [String: LocalFile] = [:]
+        files.reserveCapacity(list.files.count)
+        for f in list.files where files[f.path.string] == nil {
+            files[f.path.string] = LocalFile(
+                package: list.id, version: list.version, path: f.path, mime: f.mime ?? MediaTypes.type(for: f.path),
+                length: f.size, etag: "\"\(f.sha256.hex)\"")
+        }
+        self.files = files
     }
 }
 
@@ -49,70 +58,108 @@ public struct RoutedPackage: Sendable {
 /// ports normalised). Query and fragment are ignored; percent-decoding happens once; dot segments
 /// are removed; a path that would leave the package, or holds NUL, a backslash or an encoded
 /// slash, is refused before any lookup.
+///
+/// The hot path (a plain path under a declared route) costs a scan of the URL's bytes and three
+/// or four dictionary lookups: the origin, the route prefix (one per path segment, longest
+/// first), and the file.
 public struct RouteTable: Sendable {
-    let packages: [PackageID: RoutedPackage]
-    /// Prefixes, longest path first.
-    let prefixes: [(RoutePrefix, PackageID)]
+    /// Package id text → package.
+    let packages: [String: RoutedPackage]
+    /// `scheme://host[:port]` (normalised) → route path prefix → package id.
+    let origins: [String: [String: String]]
     /// Custom schemes that map `scheme://<id>/<path>` like `larder:`.
     let schemes: Set<String>
 
     /// Builds a table; `schemes` are extra custom schemes the app registers (lower case).
     public init(packages: [RoutedPackage], schemes: Set<String> = []) {
-        self.packages = Dictionary(packages.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        var p: [(RoutePrefix, PackageID)] = []
-        for pkg in packages { for r in pkg.routes { p.append((r, pkg.id)) } }
-        prefixes = p.sorted { $0.0.path.utf8.count > $1.0.path.utf8.count }
+        self.packages = Dictionary(packages.map { ($0.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
+        var origins: [String: [String: String]] = [:]
+        for pkg in packages {
+            for r in pkg.routes {
+                let origin = "\(r.scheme)://\(r.host)\(r.port.map { ":\($0)" } ?? "")"
+                if origins[origin]?[r.path] == nil { origins[origin, default: [:]][r.path] = pkg.id.rawValue }
+            }
+        }
+        self.origins = origins
         self.schemes = Set(schemes.map { $0.lowercased() }).union(["larder"])
     }
+
+    /// The same table with some packages replaced (a session's pinned versions).
+    public func replacing(_ pinned: [RoutedPackage]) -> RouteTable {
+        var all = packages
+        for p in pinned { all[p.id.rawValue] = p }
+        return RouteTable(packages: all.keys.sorted().compactMap { all[$0] }, schemes: schemes)
+    }
+
+    /// The package with this id, if the table has it.
+    public func package(_ id: PackageID) -> RoutedPackage? { packages[id.rawValue] }
+
+    /// Every package in the table, by id.
+    public var allPackages: [RoutedPackage] { packages.keys.sorted().compactMap { packages[$0] } }
 
     /// Resolves a URL string.
     public func resolve(_ url: String) -> Resolution {
         guard let u = ParsedURL(url) else { return .passthrough(reason: "not a URL this table routes") }
         // Custom schemes: scheme://<id>/<path>.
-        if schemes.contains(u.scheme) {
-            guard let id = PackageID(u.host), let pkg = packages[id] else {
-                return .notFound(reason: "no package \(u.host) in this sandbox")
-            }
+        if u.scheme != "http" && u.scheme != "https" {
+            guard schemes.contains(u.scheme) else { return .passthrough(reason: "scheme \(u.scheme) is not routed") }
+            guard let pkg = packages[u.host] else { return .notFound(reason: "no package \(u.host) in this sandbox") }
             return lookup(pkg, rawPath: u.path)
         }
-        guard u.scheme == "http" || u.scheme == "https" else { return .passthrough(reason: "scheme \(u.scheme) is not routed") }
-        let port = u.port.flatMap { ($0 == 80 && u.scheme == "http") || ($0 == 443 && u.scheme == "https") ? nil : $0 }
-        for (prefix, id) in prefixes where prefix.scheme == u.scheme && prefix.host == u.host && prefix.port == port {
-            // `/app` matches the prefix `/app/` as its directory.
-            let asDirectory = u.path.hasSuffix("/") ? u.path : u.path + "/"
-            guard u.path.hasPrefix(prefix.path) || asDirectory == prefix.path, let pkg = packages[id] else { continue }
-            let rest = u.path.hasPrefix(prefix.path) ? String(u.path.dropFirst(prefix.path.count)) : ""
-            return lookup(pkg, rawPath: "/" + rest)
+        let isDefaultPort = u.port == nil || (u.port == 80 && u.scheme == "http") || (u.port == 443 && u.scheme == "https")
+        let origin = isDefaultPort ? u.scheme + "://" + u.host : "\(u.scheme)://\(u.host):\(u.port!)"
+        if let prefixes = origins[origin], let (id, rest) = Self.longestPrefix(prefixes, of: u.path), let pkg = packages[id] {
+            return lookup(pkg, rawPath: rest)
         }
         return .passthrough(reason: "no package routes \(u.scheme)://\(u.host)\(u.path)")
+    }
+
+    /// The longest route prefix of `path` in `prefixes` (each ends in `/`), and the rest of the
+    /// path after it (starting with `/`). `/app` matches the prefix `/app/` as its directory.
+    static func longestPrefix(_ prefixes: [String: String], of path: String) -> (String, String)? {
+        let bytes = path.utf8
+        if bytes.last != UInt8(ascii: "/"), let id = prefixes[path + "/"] { return (id, "/") }
+        var end = bytes.endIndex
+        while end > bytes.startIndex {
+            guard let slash = bytes[..<end].lastIndex(of: UInt8(ascii: "/")) else { break }
+            let after = bytes.index(after: slash)
+            if let id = prefixes[String(path[..<after])] {
+                return (id, "/" + String(path[after...]))
+            }
+            end = slash
+        }
+        return nil
     }
 
     /// The lookup inside one package: bypass prefixes, decoding and dot segments, then the file,
     /// the directory's entry file, or the SPA fallback; else the policy decides.
     func lookup(_ pkg: RoutedPackage, rawPath: String) -> Resolution {
         let path: String
-        switch Self.normalise(rawPath) {
-        case .success(let p): path = p
-        case .failure(let why): return .notFound(reason: "refused path \(rawPath): \(why.message)")
+        if let plain = Self.plainPath(rawPath) {
+            path = plain
+        } else {
+            switch Self.normalise(rawPath) {
+            case .success(let p): path = p
+            case .failure(let why): return .notFound(reason: "refused path \(rawPath): \(why.message)")
+            }
         }
         // Bypass prefixes match the normalised path, so `//api/x` or `/%61pi/x` cannot dodge them.
-        for b in pkg.policy.bypass where ("/" + path).hasPrefix(b) || ("/" + path + "/") == b {
-            return .passthrough(reason: "\(rawPath) matches the bypass prefix \(b) of \(pkg.id)")
+        if !pkg.policy.bypass.isEmpty {
+            let rooted = "/" + path
+            for b in pkg.policy.bypass where rooted.hasPrefix(b) || (rooted + "/") == b {
+                return .passthrough(reason: "\(rawPath) matches the bypass prefix \(b) of \(pkg.id)")
+            }
         }
-        let isDirectory = path.isEmpty || path.hasSuffix("/")
-        var candidates: [String] = []
+        let isDirectory = path.isEmpty || path.utf8.last == UInt8(ascii: "/")
         if isDirectory {
-            candidates.append(path + pkg.entry)
+            if let f = pkg.files[path + pkg.entry] { return .local(f) }
         } else {
-            candidates.append(path)
-            candidates.append(path + "/" + pkg.entry)
-        }
-        for c in candidates {
-            if let f = pkg.files[c] { return .local(local(pkg, f)) }
+            if let f = pkg.files[path] { return .local(f) }
+            if let f = pkg.files[path + "/" + pkg.entry] { return .local(f) }
         }
         let last = path.split(separator: "/").last ?? ""
         if pkg.spaFallback, !isDirectory, !last.contains("."), let f = pkg.files[pkg.entry] {
-            return .local(local(pkg, f))
+            return .local(f)
         }
         switch pkg.policy.mode {
         case .localOnly: return .notFound(reason: "\(pkg.id)@\(pkg.version) has no \(path.isEmpty ? "/" : path) (local-only)")
@@ -120,10 +167,25 @@ public struct RouteTable: Sendable {
         }
     }
 
-    func local(_ pkg: RoutedPackage, _ f: FileEntry) -> LocalFile {
-        LocalFile(
-            package: pkg.id, version: pkg.version, path: f.path, mime: f.mime ?? MediaTypes.type(for: f.path),
-            length: f.size, etag: "\"\(f.sha256.hex)\"")
+    /// The common case without decoding: a path of plain segments (no `%`, backslash, NUL, empty
+    /// or dot segment) normalises to itself without its leading `/`. `nil` sends the path through
+    /// `normalise`.
+    static func plainPath(_ raw: String) -> String? {
+        let bytes = raw.utf8
+        guard bytes.first == UInt8(ascii: "/"), bytes.count <= 4096 else { return nil }
+        var previous = UInt8(ascii: "/")
+        var segmentStart = true
+        for b in bytes.dropFirst() {
+            switch b {
+            case UInt8(ascii: "%"), UInt8(ascii: "\\"), 0: return nil
+            case UInt8(ascii: "/"): if previous == UInt8(ascii: "/") { return nil }
+            case UInt8(ascii: "."): if segmentStart { return nil }
+            default: break
+            }
+            segmentStart = b == UInt8(ascii: "/")
+            previous = b
+        }
+        return String(raw.dropFirst())
     }
 
     typealias Refusal = PercentDecoding.Refusal

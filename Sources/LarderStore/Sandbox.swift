@@ -86,6 +86,9 @@ public final class Sandbox {
         let sandbox = Sandbox(layout: layout, state: state, options: options, lock: lock)
         sandbox.stateProblem = problem
         if problem == nil { try sandbox.removeUnknownTrees() }
+        // A writer that died between its state write and its generation write left readers a
+        // stale number; publishing it again here makes them notice.
+        GenerationFile.publish(layout, state.generation)
         return sandbox
     }
 
@@ -609,6 +612,7 @@ public final class Sandbox {
         state.generation += 1
         do {
             try AtomicFile.write(try ManifestCoding.encode(state), to: layout.state)
+            GenerationFile.publish(layout, state.generation)
         } catch let e as FileSystemError {
             throw .io(e)
         } catch {

@@ -6,6 +6,8 @@ import SystemPackage
 /// ```
 /// <root>/.lock          writers take it (flock); readers never do
 /// <root>/state.json     active / fallback / pending versions, health, history
+/// <root>/generation     state.json's generation as 8 bytes, rewritten in place after each
+///                       state write so readers notice a change with one memory load (mmap)
 /// <root>/packages/<id>/<version>/   extracted trees, never modified after activation
 /// <root>/lists/<id>/<version>.json  the verified file list of each tree
 /// <root>/staging/       extractions in progress; emptied by recovery
@@ -21,6 +23,7 @@ public struct SandboxLayout: Sendable {
 
     public var lock: FilePath { root.appending(".lock") }
     public var state: FilePath { root.appending("state.json") }
+    public var generation: FilePath { root.appending("generation") }
     public var packages: FilePath { root.appending("packages") }
     public var lists: FilePath { root.appending("lists") }
     public var staging: FilePath { root.appending("staging") }

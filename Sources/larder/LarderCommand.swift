@@ -9,9 +9,8 @@ struct LarderCommand: ParsableCommand {
         abstract: "Keep offline web packages in step with a signed repository.",
         discussion: """
             Publisher commands: keygen, pack, revoke, rotate-key, verify.
-            Device commands: init, sync, plan, resolve, install, status, confirm, rollback, gc, \
-            doctor (each with --root DIR).
-            Not built yet: serve.
+            Device commands: init, sync, plan, resolve, serve, install, status, confirm, rollback, \
+            gc, doctor (each with --root DIR).
 
             Exit codes: 0 success; 1 failure or problems found; 64 usage error; sync also 2 when \
             some packages failed and the others were applied.
@@ -21,7 +20,7 @@ struct LarderCommand: ParsableCommand {
         // would answer a pack missing a required option with the tool's version and exit 0.
         subcommands: [
             Keygen.self, Pack.self, Revoke.self, RotateKey.self, Verify.self,
-            Init.self, Sync.self, Plan.self, Resolve.self,
+            Init.self, Sync.self, Plan.self, Resolve.self, Serve.self,
             Install.self, Status.self, Confirm.self, Rollback.self, GC.self, Doctor.self,
             ShowVersion.self,
         ]

@@ -9,8 +9,8 @@ struct Resolve: ParsableCommand {
         discussion: """
             URL is larder://<id>/<path>, a URL under a route the index declares for a package, or \
             a URL of a scheme given with --scheme. Prints local (file, package@version, type, \
-            length, ETag), passthrough or not-found, with the reason. Exit 0 for any of these; 1 \
-            when the sandbox cannot be read.
+            length, ETag, whether it is on disk), passthrough or not-found, with the reason. Exit 0 \
+            for any of these; 1 when the sandbox cannot be read.
             """)
     @Argument(help: "The URL to resolve.") var url: String
     @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
@@ -28,16 +28,18 @@ struct Resolve: ParsableCommand {
         var mime: String?
         var length: Int64?
         var etag: String?
+        /// Whether the file is on disk (when it is not, the loader serves the fallback version's
+        /// copy, or passes the request through, and reports the failure).
+        var onDisk: Bool?
     }
 
     func run() throws {
-        let resolver = Resolver(root: FilePath(root), schemes: Set(schemes))
-        let table: RouteTable
-        do { (table, _) = try resolver.table() } catch {
+        let resolver: Resolver
+        do { resolver = try Resolver(root: FilePath(root), schemes: Set(schemes)) } catch {
             throw Output.failure(command: "resolve", code: error.code, message: error.description, json: output.json)
         }
         var r = Report(url: url, outcome: "")
-        switch table.resolve(url) {
+        switch resolver.resolve(url) {
         case .local(let f):
             r.outcome = "local"
             r.file = resolver.filePath(f).string
@@ -47,6 +49,7 @@ struct Resolve: ParsableCommand {
             r.mime = f.mime
             r.length = f.length
             r.etag = f.etag
+            r.onDisk = FileManager.default.fileExists(atPath: resolver.filePath(f).string)
         case .passthrough(let reason):
             r.outcome = "passthrough"
             r.reason = reason
@@ -58,6 +61,7 @@ struct Resolve: ParsableCommand {
         if let file = r.file {
             Output.line("local \(file)")
             Output.line("  \(r.package ?? "")@\(r.version ?? "") \(r.path ?? "")  \(r.mime ?? "")  \(r.length ?? 0) bytes  ETag \(r.etag ?? "")")
+            if r.onDisk == false { Output.line("  missing on disk: the loader would serve the fallback version's copy or pass through") }
         } else {
             Output.line("\(r.outcome): \(r.reason ?? "")")
         }

@@ -290,42 +290,6 @@ struct SyncTests {
         #expect(pkg.hasFailed(SemanticVersion("1.1.0")!))
     }
 
-    /// After a sync the resolver maps the package's route and larder:// URLs to the active
-    /// version's files (lock-free), and follows an update.
-    @Test func resolveFollowsTheActiveVersion() async throws {
-        let env = try SyncEnv()
-        defer { env.cleanup() }
-        let src = env.dir.appendingPathComponent("src-routed")
-        try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("Examples/sample-app"), to: src)
-        var r = PackRequest(source: FilePath(src.path), repository: FilePath(env.repo.path), id: "sample-app", version: "1.0.0")
-        r.routes = ["https://app.example.com/"]
-        r.policy = Policy(mode: .localOnly, bypass: ["/api/"])
-        _ = try Publisher(key: env.key).pack(r)
-        try env.initialise()
-        _ = try await env.sync()
-        let resolver = Resolver(root: env.root)
-        let (table, generation) = try resolver.table()
-        guard case .local(let f) = table.resolve("https://app.example.com/data/catalog.json") else {
-            Issue.record("expected a local file")
-            return
-        }
-        #expect(f.version.description == "1.0.0" && f.mime == "application/json; charset=utf-8")
-        let bytes = try Data(contentsOf: URL(fileURLWithPath: resolver.filePath(f).string))
-        #expect(Int64(bytes.count) == f.length && "\"\(SHA256Digest.of(bytes).hex)\"" == f.etag)
-        if case .notFound = table.resolve("https://app.example.com/nope.js") {} else { Issue.record("local-only: not found") }
-        if case .passthrough = table.resolve("https://app.example.com/api/x") {} else { Issue.record("bypass") }
-        // An update: a new table (new generation) resolves to 2.0.0.
-        try Data("{\"version\": \"2.0.0\", \"items\": []}\n".utf8).write(to: src.appendingPathComponent("data/catalog.json"))
-        r.version = "2.0.0"
-        _ = try Publisher(key: env.key).pack(r)
-        _ = try await env.sync()
-        let (next, nextGeneration) = try resolver.table()
-        #expect(nextGeneration > generation)
-        if case .local(let g) = next.resolve("larder://sample-app/data/catalog.json") { #expect(g.version.description == "2.0.0") } else {
-            Issue.record("expected 2.0.0")
-        }
-    }
-
     @Test func notInitialised() async throws {
         let env = try SyncEnv()
         defer { env.cleanup() }

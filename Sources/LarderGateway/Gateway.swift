@@ -1,0 +1,212 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import LarderCore
+import LarderResolve
+import Logging
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// What the gateway does with a request no package serves.
+public enum NetworkMode: Sendable, Equatable {
+    /// Forward it to `<scheme>://<Host><path>` (the app's origin) and relay the answer.
+    case forward(scheme: String)
+    /// Answer 502: the device is offline (or the app wants no network).
+    case offline
+}
+
+/// `larder serve`: an HTTP gateway on loopback over the resource loader.
+///
+/// A request is routed by its Host header and path, as the browser asked for it: a browser
+/// started with `--host-resolver-rules="MAP app.example.com 127.0.0.1:PORT"` loads
+/// `https://app.example.com/` routes (and `http://` ones) from the package. A request to the
+/// gateway's own address (`127.0.0.1:PORT`, `localhost:PORT`) takes the `larder://` form
+/// `/<id>/<path>`. What no package serves is forwarded to the network, or answered 502 when
+/// offline. One log line per request names the outcome: package@version, fallback, passthrough.
+@available(macOS 14, iOS 17, tvOS 17, *)
+public struct Gateway: Sendable {
+    public let loader: ResourceLoader
+    public let host: String
+    public let port: Int
+    public let network: NetworkMode
+    /// Called once per request with its log line.
+    public let log: @Sendable (String) -> Void
+    /// Largest request body forwarded, and largest upstream answer relayed.
+    public var maxForwardBytes = 64 << 20
+
+    public init(loader: ResourceLoader, host: String = "127.0.0.1", port: Int, network: NetworkMode, log: @escaping @Sendable (String) -> Void) {
+        self.loader = loader
+        self.host = host
+        self.port = port
+        self.network = network
+        self.log = log
+    }
+
+    /// Serves until cancelled (SIGINT/SIGTERM end it gracefully); `onListening` gets the bound
+    /// address (the port is chosen by the system when 0 was asked for).
+    public func run(onListening: @escaping @Sendable (String, Int) async -> Void) async throws {
+        let bound = BoundPort()
+        let app = Application(
+            responder: CallbackResponder<BasicRequestContext> { request, _ in
+                await self.respond(request, ownPort: bound.port ?? port)
+            },
+            configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "larder"),
+            onServerRunning: { channel in
+                let p = channel.localAddress?.port ?? port
+                bound.set(p)
+                await onListening(host, p)
+            },
+            logger: Logger(label: "larder.gateway", factory: { _ in SwiftLogNoOpLogHandler() }))
+        try await app.runService()
+    }
+
+    /// The URL a request asks for: the `larder://` form for requests to the gateway itself,
+    /// else `https://` and `http://` candidates built from the Host header.
+    static func candidates(authority: String, target: String, gatewayHost: String, ownPort: Int) -> [String] {
+        let lowered = authority.lowercased()
+        let selfNames = ["\(gatewayHost):\(ownPort)", "localhost:\(ownPort)", "127.0.0.1:\(ownPort)", "[::1]:\(ownPort)"]
+        let path = target.hasPrefix("/") ? target : "/" + target
+        if authority.isEmpty || selfNames.contains(lowered) {
+            // `/<id>/<path>` → `larder://<id>/<path>`.
+            return ["larder:/" + path]
+        }
+        return ["https://\(authority)\(path)", "http://\(authority)\(path)"]
+    }
+
+    func respond(_ request: Request, ownPort: Int) async -> Response {
+        let started = Date()
+        let method = request.method.rawValue
+        let target = request.head.path ?? "/"
+        let authority = request.head.authority ?? request.headers[HTTPField.Name("Host")!] ?? ""
+        let urls = Self.candidates(authority: authority, target: target, gatewayHost: host, ownPort: ownPort)
+        var passReason = ""
+        for url in urls {
+            let req = LoadRequest(
+                method: method, url: url, range: request.headers[HTTPField.Name("Range")!],
+                ifNoneMatch: request.headers[HTTPField.Name("If-None-Match")!], cors: url.hasPrefix("larder:"))
+            switch loader.load(req) {
+            case .response(let r):
+                log(line(method, url, r.status, "\(r.outcome)", r.header("Content-Length"), started))
+                return Self.response(r, head: method == "HEAD")
+            case .passthrough(let reason):
+                if passReason.isEmpty { passReason = reason }
+            }
+        }
+        let url = urls[0]
+        guard case .forward(let scheme) = network, !url.hasPrefix("larder:") else {
+            let why = url.hasPrefix("larder:") ? passReason : "offline: \(passReason)"
+            log(line(method, url, 502, "passthrough (\(why))", nil, started))
+            return Self.text(502, "larder gateway: \(why)\n")
+        }
+        var forwardURL = url
+        if scheme == "http", forwardURL.hasPrefix("https://") { forwardURL = "http://" + forwardURL.dropFirst(8) }
+        if request.headers[HTTPField.Name("X-Larder-Gateway")!] != nil || Self.isSelf(authority, ownPort: ownPort, host: host) {
+            log(line(method, forwardURL, 508, "passthrough refused (a loop back to this gateway)", nil, started))
+            return Self.text(508, "larder gateway: the request would loop back to this gateway\n")
+        }
+        var r = request
+        return await forward(&r, to: forwardURL, reason: passReason, started: started)
+    }
+
+    static func isSelf(_ authority: String, ownPort: Int, host: String) -> Bool {
+        let a = authority.lowercased()
+        return a == "\(host):\(ownPort)" || a == "localhost:\(ownPort)" || a == "127.0.0.1:\(ownPort)"
+    }
+
+    /// Relays a request to the network with URLSession (the answer is relayed whole, up to
+    /// `maxForwardBytes`).
+    func forward(_ request: inout Request, to url: String, reason: String, started: Date) async -> Response {
+        let method = request.method.rawValue
+        guard let u = URL(string: url) else {
+            log(line(method, url, 502, "passthrough failed: not a URL", nil, started))
+            return Self.text(502, "larder gateway: cannot forward to \(url)\n")
+        }
+        var upstream = URLRequest(url: u)
+        upstream.httpMethod = method
+        for field in request.headers where !Self.hopByHop.contains(field.name.canonicalName) {
+            upstream.addValue(field.value, forHTTPHeaderField: field.name.rawName)
+        }
+        upstream.setValue("1", forHTTPHeaderField: "X-Larder-Gateway")
+        do {
+            if method != "GET" && method != "HEAD" {
+                let body = try await request.collectBody(upTo: maxForwardBytes)
+                upstream.httpBody = Data(body.readableBytesView)
+            }
+            let (data, response) = try await URLSession.shared.data(for: upstream)
+            guard let http = response as? HTTPURLResponse else { throw URLError(.badServerResponse) }
+            guard data.count <= maxForwardBytes else { throw URLError(.dataLengthExceedsMaximum) }
+            var headers = HTTPFields()
+            for (k, v) in http.allHeaderFields {
+                guard let name = k as? String, let value = v as? String, !Self.hopByHop.contains(name.lowercased()),
+                    !["content-length", "content-encoding"].contains(name.lowercased()), let field = HTTPField.Name(name)
+                else { continue }
+                headers[field] = value
+            }
+            headers[HTTPField.Name("Content-Length")!] = "\(data.count)"
+            log(line(method, url, http.statusCode, "passthrough (\(reason))", "\(data.count)", started))
+            return Response(
+                status: HTTPResponse.Status(code: http.statusCode), headers: headers,
+                body: method == "HEAD" ? ResponseBody() : ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
+        } catch {
+            log(line(method, url, 502, "passthrough failed: \(error.localizedDescription)", nil, started))
+            return Self.text(502, "larder gateway: the network did not answer \(url): \(error.localizedDescription)\n")
+        }
+    }
+
+    static let hopByHop: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "host",
+        "proxy-authorization", "proxy-authenticate",
+    ]
+
+    /// A loader response as a Hummingbird response, its body streamed chunk by chunk.
+    static func response(_ r: LoadResponse, head: Bool) -> Response {
+        var headers = HTTPFields()
+        for (k, v) in r.headers { if let name = HTTPField.Name(k) { headers[name] = v } }
+        headers[HTTPField.Name("X-Larder-Outcome")!] = "\(r.outcome)"
+        let status = HTTPResponse.Status(code: r.status)
+        if head || r.status == 304 || r.status == 405 || r.status == 416 {
+            r.close()
+            return Response(status: status, headers: headers, body: ResponseBody())
+        }
+        let length = Int(r.header("Content-Length") ?? "")
+        let body = ResponseBody(contentLength: length) { writer in
+            defer { r.close() }
+            while let chunk = try r.nextChunk() {
+                try await writer.write(ByteBuffer(bytes: chunk))
+            }
+            try await writer.finish(nil)
+        }
+        return Response(status: status, headers: headers, body: body)
+    }
+
+    static func text(_ status: Int, _ message: String) -> Response {
+        var headers = HTTPFields()
+        headers[HTTPField.Name("Content-Type")!] = "text/plain; charset=utf-8"
+        headers[HTTPField.Name("Cache-Control")!] = "no-store"
+        return Response(status: HTTPResponse.Status(code: status), headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: message)))
+    }
+
+    func line(_ method: String, _ url: String, _ status: Int, _ outcome: String, _ length: String?, _ started: Date) -> String {
+        let ms = Int(Date().timeIntervalSince(started) * 1000)
+        return "\(method) \(url) \(status) \(outcome) \(length.map { "\($0)B" } ?? "-") \(ms)ms"
+    }
+}
+
+/// The port the server bound, once known.
+final class BoundPort: @unchecked Sendable {
+    // @unchecked: `value` is guarded by `lock`.
+    private let lock = NSLock()
+    private var value: Int?
+    var port: Int? {
+        lock.lock()
+        defer { lock.unlock() }
+        return value
+    }
+    func set(_ p: Int) {
+        lock.lock()
+        value = p
+        lock.unlock()
+    }
+}

@@ -1,0 +1,230 @@
+import CLarderShim
+import Foundation
+import LarderCore
+import LarderStore
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Resolves URLs to files of a sandbox, for the life of an app or a gateway. Takes no lock on
+/// the sandbox and never waits for a writer.
+///
+/// It holds one immutable `Snapshot` at a time. Each call first checks the sandbox's generation
+/// word (`<root>/generation`, mapped into memory once, so the check is one memory load and no
+/// system call); when a writer has committed a new state, the calling thread builds the new
+/// snapshot and swaps it in, while other threads go on resolving with the old one. Where the word
+/// cannot be mapped (a sandbox written by an older Larder, or not yet written), the state file's
+/// identity is checked instead, at most every 5 ms.
+public final class Resolver: @unchecked Sendable {
+    // @unchecked: `current`, `seenToken` and `rebuilding` are guarded by `lock`; the rest is
+    // immutable.
+    public let root: FilePath
+    /// Custom schemes routed like `larder:` (lower case).
+    public let schemes: Set<String>
+    public let layout: SandboxLayout
+    private let watch: GenerationWatch
+    private let lock = NSLock()
+    private var current: Snapshot
+    private var seenToken: UInt64
+    private var rebuilding = false
+
+    /// Opens the sandbox at `root` for resolving and reads its current state.
+    public init(root: FilePath, schemes: Set<String> = []) throws(StoreError) {
+        self.root = root
+        self.schemes = Set(schemes.map { $0.lowercased() })
+        layout = SandboxLayout(root: root)
+        watch = GenerationWatch(layout: layout)
+        seenToken = watch.token()
+        current = try Snapshot.load(root: root, schemes: self.schemes)
+    }
+
+    /// The snapshot to resolve with now: the current one, or — when the sandbox changed since it
+    /// was built — a new one (built by this thread unless another is already building it, in
+    /// which case this thread keeps the current one).
+    public func snapshot() -> Snapshot {
+        let token = watch.token()
+        lock.lock()
+        let snap = current
+        guard token != seenToken, !rebuilding else {
+            lock.unlock()
+            return snap
+        }
+        rebuilding = true
+        lock.unlock()
+        let fresh = try? Snapshot.load(root: root, schemes: schemes)
+        lock.lock()
+        defer { lock.unlock() }
+        rebuilding = false
+        // An unreadable state (a writer's bug, a damaged disk) keeps the last good snapshot; the
+        // token is still recorded so the failure is not retried on every call.
+        seenToken = token
+        if let fresh { current = fresh }
+        return current
+    }
+
+    /// Rebuilds the snapshot now, whatever the generation word says.
+    @discardableResult
+    public func reload() throws(StoreError) -> Snapshot {
+        let token = watch.token()
+        let fresh = try Snapshot.load(root: root, schemes: schemes)
+        lock.lock()
+        defer { lock.unlock() }
+        seenToken = token
+        current = fresh
+        return fresh
+    }
+
+    /// Resolves a URL with the current snapshot.
+    public func resolve(_ url: String) -> Resolution {
+        snapshot().table.resolve(url)
+    }
+
+    /// The file on disk for a local resolution.
+    public func filePath(_ f: LocalFile) -> FilePath {
+        layout.tree(f.package, f.version).appending(f.path.string)
+    }
+
+    /// Starts a session (e.g. one web view) that pins the active version of each package in
+    /// `ids`: until the session is released or this process dies, those packages resolve to the
+    /// versions pinned here — even after an update activates another — and gc keeps them on
+    /// disk. Other packages resolve as the sandbox changes.
+    public func session(pinning ids: [String]) throws(StoreError) -> ResolverSession {
+        let reader = SandboxReader(root: root)
+        var leases: [PinLease] = []
+        var pinned: [RoutedPackage] = []
+        for id in ids {
+            let lease = try reader.pin(id: id)
+            leases.append(lease)
+            guard let pkg = snapshot().routed(layout, lease.id, lease.version) else {
+                leases.forEach { $0.release() }
+                throw .notInstalled(id: id, version: lease.version.description)
+            }
+            pinned.append(pkg)
+        }
+        return ResolverSession(resolver: self, leases: leases, pinned: pinned)
+    }
+}
+
+/// A set of pinned package versions over a live resolver (see `Resolver.session(pinning:)`).
+public final class ResolverSession: @unchecked Sendable {
+    // @unchecked: `cache` is guarded by `lock`.
+    public let resolver: Resolver
+    public let leases: [PinLease]
+    let pinned: [RoutedPackage]
+    private let lock = NSLock()
+    private var cache: (Snapshot, RouteTable)?
+
+    init(resolver: Resolver, leases: [PinLease], pinned: [RoutedPackage]) {
+        self.resolver = resolver
+        self.leases = leases
+        self.pinned = pinned
+    }
+
+    /// The pinned version of each pinned package.
+    public var versions: [PackageID: SemanticVersion] {
+        Dictionary(pinned.map { ($0.id, $0.version) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    /// The table this session resolves with: the resolver's current one with the pinned versions
+    /// put back.
+    public func table() -> (Snapshot, RouteTable) {
+        let snap = resolver.snapshot()
+        lock.lock()
+        if let c = cache, c.0 === snap {
+            lock.unlock()
+            return c
+        }
+        lock.unlock()
+        let t = snap.table.replacing(pinned)
+        lock.lock()
+        cache = (snap, t)
+        lock.unlock()
+        return (snap, t)
+    }
+
+    /// Resolves a URL with the pinned versions.
+    public func resolve(_ url: String) -> Resolution {
+        table().1.resolve(url)
+    }
+
+    /// Gives the pinned versions back to gc. Idempotent; also done when the session is freed.
+    public func release() {
+        leases.forEach { $0.release() }
+    }
+}
+
+/// Tells cheaply whether the sandbox's state may have changed (see `Resolver`).
+final class GenerationWatch: @unchecked Sendable {
+    // @unchecked: `mapped` is immutable after init; the fallback fields are guarded by `lock`.
+    let layout: SandboxLayout
+    /// The generation word, mapped read-only (8 bytes of `<root>/generation`).
+    private let mapped: UnsafeRawPointer?
+    private let lock = NSLock()
+    private var lateMapping: UnsafeRawPointer?
+    private var lastCheck: UInt64 = 0
+    private var lastToken: UInt64 = 0
+
+    init(layout: SandboxLayout) {
+        self.layout = layout
+        mapped = Self.map(layout.generation)
+    }
+
+    deinit {
+        if let m = mapped { munmap(UnsafeMutableRawPointer(mutating: m), 8) }
+        if let m = lateMapping { munmap(UnsafeMutableRawPointer(mutating: m), 8) }
+    }
+
+    /// A number that changes when the state changes: the generation word; else (no word yet) a
+    /// digest of state.json's inode and modification time, looked at most every 5 ms.
+    func token() -> UInt64 {
+        if let m = mapped { return larder_load_u64(m) }
+        return slowToken()
+    }
+
+    private func slowToken() -> UInt64 {
+        lock.lock()
+        defer { lock.unlock() }
+        if let m = lateMapping { return larder_load_u64(m) }
+        let now = Self.monotonicMilliseconds()
+        if lastCheck != 0 && now &- lastCheck < 5 { return lastToken }
+        lastCheck = now
+        if let m = Self.map(layout.generation) {
+            lateMapping = m
+            return larder_load_u64(m)
+        }
+        var st = stat()
+        guard stat(layout.state.string, &st) == 0 else {
+            lastToken = 0
+            return 0
+        }
+        #if canImport(Darwin)
+            let nanos = UInt64(st.st_mtimespec.tv_sec) &* 1_000_000_000 &+ UInt64(st.st_mtimespec.tv_nsec)
+        #else
+            let nanos = UInt64(st.st_mtim.tv_sec) &* 1_000_000_000 &+ UInt64(st.st_mtim.tv_nsec)
+        #endif
+        lastToken = (UInt64(st.st_ino) &* 0x9E37_79B9_7F4A_7C15) ^ nanos ^ (1 << 63)
+        return lastToken
+    }
+
+    /// Maps the first 8 bytes of `path` read-only, when the file holds at least 8 bytes (a
+    /// mapping past the end of a file faults on access).
+    static func map(_ path: FilePath) -> UnsafeRawPointer? {
+        let fd = open(path.string, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_size >= 8 else { return nil }
+        guard let p = mmap(nil, 8, PROT_READ, MAP_SHARED, fd, 0), p != MAP_FAILED else { return nil }
+        return UnsafeRawPointer(p)
+    }
+
+    static func monotonicMilliseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) &* 1000 &+ UInt64(ts.tv_nsec) / 1_000_000
+    }
+}

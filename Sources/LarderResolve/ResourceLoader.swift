@@ -1,0 +1,330 @@
+import Foundation
+import LarderCore
+import LarderStore
+import Logging
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// A request as every front-end (the HTTP gateway, the WebKit scheme handler) hands it over.
+public struct LoadRequest: Sendable {
+    public var method: String
+    public var url: String
+    /// The `Range` header, if any.
+    public var range: String?
+    /// The `If-None-Match` header, if any.
+    public var ifNoneMatch: String?
+    /// Add `Access-Control-Allow-Origin: *` (custom-scheme fetches).
+    public var cors: Bool
+
+    public init(method: String = "GET", url: String, range: String? = nil, ifNoneMatch: String? = nil, cors: Bool = false) {
+        self.method = method
+        self.url = url
+        self.range = range
+        self.ifNoneMatch = ifNoneMatch
+        self.cors = cors
+    }
+}
+
+/// Where a response came from, for logs and tests.
+public enum LoadOutcome: Sendable, Equatable, CustomStringConvertible {
+    /// The active (or a session's pinned) version served it.
+    case local(package: PackageID, version: SemanticVersion)
+    /// The file was missing or unreadable in `failed`; the fallback version served it.
+    case fallback(package: PackageID, version: SemanticVersion, failed: SemanticVersion)
+    /// Inside a package's routes, no such file, and the policy forbids the network (404).
+    case notFound(reason: String)
+
+    public var description: String {
+        switch self {
+        case .local(let p, let v): "\(p)@\(v)"
+        case .fallback(let p, let v, let failed): "\(p)@\(v) fallback (missing in \(failed))"
+        case .notFound(let reason): "not found: \(reason)"
+        }
+    }
+}
+
+/// A response of the loader: head, then a body read in chunks.
+public final class LoadResponse: @unchecked Sendable {
+    // @unchecked: the body's file descriptor is used by one reader at a time (the front-end's
+    // writing task), as every front-end does.
+    public let status: Int
+    public let headers: [(String, String)]
+    public let outcome: LoadOutcome
+    private var body: Body
+
+    enum Body {
+        case none
+        case bytes(Data)
+        /// An open file and the range still to send.
+        case file(Int32, Range<Int64>)
+    }
+
+    init(status: Int, headers: [(String, String)], outcome: LoadOutcome, body: Body) {
+        self.status = status
+        self.headers = headers
+        self.outcome = outcome
+        self.body = body
+    }
+
+    /// The value of a header (case-insensitive name).
+    public func header(_ name: String) -> String? {
+        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+    }
+
+    /// The next chunk of the body (at most `maxBytes`), or `nil` at its end. Never holds more
+    /// than one chunk: the file is read where it lies. A file that ends early (changed or
+    /// damaged under the server) throws, so a front-end aborts the response instead of sending a
+    /// short one.
+    public func nextChunk(maxBytes: Int = 64 << 10) throws -> Data? {
+        switch body {
+        case .none:
+            return nil
+        case .bytes(let d):
+            guard !d.isEmpty else {
+                body = .none
+                return nil
+            }
+            let n = min(maxBytes, d.count)
+            body = n == d.count ? .none : .bytes(d.dropFirst(n))
+            return Data(d.prefix(n))
+        case .file(let fd, let range):
+            guard !range.isEmpty else {
+                close()
+                return nil
+            }
+            let want = Int(min(Int64(maxBytes), Int64(range.count)))
+            var chunk = Data(count: want)
+            let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, want, off_t(range.lowerBound)) }
+            guard n > 0 else {
+                close()
+                throw LoadError.shortFile(expected: range.upperBound, at: range.lowerBound)
+            }
+            if n < want { chunk.removeSubrange(n...) }
+            body = .file(fd, (range.lowerBound + Int64(n))..<range.upperBound)
+            return chunk
+        }
+    }
+
+    /// Closes the file (idempotent; also done at the end of the body and on deinit). A front-end
+    /// calls it when its request is cancelled.
+    public func close() {
+        if case .file(let fd, _) = body { _ = closeFD(fd) }
+        body = .none
+    }
+
+    deinit { close() }
+}
+
+@inline(__always) private func closeFD(_ fd: Int32) -> Int32 {
+    #if canImport(Glibc)
+        Glibc.close(fd)
+    #else
+        Darwin.close(fd)
+    #endif
+}
+
+/// A body that could not be read to its end.
+public enum LoadError: Error, CustomStringConvertible {
+    case shortFile(expected: Int64, at: Int64)
+
+    public var description: String {
+        switch self {
+        case .shortFile(let expected, let at): "the file ended at byte \(at) of \(expected)"
+        }
+    }
+}
+
+/// What the loader answers.
+public enum LoadResult: Sendable {
+    /// A response to send (a local file, 304, 416, 405, or 404 for local-only routes).
+    case response(LoadResponse)
+    /// Not ours: let the request go to the network (the reason says why). A custom-scheme
+    /// front-end, which has no network, fails the request instead.
+    case passthrough(reason: String)
+}
+
+/// Where the loader reports a missing or unreadable file of an active version.
+public protocol FailureReporting: Sendable {
+    func report(package: PackageID, version: SemanticVersion, reason: String)
+}
+
+/// The resource loader every front-end shares: (method, URL, Range, If-None-Match) → a response
+/// head and a body streamed in chunks. When the file list names a file that is missing or
+/// unreadable in the active version, the failure is reported (the store applies its automatic
+/// rollback policy) and the fallback version serves the path if it has it; with no local copy
+/// the answer is passthrough. It never answers an empty 200.
+public struct ResourceLoader: Sendable {
+    public let resolver: Resolver
+    public let reporter: (any FailureReporting)?
+    public let cacheControl: String
+    let logger: Logger
+
+    public init(
+        resolver: Resolver, reporter: (any FailureReporting)? = nil, cacheControl: String = "no-cache",
+        logger: Logger = Logger(label: "larder.loader")
+    ) {
+        self.resolver = resolver
+        self.reporter = reporter
+        self.cacheControl = cacheControl
+        self.logger = logger
+    }
+
+    /// Answers `request`, with a session's pinned versions when given.
+    public func load(_ request: LoadRequest, session: ResolverSession? = nil) -> LoadResult {
+        let (snapshot, table) = session?.table() ?? { let s = resolver.snapshot(); return (s, s.table) }()
+        switch table.resolve(request.url) {
+        case .passthrough(let reason):
+            return .passthrough(reason: reason)
+        case .notFound(let reason):
+            return .response(Self.notFound(reason))
+        case .local(let file):
+            return serve(file, request, snapshot: snapshot, session: session, retried: false)
+        }
+    }
+
+    static func notFound(_ reason: String) -> LoadResponse {
+        let text = Data("not found: \(reason)\n".utf8)
+        return LoadResponse(
+            status: 404,
+            headers: [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "\(text.count)"), ("Cache-Control", "no-store")],
+            outcome: .notFound(reason: reason), body: .bytes(text))
+    }
+
+    private func serve(_ file: LocalFile, _ request: LoadRequest, snapshot: Snapshot, session: ResolverSession?, retried: Bool) -> LoadResult {
+        let plan = ResponsePlanner.plan(
+            method: request.method, range: request.range, ifNoneMatch: request.ifNoneMatch, file: file,
+            cacheControl: cacheControl, cors: request.cors)
+        let outcome = LoadOutcome.local(package: file.package, version: file.version)
+        // 304, 405 and 416 need no bytes: the answer follows from the file list alone.
+        guard plan.status == 200 || plan.status == 206 else {
+            return .response(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .none))
+        }
+        switch open(file) {
+        case .success(let fd):
+            if plan.body.isEmpty {
+                _ = closeFD(fd)
+                return .response(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .none))
+            }
+            return .response(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .file(fd, plan.body)))
+        case .failure(let problem):
+            return recover(file, problem, request, snapshot: snapshot, session: session, retried: retried)
+        }
+    }
+
+    /// A listed file could not be served from `file.version`.
+    private func recover(
+        _ file: LocalFile, _ problem: OpenProblem, _ request: LoadRequest, snapshot: Snapshot, session: ResolverSession?, retried: Bool
+    ) -> LoadResult {
+        let state = (try? SandboxReader(root: resolver.root).state()) ?? snapshot.state
+        let pkgState = state[file.package]
+        let pinned = session?.versions[file.package] == file.version
+        // Not the active version any more (an update or gc ran since the snapshot): resolve again
+        // with the new state, once. A pinned version stays pinned.
+        if pkgState.active != file.version, !pinned, !retried {
+            let fresh = (try? resolver.reload()) ?? snapshot
+            if case .local(let f) = fresh.table.resolve(request.url), f.version != file.version {
+                return serve(f, request, snapshot: fresh, session: session, retried: true)
+            }
+        }
+        let reason = "\(file.path) of \(file.package)@\(file.version): \(problem.message)"
+        if pkgState.active == file.version {
+            logger.warning("a listed file is missing or unreadable; reporting the failure", metadata: ["file": "\(reason)"])
+            reporter?.report(package: file.package, version: file.version, reason: reason)
+        }
+        // The fallback version (else, for a pinned session, the active one) when it has the path.
+        let candidates = [pkgState.fallback, pinned ? pkgState.active : nil].compactMap { $0 }.filter { $0 != file.version }
+        for v in candidates {
+            guard let pkg = snapshot.routed(resolver.layout, file.package, v), let f = pkg.files[file.path.string] else { continue }
+            let plan = ResponsePlanner.plan(
+                method: request.method, range: request.range, ifNoneMatch: request.ifNoneMatch, file: f,
+                cacheControl: cacheControl, cors: request.cors)
+            let outcome = LoadOutcome.fallback(package: f.package, version: f.version, failed: file.version)
+            guard plan.status == 200 || plan.status == 206 else {
+                return .response(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .none))
+            }
+            guard case .success(let fd) = open(f) else { continue }
+            if plan.body.isEmpty { _ = closeFD(fd) }
+            return .response(LoadResponse(
+                status: plan.status, headers: plan.headers, outcome: outcome, body: plan.body.isEmpty ? .none : .file(fd, plan.body)))
+        }
+        return .passthrough(reason: "\(reason), and no other local version has it")
+    }
+
+    /// Opens a listed file for reading: a regular file (not through a symbolic link) of the
+    /// listed length.
+    func open(_ file: LocalFile) -> Result<Int32, OpenProblem> {
+        let path = resolver.filePath(file)
+        let fd = openFD(path.string, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return .failure(OpenProblem(String(cString: strerror(errno)).lowercased())) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
+            _ = closeFD(fd)
+            return .failure(OpenProblem("not a regular file"))
+        }
+        guard Int64(st.st_size) == file.length else {
+            _ = closeFD(fd)
+            return .failure(OpenProblem("\(st.st_size) bytes on disk, \(file.length) listed"))
+        }
+        return .success(fd)
+    }
+}
+
+/// Why a listed file could not be opened.
+struct OpenProblem: Error {
+    let message: String
+    init(_ message: String) { self.message = message }
+}
+
+@inline(__always) private func openFD(_ path: String, _ flags: Int32) -> Int32 {
+    #if canImport(Glibc)
+        Glibc.open(path, flags)
+    #else
+        Darwin.open(path, flags)
+    #endif
+}
+
+/// Reports failures to the sandbox's store from a background queue, so a request never waits for
+/// the writer lock: at most one report per package version per `interval` seconds, each counted
+/// only while that version is still the active one.
+public final class StoreFailureReporter: FailureReporting, @unchecked Sendable {
+    // @unchecked: `last` is only touched on `queue`.
+    public let root: FilePath
+    public let interval: Double
+    let logger: Logger
+    private let queue = DispatchQueue(label: "larder.failure-reporter")
+    private var last: [String: Date] = [:]
+
+    public init(root: FilePath, interval: Double = 1, logger: Logger = Logger(label: "larder.loader")) {
+        self.root = root
+        self.interval = interval
+        self.logger = logger
+    }
+
+    public func report(package: PackageID, version: SemanticVersion, reason: String) {
+        queue.async { [self] in
+            let key = "\(package)@\(version)"
+            if let t = last[key], Date().timeIntervalSince(t) < interval { return }
+            last[key] = Date()
+            var options = Sandbox.Options()
+            options.lockTimeout = 30
+            do {
+                let sandbox = try Sandbox.open(root, options: options)
+                defer { sandbox.close() }
+                guard sandbox.state[package].active == version else { return }
+                let outcome = try sandbox.reportFailure(id: package.rawValue, reason: reason)
+                logger.warning(
+                    "failure recorded", metadata: ["package": "\(key)", "health": "\(outcome.health)", "rolledBackTo": "\(outcome.rolledBackTo ?? "-")"])
+            } catch {
+                logger.error("could not record a failure", metadata: ["package": "\(key)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// Waits until every report made so far is written (for tests and orderly shutdown).
+    public func flush() { queue.sync {} }
+}

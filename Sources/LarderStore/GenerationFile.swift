@@ -1,0 +1,24 @@
+import LarderFileSystem
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// `<root>/generation`: the generation of the last state.json written, as one little-endian
+/// 64-bit word. The writer rewrites it in place (one aligned 8-byte `pwrite`) after every state
+/// write; a reading process maps it once and then notices a new state with one memory load, no
+/// system call. It is a hint: state.json stays the truth, so a lost or stale word only delays a
+/// reader until the next writer opens the sandbox (which publishes it again).
+public enum GenerationFile {
+    /// Writes `generation` into the file, creating it when needed. Best effort.
+    static func publish(_ layout: SandboxLayout, _ generation: UInt64) {
+        let fd = open(layout.generation.string, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        var word = generation.littleEndian
+        _ = withUnsafeBytes(of: &word) { pwrite(fd, $0.baseAddress, 8, 0) }
+    }
+}
