@@ -111,7 +111,7 @@ public struct RouteTable: Sendable {
         if let prefixes = origins[origin], let (id, rest) = Self.longestPrefix(prefixes, of: u.path), let pkg = packages[id] {
             return lookup(pkg, rawPath: rest)
         }
-        return .passthrough(reason: "no package routes \(u.scheme)://\(u.host)\(u.path)")
+        return .passthrough(reason: "no package routes \(origin)\(u.path)")
     }
 
     /// The longest route prefix of `path` in `prefixes` (each ends in `/`), and the rest of the
