@@ -1,3 +1,5 @@
+import Foundation
+
 /// What a URL resolves to.
 public enum Resolution: Sendable, Equatable {
     /// Served from the sandbox.
@@ -65,20 +67,40 @@ public struct RoutedPackage: Sendable {
 public struct RouteTable: Sendable {
     /// Package id text → package.
     let packages: [String: RoutedPackage]
-    /// `scheme://host[:port]` (normalised) → route path prefix → package id.
-    let origins: [String: [String: String]]
+    /// An http(s) origin (host lower case, default port as 0) → its route prefixes.
+    let origins: [Origin: OriginRoutes]
     /// Custom schemes that map `scheme://<id>/<path>` like `larder:`.
     let schemes: Set<String>
+
+    struct Origin: Hashable {
+        var https: Bool
+        var host: String
+        var port: Int
+    }
+
+    /// The prefixes of one origin, bucketed by their first path segment (`""` for `/`), longest
+    /// first within a bucket.
+    struct OriginRoutes {
+        var buckets: [String: [(prefix: [UInt8], id: String)]] = [:]
+    }
 
     /// Builds a table; `schemes` are extra custom schemes the app registers (lower case).
     public init(packages: [RoutedPackage], schemes: Set<String> = []) {
         self.packages = Dictionary(packages.map { ($0.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
-        var origins: [String: [String: String]] = [:]
+        var origins: [Origin: OriginRoutes] = [:]
+        var seen = Set<String>()
         for pkg in packages {
-            for r in pkg.routes {
-                let origin = "\(r.scheme)://\(r.host)\(r.port.map { ":\($0)" } ?? "")"
-                if origins[origin]?[r.path] == nil { origins[origin, default: [:]][r.path] = pkg.id.rawValue }
+            for r in pkg.routes where r.scheme == "http" || r.scheme == "https" {
+                guard seen.insert(r.description).inserted else { continue }
+                let https = r.scheme == "https"
+                let origin = Origin(https: https, host: r.host, port: r.port ?? 0)
+                let segment = r.path.dropFirst().split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+                origins[origin, default: OriginRoutes()].buckets[segment, default: []].append((Array(r.path.utf8), pkg.id.rawValue))
             }
+        }
+        for (o, var routes) in origins {
+            for (k, list) in routes.buckets { routes.buckets[k] = list.sorted { $0.prefix.count > $1.prefix.count } }
+            origins[o] = routes
         }
         self.origins = origins
         self.schemes = Set(schemes.map { $0.lowercased() }).union(["larder"])
@@ -97,38 +119,156 @@ public struct RouteTable: Sendable {
     /// Every package in the table, by id.
     public var allPackages: [RoutedPackage] { packages.keys.sorted().compactMap { packages[$0] } }
 
-    /// Resolves a URL string.
+    /// Resolves a URL string. Works on the URL's UTF-8 bytes in place; the common case (a plain
+    /// path under a route) allocates at most the host and the in-package path.
     public func resolve(_ url: String) -> Resolution {
-        guard let u = ParsedURL(url) else { return .passthrough(reason: "not a URL this table routes") }
-        // Custom schemes: scheme://<id>/<path>.
-        if u.scheme != "http" && u.scheme != "https" {
-            guard schemes.contains(u.scheme) else { return .passthrough(reason: "scheme \(u.scheme) is not routed") }
-            guard let pkg = packages[u.host] else { return .notFound(reason: "no package \(u.host) in this sandbox") }
-            return lookup(pkg, rawPath: u.path)
-        }
-        let isDefaultPort = u.port == nil || (u.port == 80 && u.scheme == "http") || (u.port == 443 && u.scheme == "https")
-        let origin = isDefaultPort ? u.scheme + "://" + u.host : "\(u.scheme)://\(u.host):\(u.port!)"
-        if let prefixes = origins[origin], let (id, rest) = Self.longestPrefix(prefixes, of: u.path), let pkg = packages[id] {
-            return lookup(pkg, rawPath: rest)
-        }
-        return .passthrough(reason: "no package routes \(origin)\(u.path)")
+        if let r = url.utf8.withContiguousStorageIfAvailable({ resolve(bytes: $0) }) { return r }
+        var copy = url
+        copy.makeContiguousUTF8()
+        return copy.utf8.withContiguousStorageIfAvailable { resolve(bytes: $0) }!
     }
 
-    /// The longest route prefix of `path` in `prefixes` (each ends in `/`), and the rest of the
-    /// path after it (starting with `/`). `/app` matches the prefix `/app/` as its directory.
-    static func longestPrefix(_ prefixes: [String: String], of path: String) -> (String, String)? {
-        let bytes = path.utf8
-        if bytes.last != UInt8(ascii: "/"), let id = prefixes[path + "/"] { return (id, "/") }
-        var end = bytes.endIndex
-        while end > bytes.startIndex {
-            guard let slash = bytes[..<end].lastIndex(of: UInt8(ascii: "/")) else { break }
-            let after = bytes.index(after: slash)
-            if let id = prefixes[String(path[..<after])] {
-                return (id, "/" + String(path[after...]))
+    private static func lower(_ b: UInt8) -> UInt8 { b >= 65 && b <= 90 ? b | 0x20 : b }
+
+    private static func equalsLower(_ b: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ word: StaticString) -> Bool {
+        guard range.count == word.utf8CodeUnitCount else { return false }
+        let w = word.utf8Start
+        for (n, i) in range.enumerated() where lower(b[i]) != w[n] { return false }
+        return true
+    }
+
+    private static func string(_ b: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, lowercase: Bool = false) -> String {
+        let slice = UnsafeBufferPointer(rebasing: b[range])
+        if lowercase, slice.contains(where: { $0 >= 65 && $0 <= 90 }) {
+            return String(decoding: slice.map { lower($0) }, as: UTF8.self)
+        }
+        return String(decoding: slice, as: UTF8.self)
+    }
+
+    func resolve(bytes b: UnsafeBufferPointer<UInt8>) -> Resolution {
+        let n = b.count
+        // scheme ":" "//" authority path [? query] [# fragment]
+        var i = 0
+        while i < n, b[i] != UInt8(ascii: ":") {
+            let c = b[i]
+            let ok = (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) || c == 43 || c == 45 || c == 46
+            guard ok else { return .passthrough(reason: "not a URL this table routes") }
+            i += 1
+        }
+        guard i > 0, i + 2 < n, b[i + 1] == UInt8(ascii: "/"), b[i + 2] == UInt8(ascii: "/") else {
+            return .passthrough(reason: "not a URL this table routes")
+        }
+        let schemeRange = 0..<i
+        let authStart = i + 3
+        var j = authStart
+        while j < n, b[j] != UInt8(ascii: "/"), b[j] != UInt8(ascii: "?"), b[j] != UInt8(ascii: "#") { j += 1 }
+        let authEnd = j
+        var k = j
+        while k < n, b[k] != UInt8(ascii: "?"), b[k] != UInt8(ascii: "#") { k += 1 }
+        let pathRange = j..<k
+        var hostStart = authStart
+        for x in authStart..<authEnd where b[x] == UInt8(ascii: "@") { hostStart = x + 1 }
+        var hostEnd = authEnd
+        var port = 0
+        if authEnd > hostStart, b[authEnd - 1] != UInt8(ascii: "]") {
+            var c = authEnd - 1
+            while c >= hostStart, b[c] != UInt8(ascii: ":") { c -= 1 }
+            if c >= hostStart {
+                var value = 0
+                guard c + 1 < authEnd, authEnd - c - 1 <= 5 else { return .passthrough(reason: "not a URL this table routes") }
+                for x in (c + 1)..<authEnd {
+                    guard b[x] >= 48, b[x] <= 57 else { return .passthrough(reason: "not a URL this table routes") }
+                    value = value * 10 + Int(b[x] - 48)
+                }
+                guard value <= 65535 else { return .passthrough(reason: "not a URL this table routes") }
+                port = value
+                hostEnd = c
             }
-            end = slash
+        }
+        let host = Self.string(b, hostStart..<hostEnd, lowercase: true)
+        let https = Self.equalsLower(b, schemeRange, "https")
+        let http = !https && Self.equalsLower(b, schemeRange, "http")
+        if !https && !http {
+            // Custom schemes: scheme://<id>/<path>.
+            let scheme = Self.equalsLower(b, schemeRange, "larder") ? "larder" : Self.string(b, schemeRange, lowercase: true)
+            guard schemes.contains(scheme) else { return .passthrough(reason: "scheme \(scheme) is not routed") }
+            guard let pkg = packages[host] else { return .notFound(reason: "no package \(host) in this sandbox") }
+            return lookup(pkg, b, pathRange)
+        }
+        if (https && port == 443) || (http && port == 80) { port = 0 }
+        let origin = Origin(https: https, host: host, port: port)
+        if let routes = origins[origin], let (id, restStart) = Self.longestPrefix(routes, b, pathRange), let pkg = packages[id] {
+            return lookup(pkg, b, restStart..<pathRange.upperBound)
+        }
+        let path = pathRange.isEmpty ? "/" : Self.string(b, pathRange)
+        return .passthrough(reason: "no package routes \(https ? "https" : "http")://\(host)\(port == 0 ? "" : ":\(port)")\(path)")
+    }
+
+    /// The longest route prefix of the path `b[path]` (each prefix ends in `/`): the package id
+    /// and where the rest of the path starts (at its `/`; empty when the path names the prefix
+    /// itself without its final `/`).
+    static func longestPrefix(_ routes: OriginRoutes, _ b: UnsafeBufferPointer<UInt8>, _ path: Range<Int>) -> (String, Int)? {
+        // The first segment picks the bucket; the root prefix `/` is the last resort.
+        var segEnd = path.lowerBound + 1
+        while segEnd < path.upperBound, b[segEnd] != UInt8(ascii: "/") { segEnd += 1 }
+        let first = path.count > 1 ? string(b, (path.lowerBound + 1)..<min(segEnd, path.upperBound)) : ""
+        for bucket in first.isEmpty ? [""] : [first, ""] {
+            guard let list = routes.buckets[bucket] else { continue }
+            for (prefix, id) in list {
+                let m = prefix.count
+                // Rooted paths only; an empty path is `/`.
+                if path.isEmpty {
+                    if m == 1 { return (id, path.upperBound) }
+                    continue
+                }
+                if path.count >= m, prefix.withUnsafeBufferPointer({ memcmp($0.baseAddress!, b.baseAddress! + path.lowerBound, m) == 0 }) {
+                    return (id, path.lowerBound + m - 1)
+                }
+                // `/app` names the prefix `/app/` as a directory.
+                if path.count == m - 1, prefix.withUnsafeBufferPointer({ memcmp($0.baseAddress!, b.baseAddress! + path.lowerBound, m - 1) == 0 }) {
+                    return (id, path.upperBound)
+                }
+            }
         }
         return nil
+    }
+
+    /// The lookup on bytes: a plain path (no `%`, backslash, NUL, empty or dot segment) that
+    /// names a file and no bypass prefix is answered here; anything else goes through `lookup`.
+    func lookup(_ pkg: RoutedPackage, _ b: UnsafeBufferPointer<UInt8>, _ rest: Range<Int>) -> Resolution {
+        if rest.count > 1, b[rest.lowerBound] == UInt8(ascii: "/"), b[rest.upperBound - 1] != UInt8(ascii: "/"),
+            Self.isPlain(b, rest), !pkg.policy.bypass.contains(where: { Self.hasBypass(b, rest, $0) })
+        {
+            if let f = pkg.files[Self.string(b, (rest.lowerBound + 1)..<rest.upperBound)] { return .local(f) }
+        }
+        return lookup(pkg, rawPath: rest.isEmpty ? "/" : Self.string(b, rest))
+    }
+
+    static func isPlain(_ b: UnsafeBufferPointer<UInt8>, _ r: Range<Int>) -> Bool {
+        guard r.count <= 4096 else { return false }
+        var previous = UInt8(ascii: "/")
+        for i in (r.lowerBound + 1)..<r.upperBound {
+            let c = b[i]
+            switch c {
+            case UInt8(ascii: "%"), UInt8(ascii: "\\"), 0: return false
+            case UInt8(ascii: "/"): if previous == UInt8(ascii: "/") { return false }
+            case UInt8(ascii: "."): if previous == UInt8(ascii: "/") { return false }
+            default: break
+            }
+            previous = c
+        }
+        return true
+    }
+
+    /// Whether the plain path `b[r]` starts with the bypass prefix `bypass` (or names it as a
+    /// directory).
+    static func hasBypass(_ b: UnsafeBufferPointer<UInt8>, _ r: Range<Int>, _ bypass: String) -> Bool {
+        var bp = bypass
+        return bp.withUTF8 { p in
+            let m = p.count
+            if r.count >= m, memcmp(p.baseAddress!, b.baseAddress! + r.lowerBound, m) == 0 { return true }
+            return r.count == m - 1 && p.last == UInt8(ascii: "/") && memcmp(p.baseAddress!, b.baseAddress! + r.lowerBound, m - 1) == 0
+        }
     }
 
     /// The lookup inside one package: bypass prefixes, decoding and dot segments, then the file,
@@ -223,40 +363,6 @@ public struct RouteTable: Sendable {
         let trailing = text.hasSuffix("/") || text.hasSuffix("/.") || text.hasSuffix("/..") || text.isEmpty
         let joined = out.joined(separator: "/")
         return .success(trailing && !joined.isEmpty ? joined + "/" : joined)
-    }
-}
-
-/// The pieces of a URL the table matches on, parsed without Foundation: scheme and host lower
-/// case, port, path (still percent-encoded); query and fragment dropped.
-struct ParsedURL {
-    let scheme: String
-    let host: String
-    let port: Int?
-    let path: String
-
-    init?(_ text: String) {
-        guard let colon = text.firstIndex(of: ":") else { return nil }
-        let scheme = text[..<colon].lowercased()
-        guard !scheme.isEmpty, scheme.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == "." }) else { return nil }
-        var rest = text[text.index(after: colon)...]
-        guard rest.hasPrefix("//") else { return nil }
-        rest = rest.dropFirst(2)
-        if let cut = rest.firstIndex(where: { $0 == "?" || $0 == "#" }) { rest = rest[..<cut] }
-        let slash = rest.firstIndex(of: "/") ?? rest.endIndex
-        var authority = rest[..<slash]
-        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
-        var host = authority
-        var port: Int?
-        if let c = authority.lastIndex(of: ":"), !authority.hasSuffix("]") {
-            host = authority[..<c]
-            guard let p = Int(authority[authority.index(after: c)...]), (0...65535).contains(p) else { return nil }
-            port = p
-        }
-        self.scheme = scheme
-        self.host = host.lowercased()
-        self.port = port
-        let path = String(rest[slash...])
-        self.path = path.isEmpty ? "/" : path
     }
 }
 

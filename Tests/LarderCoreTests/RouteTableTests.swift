@@ -38,6 +38,13 @@ struct RouteTableTests {
         ("https://app.example.com/docs/guide.html", "docs/guide.html"),
         ("https://app.example.com/docs", "docs/index.html"),
         ("larder://app/img/logo.png", "app/img/logo.png"),
+        ("HTTPS://user:pw@App.Example.COM:443/js/app.js", "app/js/app.js"),
+        ("https://app.example.com?x=1", "app/index.html"),
+        ("https://app.example.com#top", "app/index.html"),
+        ("https://app.example.com/docs?x=1", "docs/index.html"),
+        ("https://app.example.com/docsx/route", "app/index.html"),
+        ("https://app.example.com/docs/", "docs/index.html"),
+        ("LARDER://app/css/app.css", "app/css/app.css"),
         ("myapp://docs/guide.html", "docs/guide.html"),
     ])
     func resolvesLocally(_ url: String, _ expected: String) {
@@ -76,6 +83,10 @@ struct RouteTableTests {
         }
         if case .passthrough = Self.table.resolve("https://other.example.com/index.html") {} else { Issue.record("other host") }
         if case .passthrough = Self.table.resolve("http://app.example.com/index.html") {} else { Issue.record("other scheme") }
+        for other in ["https://app.example.com:8443/index.html", "https://app.example.com:x/index.html", "https://app.example.com:99999/",
+            "ftp://app.example.com/index.html", "app.example.com/index.html", "https:/app.example.com/", "", "https://"] {
+            if case .passthrough = Self.table.resolve(other) {} else { Issue.record("\(other) must pass through") }
+        }
         if case .notFound = Self.table.resolve("larder://nope/index.html") {} else { Issue.record("unknown package") }
         // SPA fallback only for extension-less paths, and only where enabled.
         if case .passthrough = Self.table.resolve("https://app.example.com/missing.css") {} else { Issue.record("no SPA for files") }
