@@ -6,7 +6,7 @@
 // With `--markers` it writes BENCH-BEGIN / BENCH-END to stderr around one pass of resolves, so
 // that `strace` can show the pass makes no system call.
 //
-// Usage: larder-bench-resolve WORKDIR [--rounds N] [--markers | --setup-only]
+// Usage: larder-bench-resolve WORKDIR [--rounds N] [--packages N] [--markers | --setup-only]
 import Foundation
 import LarderCore
 import LarderResolve
@@ -27,7 +27,7 @@ guard args.count >= 2 else {
 let work = FilePath(args[1])
 let rounds = args.firstIndex(of: "--rounds").flatMap { Int(args[$0 + 1]) } ?? 7
 let markers = args.contains("--markers")
-let packageCount = 200
+let packageCount = args.firstIndex(of: "--packages").flatMap { Int(args[$0 + 1]) } ?? 200
 let filesPerPackage = 50
 
 /// Paths of one package: an entry page and assets at several depths.
@@ -87,7 +87,7 @@ for p in 0..<packageCount {
     }
 }
 // A fixed shuffle (by each URL's SHA-256), so that packages interleave as in a real page load.
-urls.sort { SHA256Digest.of(Data($0.utf8)).hex < SHA256Digest.of(Data($1.utf8)).hex }
+urls = urls.map { ($0, SHA256Digest.of(Data($0.utf8)).hex) }.sorted { $0.1 < $1.1 }.map(\.0)
 let parsed = urls.map { URL(string: $0)! }
 for (i, u) in parsed.enumerated() { keys[(u.host ?? "") + u.path] = i }
 
@@ -134,7 +134,7 @@ if markers {
     _ = write(2, "CONTROL-BEGIN\n", 14)
     _ = try? resolver.reload()
     _ = write(2, "CONTROL-END\n", 12)
-    print("markers pass done (\(sink))")
+    print("markers pass done: \(urls.count) URLs (\(sink))")
     exit(0)
 }
 
