@@ -5,6 +5,9 @@ import SystemPackage
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Tuning of HTTP transfers.
 public struct HTTPOptions: Sendable {
@@ -188,13 +191,58 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
             config.timeoutIntervalForRequest = options.stallTimeout
             config.timeoutIntervalForResource = options.deadline
             config.httpMaximumConnectionsPerHost = 4
-            let queue = OperationQueue()
-            queue.maxConcurrentOperationCount = 1
+            let queue = BoundedDelegateQueue()
             let session = URLSession(configuration: config, delegate: delegate, delegateQueue: queue)
             delegate.start(session)
         }
     }
 }
+
+/// A request's serial delegate queue with backpressure. FoundationNetworking hands every received
+/// chunk (16 KiB at most) to the delegate queue with `addOperation` from its network queue and
+/// never waits, so while writing and hashing are slower than the network the chunks piled up here
+/// without bound (2,500–4,400 chunks, 40–70 MiB, on loopback). `addOperation` now blocks its
+/// caller while `limit` operations are pending: curl stops reading the socket and TCP flow control
+/// holds the sender. `close()`, when the request is finished, ends the blocking for good; it must
+/// come before any call into URLSession that waits for the network queue (`cancel()` does).
+final class BoundedDelegateQueue: OperationQueue, @unchecked Sendable {
+    // @unchecked: `pending` and `closed` are guarded by `condition`.
+    static let limit = 64
+    private let condition = NSCondition()
+    private var pending = 0
+    private var closed = false
+
+    override init() {
+        super.init()
+        maxConcurrentOperationCount = 1
+    }
+
+    override func addOperation(_ block: @escaping @Sendable () -> Void) {
+        condition.lock()
+        while pending >= Self.limit && !closed { condition.wait() }
+        pending += 1
+        condition.unlock()
+        super.addOperation {
+            block()
+            self.condition.lock()
+            self.pending -= 1
+            self.condition.signal()
+            self.condition.unlock()
+        }
+    }
+
+    func close() {
+        condition.lock()
+        closed = true
+        condition.broadcast()
+        condition.unlock()
+    }
+}
+
+#if canImport(Glibc)
+    /// glibc's `malloc_trim`, looked up at run time: Swift's Glibc module leaves out <malloc.h>.
+    private let mallocTrim = dlsym(nil, "malloc_trim").map { unsafeBitCast($0, to: (@convention(c) (Int) -> Int32).self) }
+#endif
 
 /// A reference to a part file shared with a request's delegate (which runs on its own queue,
 /// one request at a time).
@@ -221,6 +269,7 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
     private var redirects = 0
     private var windowStart = Date()
     private var windowBytes: Int64 = 0
+    private var received: Int64 = 0
     private var task: URLSessionDataTask?
     private var session: URLSession?
     private var timer: DispatchSourceTimer?
@@ -274,9 +323,17 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
     private func finish(_ outcome: HTTPTransport.Outcome) {
         guard !finished else { return }
         finished = true
+        (session?.delegateQueue as? BoundedDelegateQueue)?.close()
         timer?.cancel()
         timer = nil
         session?.finishTasksAndInvalidate()
+        #if canImport(Glibc)
+            // FoundationNetworking allocates and frees small objects for every chunk (a new
+            // timeout timer each time), which leaves the heap holding freed pages that glibc does
+            // not return by itself (5–15 MiB after 320–640 MiB): hand them back once a large
+            // transfer is over, before extraction needs memory of its own.
+            if received >= 4 << 20 { _ = mallocTrim?(0) }
+        #endif
         completion(outcome)
     }
 
@@ -384,6 +441,7 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
         guard !finished else { return }
         windowBytes += Int64(data.count)
+        received += Int64(data.count)
         let success = status == 200 || status == 206
         switch sink {
         case .memory(let limit):
