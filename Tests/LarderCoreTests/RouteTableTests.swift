@@ -65,6 +65,16 @@ struct RouteTableTests {
         }
     }
 
+    @Test func overlongPathsAreRefused() {
+        let long = "https://app.example.com/" + String(repeating: "a/", count: 2100) + "x.js"
+        if case .notFound(let r) = Self.table.resolve(long) { #expect(r.contains("longer than 4096")) } else { Issue.record("overlong path") }
+        let climbing = "larder://app/" + String(repeating: "a/../", count: 1000) + "index.html"
+        if case .notFound(let r) = Self.table.resolve(climbing) { #expect(r.contains("longer than 4096")) } else { Issue.record("overlong dot path") }
+        // Just under the limit, a deep but legal path is looked up (and is simply absent here).
+        let deep = "https://app.example.com/docs/" + String(repeating: "d/", count: 1000) + "x.html"
+        if case .notFound(let r) = Self.table.resolve(deep) { #expect(r.contains("local-only")) } else { Issue.record("deep path") }
+    }
+
     @Test func encodedSeparatorsAreRefusedOutright() {
         for url in ["https://app.example.com/..%2fsecret", "https://app.example.com/a%5cb", "https://app.example.com/a%00b", "https://app.example.com/%zz"] {
             if case .notFound(let r) = Self.table.resolve(url) { #expect(r.contains("refused"), "\(url): \(r)") } else {
