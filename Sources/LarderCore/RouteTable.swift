@@ -212,22 +212,27 @@ public struct RouteTable: Sendable {
         var segEnd = path.lowerBound + 1
         while segEnd < path.upperBound, b[segEnd] != UInt8(ascii: "/") { segEnd += 1 }
         let first = path.count > 1 ? string(b, (path.lowerBound + 1)..<min(segEnd, path.upperBound)) : ""
-        for bucket in first.isEmpty ? [""] : [first, ""] {
-            guard let list = routes.buckets[bucket] else { continue }
-            for (prefix, id) in list {
-                let m = prefix.count
-                // Rooted paths only; an empty path is `/`.
-                if path.isEmpty {
-                    if m == 1 { return (id, path.upperBound) }
-                    continue
-                }
-                if path.count >= m, prefix.withUnsafeBufferPointer({ memcmp($0.baseAddress!, b.baseAddress! + path.lowerBound, m) == 0 }) {
-                    return (id, path.lowerBound + m - 1)
-                }
-                // `/app` names the prefix `/app/` as a directory.
-                if path.count == m - 1, prefix.withUnsafeBufferPointer({ memcmp($0.baseAddress!, b.baseAddress! + path.lowerBound, m - 1) == 0 }) {
-                    return (id, path.upperBound)
-                }
+        if !first.isEmpty, let hit = match(routes.buckets[first], b, path) { return hit }
+        return match(routes.buckets[""], b, path)
+    }
+
+    /// The first (longest) prefix of one bucket that the path starts with, or names as a
+    /// directory.
+    private static func match(_ list: [(prefix: [UInt8], id: String)]?, _ b: UnsafeBufferPointer<UInt8>, _ path: Range<Int>) -> (String, Int)? {
+        guard let list else { return nil }
+        for (prefix, id) in list {
+            let m = prefix.count
+            // Rooted paths only; an empty path is `/`.
+            if path.isEmpty {
+                if m == 1 { return (id, path.upperBound) }
+                continue
+            }
+            if path.count >= m, prefix.withUnsafeBufferPointer({ memcmp($0.baseAddress!, b.baseAddress! + path.lowerBound, m) == 0 }) {
+                return (id, path.lowerBound + m - 1)
+            }
+            // `/app` names the prefix `/app/` as a directory.
+            if path.count == m - 1, prefix.withUnsafeBufferPointer({ memcmp($0.baseAddress!, b.baseAddress! + path.lowerBound, m - 1) == 0 }) {
+                return (id, path.upperBound)
             }
         }
         return nil
@@ -275,13 +280,9 @@ public struct RouteTable: Sendable {
     /// the directory's entry file, or the SPA fallback; else the policy decides.
     func lookup(_ pkg: RoutedPackage, rawPath: String) -> Resolution {
         let path: String
-        if let plain = Self.plainPath(rawPath) {
-            path = plain
-        } else {
-            switch Self.normalise(rawPath) {
-            case .success(let p): path = p
-            case .failure(let why): return .notFound(reason: "refused path \(rawPath): \(why.message)")
-            }
+        switch Self.normalise(rawPath) {
+        case .success(let p): path = p
+        case .failure(let why): return .notFound(reason: "refused path \(rawPath): \(why.message)")
         }
         // Bypass prefixes match the normalised path, so `//api/x` or `/%61pi/x` cannot dodge them.
         if !pkg.policy.bypass.isEmpty {
@@ -305,27 +306,6 @@ public struct RouteTable: Sendable {
         case .localOnly: return .notFound(reason: "\(pkg.id)@\(pkg.version) has no \(path.isEmpty ? "/" : path) (local-only)")
         case .localThenNetwork: return .passthrough(reason: "\(pkg.id)@\(pkg.version) has no \(path.isEmpty ? "/" : path)")
         }
-    }
-
-    /// The common case without decoding: a path of plain segments (no `%`, backslash, NUL, empty
-    /// or dot segment) normalises to itself without its leading `/`. `nil` sends the path through
-    /// `normalise`.
-    static func plainPath(_ raw: String) -> String? {
-        let bytes = raw.utf8
-        guard bytes.first == UInt8(ascii: "/"), bytes.count <= 4096 else { return nil }
-        var previous = UInt8(ascii: "/")
-        var segmentStart = true
-        for b in bytes.dropFirst() {
-            switch b {
-            case UInt8(ascii: "%"), UInt8(ascii: "\\"), 0: return nil
-            case UInt8(ascii: "/"): if previous == UInt8(ascii: "/") { return nil }
-            case UInt8(ascii: "."): if segmentStart { return nil }
-            default: break
-            }
-            segmentStart = b == UInt8(ascii: "/")
-            previous = b
-        }
-        return String(raw.dropFirst())
     }
 
     typealias Refusal = PercentDecoding.Refusal

@@ -65,10 +65,8 @@ public struct Gateway: Sendable {
     /// The URL a request asks for: the `larder://` form for requests to the gateway itself,
     /// else `https://` and `http://` candidates built from the Host header.
     static func candidates(authority: String, target: String, gatewayHost: String, ownPort: Int) -> [String] {
-        let lowered = authority.lowercased()
-        let selfNames = ["\(gatewayHost):\(ownPort)", "localhost:\(ownPort)", "127.0.0.1:\(ownPort)", "[::1]:\(ownPort)"]
         let path = target.hasPrefix("/") ? target : "/" + target
-        if authority.isEmpty || selfNames.contains(lowered) {
+        if authority.isEmpty || isSelf(authority, ownPort: ownPort, host: gatewayHost) {
             // `/<id>/<path>` → `larder://<id>/<path>`.
             return ["larder:/" + path]
         }
@@ -110,9 +108,10 @@ public struct Gateway: Sendable {
         return await forward(&r, to: forwardURL, reason: passReason, started: started)
     }
 
+    /// Whether a Host header names this gateway itself.
     static func isSelf(_ authority: String, ownPort: Int, host: String) -> Bool {
         let a = authority.lowercased()
-        return a == "\(host):\(ownPort)" || a == "localhost:\(ownPort)" || a == "127.0.0.1:\(ownPort)"
+        return ["\(host):\(ownPort)", "localhost:\(ownPort)", "127.0.0.1:\(ownPort)", "[::1]:\(ownPort)"].contains(a)
     }
 
     /// Relays a request to the network with URLSession (the answer is relayed whole, up to

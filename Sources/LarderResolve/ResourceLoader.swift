@@ -196,23 +196,25 @@ public struct ResourceLoader: Sendable {
     }
 
     private func serve(_ file: LocalFile, _ request: LoadRequest, snapshot: Snapshot, session: ResolverSession?, retried: Bool) -> LoadResult {
+        switch respond(file, request, .local(package: file.package, version: file.version)) {
+        case .success(let r): return .response(r)
+        case .failure(let problem): return recover(file, problem, request, snapshot: snapshot, session: session, retried: retried)
+        }
+    }
+
+    /// The response for `file`: without opening it when no bytes are needed (304, 405, 416),
+    /// else with it open for the body — or why it could not be opened.
+    private func respond(_ file: LocalFile, _ request: LoadRequest, _ outcome: LoadOutcome) -> Result<LoadResponse, OpenProblem> {
         let plan = ResponsePlanner.plan(
             method: request.method, range: request.range, ifNoneMatch: request.ifNoneMatch, file: file,
             cacheControl: cacheControl, cors: request.cors)
-        let outcome = LoadOutcome.local(package: file.package, version: file.version)
-        // 304, 405 and 416 need no bytes: the answer follows from the file list alone.
         guard plan.status == 200 || plan.status == 206 else {
-            return .response(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .none))
+            return .success(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .none))
         }
-        switch open(file) {
-        case .success(let fd):
-            if plan.body.isEmpty {
-                _ = closeFD(fd)
-                return .response(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .none))
-            }
-            return .response(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .file(fd, plan.body)))
-        case .failure(let problem):
-            return recover(file, problem, request, snapshot: snapshot, session: session, retried: retried)
+        // HEAD opens the file too, so that it answers as GET would (fallback included).
+        return open(file).map { fd in
+            if plan.body.isEmpty { _ = closeFD(fd) }
+            return LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: plan.body.isEmpty ? .none : .file(fd, plan.body))
         }
     }
 
@@ -239,18 +241,10 @@ public struct ResourceLoader: Sendable {
         // The fallback version (else, for a pinned session, the active one) when it has the path.
         let candidates = [pkgState.fallback, pinned ? pkgState.active : nil].compactMap { $0 }.filter { $0 != file.version }
         for v in candidates {
-            guard let pkg = snapshot.routed(resolver.layout, file.package, v), let f = pkg.files[file.path.string] else { continue }
-            let plan = ResponsePlanner.plan(
-                method: request.method, range: request.range, ifNoneMatch: request.ifNoneMatch, file: f,
-                cacheControl: cacheControl, cors: request.cors)
-            let outcome = LoadOutcome.fallback(package: f.package, version: f.version, failed: file.version)
-            guard plan.status == 200 || plan.status == 206 else {
-                return .response(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .none))
-            }
-            guard case .success(let fd) = open(f) else { continue }
-            if plan.body.isEmpty { _ = closeFD(fd) }
-            return .response(LoadResponse(
-                status: plan.status, headers: plan.headers, outcome: outcome, body: plan.body.isEmpty ? .none : .file(fd, plan.body)))
+            guard let pkg = snapshot.routed(resolver.layout, file.package, v), let f = pkg.files[file.path.string],
+                case .success(let r) = respond(f, request, .fallback(package: f.package, version: f.version, failed: file.version))
+            else { continue }
+            return .response(r)
         }
         return .passthrough(reason: "\(reason), and no other local version has it")
     }
