@@ -79,54 +79,180 @@ public struct ZipReader: Sendable {
 
     /// Reads and validates the archive at `path`, handing every entry to `consumer`.
     public func read<C: ArchiveConsumer>(_ path: FilePath, into consumer: inout C) throws(ArchiveError) -> ArchiveListing {
-        let fd = open(path.string, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-        guard fd >= 0 else { throw .io(FileSystemError("open", path, Errno(rawValue: errno))) }
+        let (fd, archiveSize) = try Self.openArchive(path)
         defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw .io(FileSystemError("stat", path, Errno(rawValue: errno))) }
-        guard (st.st_mode & S_IFMT) == S_IFREG else {
-            throw .unreadable(detail: "\(path) is not a regular file")
-        }
-        let archiveSize = Int64(st.st_size)
         // One interpretation only, checked on the descriptor libarchive then reads.
-        do { try ZipStructure.check(fd: fd, size: archiveSize) } catch {
-            throw .structure(code: error.code, message: error.message)
-        }
+        _ = try Self.checkStructure(fd, archiveSize)
         let result: Result<ArchiveListing, ArchiveError> = withUTF8Locale {
             guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
             defer { archive_read_free(a) }
             archive_read_support_format_zip(a)
-            if !checkCRC, archive_read_set_format_option(a, "zip", "ignorecrc32", "1") != LA.ok {
-                return .failure(.libarchive(entry: nil, message: LA.message(a)))
-            }
+            if let problem = setOptions(a) { return .failure(problem) }
             guard lseek(fd, 0, SEEK_SET) == 0, archive_read_open_fd(a, fd, 1 << 20) == LA.ok else {
                 return .failure(.unreadable(detail: LA.message(a)))
             }
             var state = ReadState(limits: limits, archiveSize: archiveSize)
-            if parallelHashing {
-                var sink = PipelineSink(ConsumerPipeline(consumer: consumer))
-                do throws(ArchiveError) {
-                    try state.run(a, &sink)
-                    let (c, digests) = try sink.pipeline.finish()
-                    consumer = c
-                    return .success(state.listing(digests: digests))
-                } catch {
-                    consumer = sink.pipeline.cancel()
-                    return .failure(error)
-                }
-            } else {
-                var sink = DirectSink(consumer: consumer)
-                defer { consumer = sink.consumer }
-                do throws(ArchiveError) {
-                    try state.run(a, &sink)
-                } catch {
-                    return .failure(error)
-                }
-                return .success(state.listing(digests: sink.digests))
-            }
+            return consume(a, &state, into: &consumer)
         }
         return try result.get()
     }
+
+    /// Reads an archive while it is still arriving (a download in progress): entries are
+    /// validated and handed to `consumer` in the order of their local headers, as `source`
+    /// delivers bytes. `size` is the archive's declared size (it bounds the compression ratio).
+    ///
+    /// A streamed read sees only local headers, so once the entries are read this waits for
+    /// `source.complete()` and then checks the complete file as `read(_:into:)` does before it
+    /// starts — the structure check — and also that the entries read are exactly the central
+    /// directory's, in the same order. An archive with a hidden entry between others, or one
+    /// whose local headers tell another story, is refused here, before anything is used.
+    public func read<C: ArchiveConsumer>(
+        streaming source: some ArchiveByteSource, size: Int64, into consumer: inout C
+    ) throws(ArchiveError) -> ArchiveListing {
+        let context = StreamContext(source)
+        var state = ReadState(limits: limits, archiveSize: size)
+        let result: Result<ArchiveListing, ArchiveError> = withUTF8Locale {
+            guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
+            defer { archive_read_free(a) }
+            archive_read_support_format_zip_streamable(a)
+            if let problem = setOptions(a) { return .failure(problem) }
+            let client = Unmanaged.passUnretained(context).toOpaque()
+            guard archive_read_open(a, client, nil, streamRead, nil) == LA.ok else {
+                return .failure(context.failure ?? .unreadable(detail: LA.message(a)))
+            }
+            let read = consume(a, &state, into: &consumer)
+            // libarchive may take a failed read for the end of the archive: the source knows.
+            if let cause = context.failure { return .failure(cause) }
+            return read
+        }
+        let listing = try result.get()
+        let path: FilePath
+        do { path = try source.complete() } catch { throw .unreadable(detail: "the archive did not arrive: \(error)") }
+        let central = try headers(of: path)
+        guard central == state.seen else {
+            let streamed = state.seen.map(\.description)
+            let listed = central.map(\.description)
+            let first = zip(streamed, listed).first { $0 != $1 }.map { "\($0.0) where the central directory has \($0.1)" }
+                ?? "\(streamed.count) entries where the central directory has \(listed.count)"
+            throw .structure(code: "archive-stream-mismatch", message: "the local headers disagree with the central directory: \(first)")
+        }
+        return listing
+    }
+
+    /// Every entry of a complete archive as the central directory describes it, after the
+    /// structure check and every rule on names and types, without reading any file's data.
+    func headers(of path: FilePath) throws(ArchiveError) -> [EntryRecord] {
+        let (fd, archiveSize) = try Self.openArchive(path)
+        defer { close(fd) }
+        _ = try Self.checkStructure(fd, archiveSize)
+        let result: Result<[EntryRecord], ArchiveError> = withUTF8Locale {
+            guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
+            defer { archive_read_free(a) }
+            archive_read_support_format_zip_seekable(a)
+            guard archive_read_open_fd(a, fd, 1 << 16) == LA.ok else { return .failure(.unreadable(detail: LA.message(a))) }
+            var state = ReadState(limits: limits, archiveSize: archiveSize)
+            state.headersOnly = true
+            var sink = DirectSink(consumer: ValidatingConsumer())
+            do throws(ArchiveError) { try state.run(a, &sink) } catch { return .failure(error) }
+            return .success(state.seen)
+        }
+        return try result.get()
+    }
+
+    /// Opens an archive that must be a regular file (not a link, FIFO or device): its
+    /// descriptor and size.
+    private static func openArchive(_ path: FilePath) throws(ArchiveError) -> (Int32, Int64) {
+        let fd = open(path.string, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        guard fd >= 0 else { throw .io(FileSystemError("open", path, Errno(rawValue: errno))) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            let e = Errno(rawValue: errno)
+            close(fd)
+            throw .io(FileSystemError("stat", path, e))
+        }
+        guard (st.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            throw .unreadable(detail: "\(path) is not a regular file")
+        }
+        return (fd, Int64(st.st_size))
+    }
+
+    private static func checkStructure(_ fd: Int32, _ size: Int64) throws(ArchiveError) -> [[UInt8]] {
+        do { return try ZipStructure.check(fd: fd, size: size) } catch {
+            throw .structure(code: error.code, message: error.message)
+        }
+    }
+
+    /// Applies the reader's options to a fresh archive handle.
+    private func setOptions(_ a: OpaquePointer) -> ArchiveError? {
+        if !checkCRC, archive_read_set_format_option(a, "zip", "ignorecrc32", "1") != LA.ok {
+            return .libarchive(entry: nil, message: LA.message(a))
+        }
+        return nil
+    }
+
+    /// Runs the read loop over an opened archive, hashing inline or on a second thread.
+    private func consume<C: ArchiveConsumer>(_ a: OpaquePointer, _ state: inout ReadState, into consumer: inout C) -> Result<ArchiveListing, ArchiveError> {
+        if parallelHashing {
+            var sink = PipelineSink(ConsumerPipeline(consumer: consumer))
+            do throws(ArchiveError) {
+                try state.run(a, &sink)
+                let (c, digests) = try sink.pipeline.finish()
+                consumer = c
+                return .success(state.listing(digests: digests))
+            } catch {
+                consumer = sink.pipeline.cancel()
+                return .failure(error)
+            }
+        } else {
+            var sink = DirectSink(consumer: consumer)
+            defer { consumer = sink.consumer }
+            do throws(ArchiveError) {
+                try state.run(a, &sink)
+            } catch {
+                return .failure(error)
+            }
+            return .success(state.listing(digests: sink.digests))
+        }
+    }
+}
+
+/// Archive bytes that arrive over time, such as a download being written to disk.
+public protocol ArchiveByteSource: AnyObject {
+    /// Copies the next bytes into `buffer`, waiting until some have arrived; returns 0 at the end
+    /// of the archive. Throws when the bytes will never come (the transfer failed or restarted).
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+    /// Waits until the whole archive is on disk and verified (size and SHA-256 of the
+    /// transfer), and returns its path; throws when it never will be.
+    func complete() throws -> FilePath
+}
+
+/// What libarchive's read callback needs: the source, a buffer that outlives each call, and
+/// the source's error (libarchive keeps only its own message).
+private final class StreamContext {
+    let source: any ArchiveByteSource
+    let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+    var failure: ArchiveError?
+
+    init(_ source: any ArchiveByteSource) { self.source = source }
+    deinit { buffer.deallocate() }
+}
+
+/// libarchive's read callback over a `StreamContext`.
+private let streamRead: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, UnsafeMutablePointer<UnsafeRawPointer?>?) -> la_ssize_t = {
+    _, client, out in
+    guard let client, let out else { return -1 }
+    let context = Unmanaged<StreamContext>.fromOpaque(client).takeUnretainedValue()
+    do {
+        let n = try context.source.read(into: context.buffer)
+        out.pointee = UnsafeRawPointer(context.buffer.baseAddress)
+        return la_ssize_t(n)
+    } catch let error as ArchiveError {
+        context.failure = error
+    } catch {
+        context.failure = .unreadable(detail: "the archive stopped arriving: \(error)")
+    }
+    return -1
 }
 
 /// Where the read loop sends entries: straight to the consumer (hashing inline), or through a
@@ -174,6 +300,18 @@ struct PipelineSink<C: ArchiveConsumer>: EntrySink {
     func endFile(_ path: RelativePath, size: Int64) throws(ArchiveError) { try pipeline.endFile(path, size: size) }
 }
 
+/// One entry as a read met it: its stored name, kind and size (read, or declared when only
+/// headers are read).
+struct EntryRecord: Equatable {
+    let name: [UInt8]
+    let isDirectory: Bool
+    let size: Int64
+
+    var description: String {
+        "\"\(String(decoding: name, as: UTF8.self))\" (" + (isDirectory ? "a directory)" : "a file of \(size) bytes)")
+    }
+}
+
 /// The bookkeeping of one read.
 private struct ReadState {
     let limits: TreeLimits
@@ -181,6 +319,11 @@ private struct ReadState {
     var files: [FileEntry] = []
     var directories: [RelativePath] = []
     var entries = 0
+    /// Every entry in archive order, as read (a streamed read is checked against the central
+    /// directory's account with it).
+    var seen: [EntryRecord] = []
+    /// Record the entries and skip every file's data (a check of headers only).
+    var headersOnly = false
     var total: Int64 = 0
     /// Collision key → the name that claimed it, and whether it is a file.
     var claimed: [String: (name: String, isFile: Bool)] = [:]
@@ -227,6 +370,7 @@ private struct ReadState {
             guard type == LA.regular || type == LA.directory else {
                 throw .unsupportedEntryType(entry: display, type: LA.typeName(type))
             }
+            if type == LA.directory { seen.append(EntryRecord(name: nameBytes, isDirectory: true, size: 0)) }
             // bsdtar writes "./name"; the archive root itself ("./") carries nothing.
             var name = nameBytes[...]
             while name.starts(with: [0x2E, 0x2F]) { name = name.dropFirst(2) }
@@ -242,7 +386,14 @@ private struct ReadState {
                 directories.append(path)
                 continue
             }
-            try readFile(a, entry, path, &sink)
+            if headersOnly {
+                // libarchive skips the data when asked for the next header.
+                let declared: Int64 = archive_entry_size_is_set(entry) != 0 ? archive_entry_size(entry) : -1
+                files.append(FileEntry(path: path, size: declared, sha256: Self.placeholder))
+            } else {
+                try readFile(a, entry, path, &sink)
+            }
+            seen.append(EntryRecord(name: nameBytes, isDirectory: false, size: files.last?.size ?? -1))
         }
         if files.isEmpty { throw .empty }
     }

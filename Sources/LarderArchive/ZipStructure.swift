@@ -16,8 +16,11 @@ import SystemPackage
 /// first entry), so that two tools could see different files in the same bytes. It reads only
 /// the end records, the central directory, and each entry's fixed-size local header, and refuses:
 /// data before the first entry or after the end record; several end records; a central directory
-/// that does not end where the end record starts; a local header whose name, method or flags
-/// differ from its central entry; entries whose data overlap.
+/// that does not end where the end record starts; a local header (or data descriptor) whose
+/// name, method, flags, CRC-32 or sizes differ from its central entry; entries whose data overlap; bytes between entries that no entry
+/// accounts for (a reader walking local headers, as a streaming one does, would find an entry
+/// hidden there). It returns the names in local-header order, so that a streamed read can be
+/// checked against them.
 enum ZipStructure {
     /// What the structure check found wrong (a stable code and a sentence).
     struct Problem: Error, Equatable {
@@ -29,12 +32,16 @@ enum ZipStructure {
         let name: [UInt8]
         let method: UInt16
         let flags: UInt16
+        let crc: UInt32
         let compressedSize: UInt64
+        let uncompressedSize: UInt64
         let localOffset: UInt64
     }
 
-    /// Checks the archive open as `fd` of `size` bytes.
-    static func check(fd: Int32, size: Int64) throws(Problem) {
+    /// Checks the archive open as `fd` of `size` bytes; returns the entries' names in the order
+    /// of their local headers (the order a streaming reader meets them).
+    @discardableResult
+    static func check(fd: Int32, size: Int64) throws(Problem) -> [[UInt8]] {
         let file = UInt64(size)
         guard file >= 22 else { throw Problem(code: "archive-truncated", message: "too short to be a zip archive") }
         // The end record: the last 22 bytes plus at most a 65,535-byte comment.
@@ -130,7 +137,10 @@ enum ZipStructure {
                 }
                 e += 4 + len
             }
-            centrals.append(Central(name: name, method: le16(cd, p + 10), flags: le16(cd, p + 8), compressedSize: compressed, localOffset: offset))
+            centrals.append(
+                Central(
+                    name: name, method: le16(cd, p + 10), flags: le16(cd, p + 8), crc: le32(cd, p + 16), compressedSize: compressed,
+                    uncompressedSize: uncompressed, localOffset: offset))
             p += 46 + nameLength + extraLength + commentLength
         }
         guard UInt64(centrals.count) == entries else {
@@ -139,7 +149,10 @@ enum ZipStructure {
         // Local headers in file order: the first at offset 0, each matching its central entry,
         // none overlapping the previous entry's data.
         var previousEnd: UInt64 = 0
+        var previousSlack: UInt64 = 0
         var previousName = ""
+        var names: [[UInt8]] = []
+        names.reserveCapacity(centrals.count)
         for (index, c) in centrals.sorted(by: { $0.localOffset < $1.localOffset }).enumerated() {
             let display = String(decoding: c.name, as: UTF8.self)
             if index == 0, c.localOffset != 0 {
@@ -147,6 +160,9 @@ enum ZipStructure {
             }
             guard c.localOffset >= previousEnd else {
                 throw Problem(code: "archive-overlapping-entries", message: "entry \"\(display)\" overlaps the data of \"\(previousName)\"")
+            }
+            if index > 0, c.localOffset - previousEnd > previousSlack {
+                throw Problem(code: "archive-gap", message: "\(c.localOffset - previousEnd) unlisted bytes between \"\(previousName)\" and \"\(display)\"")
             }
             guard add(c.localOffset, 30) <= cdOffset else {
                 throw Problem(code: "archive-bad-local-header", message: "entry \"\(display)\" points past the entries")
@@ -164,13 +180,40 @@ enum ZipStructure {
                 throw Problem(code: "archive-header-mismatch", message: "the local header of \"\(display)\" disagrees with the central directory (\"\(String(decoding: localName, as: UTF8.self))\")")
             }
             var end = add(add(add(c.localOffset, 30 + UInt64(nameLength)), extraLength), c.compressedSize)
-            if c.flags & 0x0008 != 0 { end = add(end, 12) }  // the smallest data descriptor (no signature, 32-bit sizes)
+            // The CRC-32 and sizes a reader of local headers uses must be the central ones: in the
+            // local header, or after the data when bit 3 defers them to a data descriptor.
+            let agree: Bool
+            if c.flags & 0x0008 == 0 {
+                let sizesAgree = (le32(head, 18) == 0xFFFF_FFFF || UInt64(le32(head, 18)) == c.compressedSize)
+                    && (le32(head, 22) == 0xFFFF_FFFF || UInt64(le32(head, 22)) == c.uncompressedSize)
+                agree = le32(head, 14) == c.crc && sizesAgree
+            } else {
+                guard add(end, 12) <= cdOffset else {
+                    throw Problem(code: "archive-overlapping-entries", message: "the data of \"\(display)\" runs into the central directory")
+                }
+                let descriptor = try read(fd, at: end, count: 8)
+                agree = (le32(descriptor, 0) == 0x0807_4B50 ? le32(descriptor, 4) : le32(descriptor, 0)) == c.crc
+            }
+            guard agree else {
+                throw Problem(code: "archive-header-mismatch", message: "the CRC-32 or sizes of \"\(display)\" in its local header or data descriptor disagree with the central directory")
+            }
+            // A data descriptor follows: 12 bytes at least (no signature, 32-bit sizes), 24 at
+            // most (signature, 64-bit sizes). Nothing else may lie between entries: a reader that
+            // walks local headers (a streaming one) would find an entry hidden there.
+            let slack: UInt64 = c.flags & 0x0008 != 0 ? 12 : 0
+            if slack > 0 { end = add(end, 12) }
             guard end <= cdOffset else {
                 throw Problem(code: "archive-overlapping-entries", message: "the data of \"\(display)\" runs into the central directory")
             }
             previousEnd = end
+            previousSlack = slack
             previousName = display
+            names.append(c.name)
         }
+        if !centrals.isEmpty, cdOffset - previousEnd > previousSlack {
+            throw Problem(code: "archive-gap", message: "\(cdOffset - previousEnd) unlisted bytes between \"\(previousName)\" and the central directory")
+        }
+        return names
     }
 
     /// Whether the bytes at `at` in `tail` look like a real end record (its directory would lie

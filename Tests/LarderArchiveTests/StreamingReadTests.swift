@@ -1,0 +1,106 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import SystemPackage
+import Testing
+
+/// Hands out a file's bytes in chunks of pseudo-random sizes (1 byte to 64 KiB), as a download
+/// would, and can fail after a given number of bytes.
+final class ChunkedSource: ArchiveByteSource {
+    let path: FilePath
+    let data: Data
+    var offset = 0
+    var rng: SplitMix
+    var failAfter: Int?
+    private(set) var completeCalls = 0
+    struct Cut: Error {}
+
+    init(_ path: FilePath, seed: UInt64, failAfter: Int? = nil) throws {
+        self.path = path
+        data = try Data(contentsOf: URL(fileURLWithPath: path.string))
+        rng = SplitMix(seed: seed)
+        self.failAfter = failAfter
+    }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        if let cut = failAfter, offset >= cut { throw Cut() }
+        let want = Int(rng.next() % 65_536) + 1
+        var n = min(want, buffer.count, data.count - offset)
+        if let cut = failAfter { n = min(n, cut - offset) }
+        if n <= 0 { return 0 }
+        data.withUnsafeBytes { raw in
+            buffer.baseAddress?.copyMemory(from: raw.baseAddress! + offset, byteCount: n)
+        }
+        offset += n
+        return n
+    }
+
+    func complete() throws -> FilePath {
+        completeCalls += 1
+        return path
+    }
+}
+
+@Suite("Streamed zip reading")
+struct StreamingReadTests {
+    /// Every fixture: what the reader of a complete file accepts, a streamed read accepts with the
+    /// same listing; what it refuses, a streamed read refuses too.
+    @Test(arguments: [1, 2, 3])
+    func streamedReadAgreesWithFileRead(seed: UInt64) throws {
+        let fx = try ZipReaderTests.fixtures.get()
+        for (name, expected) in fx.expected.sorted(by: { $0.key < $1.key }) {
+            let path = FilePath(fx.dir.url.appendingPathComponent(name).path)
+            let source = try ChunkedSource(path, seed: seed)
+            var consumer = ValidatingConsumer()
+            var reader = ZipReader()
+            reader.parallelHashing = seed % 2 == 0
+            let outcome: Result<ArchiveListing, ArchiveError>
+            do throws(ArchiveError) {
+                outcome = .success(try reader.read(streaming: source, size: Int64(source.data.count), into: &consumer))
+            } catch { outcome = .failure(error) }
+            switch outcome {
+            case .success(let listing):
+                #expect(expected == "ok", "\(name) was accepted when streamed but must fail with \(expected)")
+                if expected == "ok" { #expect(listing == (try ZipReader().validate(path)), "\(name)") }
+                #expect(source.completeCalls == 1, "\(name): a streamed read must wait for the complete file")
+            case .failure(let error):
+                #expect(expected != "ok", "\(name) was refused when streamed: \(error)")
+                #expect(!error.description.isEmpty)
+            }
+        }
+    }
+
+    /// The entry hidden between two others is found by the structure check, whichever reader.
+    @Test func hiddenEntryIsRefused() throws {
+        let fx = try ZipReaderTests.fixtures.get()
+        let path = FilePath(fx.dir.url.appendingPathComponent("hidden-entry.zip").path)
+        #expect(throws: ArchiveError.self) { try ZipReader().validate(path) }
+        let source = try ChunkedSource(path, seed: 7)
+        var consumer = ValidatingConsumer()
+        do throws(ArchiveError) {
+            _ = try ZipReader().read(streaming: source, size: Int64(source.data.count), into: &consumer)
+            Issue.record("hidden-entry.zip must be refused")
+        } catch {
+            #expect(error.code == "archive-gap", "\(error)")
+            #expect(error.description.contains("unlisted bytes"))
+        }
+    }
+
+    /// A transfer that stops inside the first entry ends the read with the source's error, and
+    /// never asks for the complete file.
+    @Test func aFailingSourceStopsTheRead() throws {
+        let fx = try ZipReaderTests.fixtures.get()
+        let path = FilePath(fx.dir.url.appendingPathComponent("infozip.zip").path)
+        let size = try Data(contentsOf: URL(fileURLWithPath: path.string)).count
+        let source = try ChunkedSource(path, seed: 3, failAfter: 40)
+        var consumer = ValidatingConsumer()
+        do throws(ArchiveError) {
+            _ = try ZipReader().read(streaming: source, size: Int64(size), into: &consumer)
+            Issue.record("a cut stream must fail")
+        } catch {
+            #expect(error.code == "archive-unreadable", "\(error)")
+            #expect(error.description.contains("stopped arriving"), "\(error)")
+        }
+        #expect(source.completeCalls == 0)
+    }
+}
