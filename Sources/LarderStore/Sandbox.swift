@@ -130,6 +130,43 @@ public final class Sandbox {
         try requireWritable()
         guard let id = PackageID(idText) else { throw .badID(idText) }
         guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
+        return try install(id: id, version: version, fileList: fileList, force: force, activate: activate) { () throws(StoreError) in
+            let area = try makeStagingArea(id: id, version: version)
+            do throws(StoreError) {
+                // With a file list every SHA-256 is checked against it, which makes the CRC redundant.
+                return try area.extract(bundle: bundle, checkCRC: fileList == nil)
+            } catch {
+                area.discard()
+                throw error
+            }
+        }
+    }
+
+    /// Installs a bundle already extracted into a staging area (by `StagingArea.extract`, on any
+    /// thread): its listing is checked against `fileList` like a bundle's, and it is placed; with
+    /// `activate`, activated as pending. The staging area is consumed either way.
+    public func install(staged: StagedBundle, fileList: FileList, activate: Bool) throws(StoreError) -> InstallReport {
+        defer { staged.area.discard() }
+        try requireWritable()
+        return try install(id: staged.area.id, version: staged.area.version, fileList: fileList, force: false, activate: activate) {
+            () throws(StoreError) in staged
+        }
+    }
+
+    /// A fresh staging area for one version (see `StagingArea`).
+    public func makeStagingArea(id: PackageID, version: SemanticVersion) throws(StoreError) -> StagingArea {
+        try requireWritable()
+        let dir = try makeStagingDirectory("\(id)@\(version)")
+        return StagingArea(id: id, version: version, directory: dir, limits: options.limits)
+    }
+
+    /// The install of both kinds: the state's checks (a failed version, a vanished tree, a
+    /// version already on disk), then `stage` for the extracted tree, checked against the list
+    /// and placed.
+    private func install(
+        id: PackageID, version: SemanticVersion, fileList: FileList?, force: Bool, activate: Bool,
+        stage: () throws(StoreError) -> StagedBundle
+    ) throws(StoreError) -> InstallReport {
         if let list = fileList, list.id != id || list.version != version {
             throw .fileList("it describes \(list.id) \(list.version), not \(id) \(version)")
         }
@@ -176,28 +213,15 @@ public final class Sandbox {
         // with the placement below.
         if changed { state[id] = pkg }
 
-        // Extract into a directory nothing else shares, then verify.
-        let stage = layout.staging.appending("\(id)@\(version)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
-        let tree = stage.appending("tree")
-        try io { try AtomicFile.makeDirectories(tree) }
-        defer { try? FileManager.default.removeItem(atPath: stage.string) }
-        var extractor: Extractor
-        do { extractor = try Extractor(root: tree) } catch { throw .io(error) }
-        defer { extractor.close() }
-        let listing: ArchiveListing
-        var reader = ZipReader(limits: options.limits)
-        // With a file list every SHA-256 is checked against it, which makes the CRC redundant.
-        reader.checkCRC = fileList == nil
-        do { listing = try reader.read(bundle, into: &extractor) } catch { throw .archive(error) }
-        let list = fileList ?? FileList(id: id, version: version, files: listing.files)
-        let problems = Self.compare(listing.files, list)
+        // Extracted into a directory nothing else shares and made durable, then verified.
+        let staged = try stage()
+        defer { staged.area.discard() }
+        let list = fileList ?? FileList(id: id, version: version, files: staged.listing.files)
+        let problems = Self.compare(staged.listing.files, list)
         if !problems.isEmpty {
             throw .verification(id: id.rawValue, version: version.description, problems: problems)
         }
-        // Durable before it becomes visible; an error here abandons the staged version.
-        do { try extractor.makeDurable() } catch { throw .io(error) }
-
-        let record = try place(tree: tree, id: id, version: version, list: list, trusted: fileList == nil)
+        let record = try place(tree: staged.area.tree, id: id, version: version, list: list, trusted: fileList == nil)
         pkg = state[id]
         if activate {
             pkg.activate(version, event: "activate", at: now)

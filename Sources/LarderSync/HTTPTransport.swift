@@ -80,9 +80,9 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
         }
     }
 
-    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?) async throws(FetchError) {
+    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
         try checkScheme(url)
-        let file = PartFileBox(try PartFile(part, url: url.absoluteString, expecting: expecting))
+        let file = PartFileBox(try PartFile(part, url: url.absoluteString, expecting: expecting, watch: watch))
         defer { file.part.close() }
         let etagPath = FilePath(part.string + ".etag")
         var attempt = 0

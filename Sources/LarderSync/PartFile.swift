@@ -14,11 +14,14 @@ struct PartFile {
     private(set) var have: Int64 = 0
     private var hasher = SHA256Stream()
     private var fd: FileDescriptor
+    /// Told of every byte written, so that an extraction can follow the download.
+    private let watch: GrowingPart?
 
-    init(_ path: FilePath, url: String, expecting: Expectation) throws(FetchError) {
+    init(_ path: FilePath, url: String, expecting: Expectation, watch: GrowingPart? = nil) throws(FetchError) {
         self.path = path
         self.url = url
         self.expecting = expecting
+        self.watch = watch
         do {
             fd = try FileDescriptor.open(path, .readWrite, options: [.create], permissions: [.ownerReadWrite, .groupRead])
         } catch {
@@ -33,6 +36,7 @@ struct PartFile {
             have += Int64(n)
         }
         if have > (expecting.size ?? expecting.limit) { reset() }
+        watch?.advance(to: have)
     }
 
     /// The total the transfer must reach, when declared.
@@ -44,6 +48,7 @@ struct PartFile {
         _ = try? fd.seek(offset: 0, from: .start)
         have = 0
         hasher = SHA256Stream()
+        watch?.restart()
     }
 
     /// Appends bytes, refusing anything past the declared size or the limit.
@@ -59,6 +64,7 @@ struct PartFile {
         }
         data.withUnsafeBytes { hasher.update($0) }
         have += Int64(data.count)
+        watch?.advance(to: have)
     }
 
     /// Checks the complete content; a wrong one is deleted.
@@ -74,6 +80,7 @@ struct PartFile {
             }
         }
         do { try AtomicFile.sync(fd, path: path) } catch { throw .io("\(error)") }
+        watch?.completed()
     }
 
     func close() { try? fd.close() }

@@ -39,6 +39,10 @@ public struct PackageResult: Sendable, Codable, Equatable {
     public var reason: String
     /// For a failure: a stable code (`hash-mismatch`, `too-large`, `redirect`, `verification-failed`, …).
     public var code: String?
+    /// For a bundle placed: `true` when it was extracted while it downloaded, `false` when the
+    /// complete file had to be read again (the download started over, or the streamed read
+    /// refused what the complete file's reader then judged).
+    public var streamed: Bool? = nil
 }
 
 /// A failure with its stable code.
@@ -343,7 +347,11 @@ public struct Syncer: Sendable {
                 switch cost.method {
                 case .bundle:
                     guard let part = fetched.bundles[a.id] else { throw StoreError.fileList("the bundle was not downloaded") }
-                    _ = try sandbox.install(bundle: part, id: a.id.rawValue, version: e.version.description, fileList: list, force: false, activate: false)
+                    if let staged = fetched.staged[a.id] {
+                        _ = try sandbox.install(staged: staged, fileList: list, activate: false)
+                    } else {
+                        _ = try sandbox.install(bundle: part, id: a.id.rawValue, version: e.version.description, fileList: list, force: false, activate: false)
+                    }
                     _ = unlink(part.string)
                 case .objects, .local:
                     try assemble(list: list, local: local, objects: fetched.objects, sandbox: sandbox)
@@ -385,11 +393,12 @@ public struct Syncer: Sendable {
         }
         for a in changes {
             let p = placed[a.id]
-            let r = PackageResult(
+            var r = PackageResult(
                 id: a.id.rawValue, action: a.kind.rawValue, from: a.from?.description, to: a.to?.description,
                 method: p?.method ?? a.cost?.method.rawValue, bytesFetched: p?.bytes ?? fetched.bytes[a.id] ?? 0,
                 bundleBytes: a.cost?.bundleBytes, seconds: p?.seconds ?? 0,
                 outcome: failed[a.id] == nil ? "done" : "failed", reason: failed[a.id]?.message ?? a.reason, code: failed[a.id]?.code)
+            if p?.method == FetchMethod.bundle.rawValue { r.streamed = fetched.staged[a.id] != nil }
             results.append(r)
             options.progress?(.package(id: a.id.rawValue, outcome: r.outcome))
         }
@@ -409,6 +418,8 @@ public struct Syncer: Sendable {
         // Downloaded objects go once every placement that might share them is done; partial
         // downloads the current plan would not resume (superseded releases) go too.
         for part in fetched.objects.values { _ = unlink(part.string) }
+        // Staged bundles not placed (their version was already on disk) go too.
+        for staged in fetched.staged.values { staged.area.discard() }
         pruneDownloads(sandbox.layout.downloads, keep: fetched.resumable)
         var removed: [String] = []
         if let gc = try? sandbox.gc(keep: options.retention) { removed = gc.removed }
@@ -421,6 +432,8 @@ public struct Syncer: Sendable {
 
     struct Fetched {
         var bundles: [PackageID: FilePath] = [:]
+        /// Bundles extracted while they downloaded, waiting to be checked and placed.
+        var staged: [PackageID: StagedBundle] = [:]
         /// Object content digest → downloaded gzip file.
         var objects: [SHA256Digest: FilePath] = [:]
         var bytes: [PackageID: Int64] = [:]
@@ -441,8 +454,31 @@ public struct Syncer: Sendable {
     }
 
     enum Job: Sendable {
-        case bundle(PackageID, URL, FilePath, Expectation)
+        /// A bundle, extracted into the staging area while it downloads when there is one.
+        case bundle(PackageID, URL, FilePath, Expectation, StagingArea?)
         case object(PackageID, SHA256Digest, URL, FilePath, Expectation)
+    }
+
+    /// A finished transfer: its failure, its time, and for a bundle what the extraction that
+    /// followed it produced.
+    struct Transfer: Sendable {
+        let job: Job
+        let failure: Failure?
+        let seconds: Double
+        let extraction: Result<StagedBundle, StoreError>?
+    }
+
+    /// Extracts a bundle into `area` on a thread of its own, reading the part file as the
+    /// download writes it (see `GrowingPart`); the thread blocks while it waits for bytes, which
+    /// no task of the cooperative pool may do.
+    static func extract(_ area: StagingArea, following watch: GrowingPart, size: Int64) async -> Result<StagedBundle, StoreError> {
+        await withCheckedContinuation { continuation in
+            let thread = Thread {
+                continuation.resume(returning: Result { () throws(StoreError) in try area.extract(streaming: watch, size: size) })
+            }
+            thread.name = "larder.extract-stream"
+            thread.start()
+        }
     }
 
     /// Downloads bundles and missing objects into `downloads/` with at most `concurrency`
@@ -459,7 +495,9 @@ public struct Syncer: Sendable {
             switch cost.method {
             case .bundle:
                 let part = downloads.appending("\(e.id)-\(e.version)-\(e.bundle.sha256.hex.prefix(16)).zip.part")
-                jobs.append(.bundle(a.id, url(base, e.bundle.path), part, Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256)))
+                // Without a staging area the complete file is extracted after the download.
+                let area = try? sandbox.makeStagingArea(id: e.id, version: e.version)
+                jobs.append(.bundle(a.id, url(base, e.bundle.path), part, Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256), area))
             case .objects:
                 for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
                     let part = downloads.appending("object-\(f.sha256.hex).gz.part")
@@ -476,7 +514,7 @@ public struct Syncer: Sendable {
         let totals = Dictionary(changes.map { ($0.id.rawValue, $0.cost?.bytes ?? 0) }, uniquingKeysWith: { a, _ in a })
         let counter = ByteCounter()
         var result = Fetched()
-        await withTaskGroup(of: (Job, Failure?, Double).self) { group in
+        await withTaskGroup(of: Transfer.self) { group in
             var next = 0
             func launch() {
                 guard next < jobs.count else { return }
@@ -484,41 +522,58 @@ public struct Syncer: Sendable {
                 next += 1
                 group.addTask {
                     let started = Date()
-                    let (id, u, part, exp): (PackageID, URL, FilePath, Expectation) = switch job {
-                    case .bundle(let i, let u, let p, let e): (i, u, p, e)
-                    case .object(let i, _, let u, let p, let e): (i, u, p, e)
+                    let (id, u, part, exp, area): (PackageID, URL, FilePath, Expectation, StagingArea?) = switch job {
+                    case .bundle(let i, let u, let p, let e, let a): (i, u, p, e, a)
+                    case .object(let i, _, let u, let p, let e): (i, u, p, e, nil)
                     }
-                    do {
-                        try await transport.download(u, to: part, expecting: exp) { n in
+                    let watch = area.map { _ in GrowingPart(part) }
+                    async let extraction: Result<StagedBundle, StoreError>? = {
+                        guard let area, let watch else { return nil }
+                        return await Self.extract(area, following: watch, size: exp.size ?? exp.limit)
+                    }()
+                    var failure: Failure?
+                    do throws(FetchError) {
+                        try await transport.download(u, to: part, expecting: exp, progress: { n in
                             let done = counter.add(id.rawValue, n)
                             progress?(.bytes(id: id.rawValue, done: done, total: totals[id.rawValue] ?? 0))
-                        }
-                        return (job, nil, Date().timeIntervalSince(started))
+                        }, watch: watch)
                     } catch {
-                        let f = (error as? FetchError).map { Failure($0.code, $0.description) } ?? Failure("io", "\(error)")
-                        return (job, f, Date().timeIntervalSince(started))
+                        failure = Failure(error.code, error.description)
+                        watch?.fail(error.description)
                     }
+                    let seconds = Date().timeIntervalSince(started)
+                    return Transfer(job: job, failure: failure, seconds: seconds, extraction: await extraction)
                 }
             }
             for _ in 0..<concurrency { launch() }
-            for await (job, error, seconds) in group {
-                switch job {
-                case .bundle(let id, _, let part, _):
-                    if let e = error {
+            for await done in group {
+                switch done.job {
+                case .bundle(let id, _, let part, _, let area):
+                    if let e = done.failure {
                         result.errors[id] = e
                         result.resumable.insert(part.lastComponent?.string ?? "")
                     } else {
                         result.bundles[id] = part
                     }
-                    result.seconds[id, default: 0] += seconds
+                    switch done.extraction {
+                    case .success(let staged) where done.failure == nil:
+                        result.staged[id] = staged
+                    case .failure(let error) where done.failure == nil:
+                        // The complete file is read again, and its verdict is the one reported.
+                        options.logger.info("extraction while downloading failed; reading the complete bundle", metadata: ["id": "\(id)", "error": "\(error)"])
+                        area?.discard()
+                    default:
+                        area?.discard()
+                    }
+                    result.seconds[id, default: 0] += done.seconds
                 case .object(let id, let digest, _, let part, _):
-                    if let e = error {
+                    if let e = done.failure {
                         result.errors[id] = result.errors[id] ?? e
                         result.resumable.insert(part.lastComponent?.string ?? "")
                     } else {
                         result.objects[digest] = part
                     }
-                    result.seconds[id, default: 0] = max(result.seconds[id, default: 0], seconds)
+                    result.seconds[id, default: 0] = max(result.seconds[id, default: 0], done.seconds)
                 }
                 launch()
             }

@@ -102,7 +102,16 @@ public protocol Transport: Sendable {
 
     /// Downloads to `part`, resuming from the bytes already in it, until the expected size;
     /// verifies the SHA-256 when one is expected. `part` is complete and verified on return.
-    func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?) async throws(FetchError)
+    /// `watch`, when given, is told of every byte as it is written, of a restart, and of the
+    /// verified end, so that the file can be read while it grows.
+    func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError)
+}
+
+extension Transport {
+    /// Downloads with nobody following the file.
+    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?) async throws(FetchError) {
+        try await download(url, to: part, expecting: expecting, progress: progress, watch: nil)
+    }
 }
 
 /// Picks the transport for a repository URL.
@@ -133,11 +142,11 @@ public struct FileTransport: Transport {
         return FetchedDocument(data: data, etag: tag, notModified: false)
     }
 
-    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?) async throws(FetchError) {
+    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
         guard let input = FileHandle(forReadingAtPath: url.path) else { throw .status(url: url.absoluteString, code: 404) }
         defer { try? input.close() }
         var sink: PartFile
-        do { sink = try PartFile(part, url: url.absoluteString, expecting: expecting) } catch { throw error }
+        do { sink = try PartFile(part, url: url.absoluteString, expecting: expecting, watch: watch) } catch { throw error }
         defer { sink.close() }
         do { try input.seek(toOffset: UInt64(sink.have)) } catch { throw .io("\(url.path): \(error)") }
         while true {

@@ -176,7 +176,7 @@ struct Sync: ParsableCommand {
                 if let f = p.from { line += " \(f)" }
                 if let t = p.to, t != p.from { line += p.from == nil ? " \(t)" : " → \(t)" }
                 if p.action == "install" || p.action == "update" {
-                    line += " via \(p.method ?? "?"), fetched \(Output.bytes(p.bytesFetched))"
+                    line += " via \(p.method ?? "?")\(p.streamed == true ? " (extracted while downloading)" : ""), fetched \(Output.bytes(p.bytesFetched))"
                     if let b = p.bundleBytes { line += " of a \(Output.bytes(b)) bundle" }
                     line += String(format: " in %.2f s", p.seconds)
                 }

@@ -1,0 +1,61 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+/// A fresh directory under `staging/` for one version of one package, which nothing else
+/// shares. Extracting into it touches nothing else of the sandbox, so it may run on any thread
+/// while the writer goes on (sync extracts a bundle while it downloads); only
+/// `Sandbox.install(staged:…)` makes the result part of the sandbox. An area left behind by a
+/// crash is emptied by the next `Sandbox.open`.
+public struct StagingArea: Sendable {
+    public let id: PackageID
+    public let version: SemanticVersion
+    /// The directory (removed by `discard()`); the tree is extracted into its `tree/`.
+    public let directory: FilePath
+    let limits: TreeLimits
+
+    var tree: FilePath { directory.appending("tree") }
+
+    /// Extracts a bundle whose bytes are still arriving, as `ZipReader.read(streaming:…)` reads
+    /// it, then makes the tree durable. Blocks while the source waits for bytes.
+    public func extract(streaming source: some ArchiveByteSource, size: Int64) throws(StoreError) -> StagedBundle {
+        // Installing against a signed file list checks every SHA-256, which makes the CRC redundant.
+        var reader = ZipReader(limits: limits)
+        reader.checkCRC = false
+        return try extract { (extractor: inout Extractor) throws(ArchiveError) in
+            try reader.read(streaming: source, size: size, into: &extractor)
+        }
+    }
+
+    /// Extracts a complete bundle file.
+    func extract(bundle: FilePath, checkCRC: Bool) throws(StoreError) -> StagedBundle {
+        var reader = ZipReader(limits: limits)
+        reader.checkCRC = checkCRC
+        return try extract { (extractor: inout Extractor) throws(ArchiveError) in try reader.read(bundle, into: &extractor) }
+    }
+
+    private func extract(_ read: (inout Extractor) throws(ArchiveError) -> ArchiveListing) throws(StoreError) -> StagedBundle {
+        var extractor: Extractor
+        do { extractor = try Extractor(root: tree) } catch { throw .io(error) }
+        defer { extractor.close() }
+        let listing: ArchiveListing
+        do { listing = try read(&extractor) } catch { throw .archive(error) }
+        // Durable before it can become visible; an error here abandons the staged version.
+        do { try extractor.makeDurable() } catch { throw .io(error) }
+        return StagedBundle(area: self, listing: listing)
+    }
+
+    /// Removes the directory and everything in it.
+    public func discard() {
+        try? FileManager.default.removeItem(atPath: directory.string)
+    }
+}
+
+/// A bundle extracted into a staging area, durable, not yet checked against its file list.
+public struct StagedBundle: Sendable {
+    public let area: StagingArea
+    /// What the read found: every file with the size and SHA-256 computed while extracting.
+    public let listing: ArchiveListing
+}

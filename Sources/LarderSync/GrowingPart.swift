@@ -1,0 +1,132 @@
+import Foundation
+import LarderArchive
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// A download's `.part` file seen from both ends: the transport reports what it has written
+/// (through `PartFile`), and an extraction reads the bytes as they land, waiting for more — so a
+/// bundle is extracted while it downloads, from the page cache, with no copy held in memory.
+///
+/// The part file stays the one record of the transfer (it is what Range resume continues). A
+/// reader can only move forward: when the transport has to start the file over after bytes were
+/// read (the server ignored the Range, the content failed its hash), the reader is told the
+/// stream is abandoned, and the caller falls back to reading the complete file.
+public final class GrowingPart: ArchiveByteSource, @unchecked Sendable {
+    // @unchecked: `available`, `consumed` and `phase` are guarded by `condition`; `fd` and
+    // `offset` are used only by the one reading thread.
+    enum Phase: Equatable {
+        case running
+        case complete
+        case failed(String)
+        case restarted
+    }
+
+    /// Why the stream ended without the complete archive.
+    public struct Abandoned: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    public let path: FilePath
+    private let condition = NSCondition()
+    private var available: Int64 = 0
+    private var consumed: Int64 = 0
+    private var phase = Phase.running
+    private var fd: Int32 = -1
+    private var offset: Int64 = 0
+
+    /// Follows the part file at `path` (which the transport creates).
+    public init(_ path: FilePath) {
+        self.path = path
+    }
+
+    deinit {
+        if fd >= 0 { close(fd) }
+    }
+
+    // MARK: the transport's side
+
+    /// The file holds `bytes` valid bytes from its start.
+    func advance(to bytes: Int64) {
+        update { if $0.phase == .running { $0.available = max($0.available, bytes) } }
+    }
+
+    /// The file was cut back to empty; a reader that has already read from it cannot go on.
+    func restart() {
+        update {
+            if $0.consumed > 0, $0.phase == .running { $0.phase = .restarted }
+            if $0.phase == .running { $0.available = 0 }
+        }
+    }
+
+    /// The file is complete: its size and SHA-256 are the expected ones.
+    func completed() {
+        update { if $0.phase == .running { $0.phase = .complete } }
+    }
+
+    /// The transfer gave up.
+    public func fail(_ reason: String) {
+        update { if $0.phase == .running || $0.phase == .complete { $0.phase = .failed(reason) } }
+    }
+
+    private func update(_ body: (GrowingPart) -> Void) {
+        condition.lock()
+        body(self)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    // MARK: the reader's side
+
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        guard let base = buffer.baseAddress else { return 0 }
+        condition.lock()
+        while available <= offset, phase == .running { condition.wait() }
+        let n = Int(min(Int64(buffer.count), available - offset))
+        // Claimed before reading, so that a restart meanwhile is seen as one.
+        if n > 0 { consumed = offset + Int64(n) }
+        let state = phase
+        condition.unlock()
+        try Self.check(state)
+        if n <= 0 { return 0 }
+        if fd < 0 {
+            fd = open(path.string, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            if fd < 0 { throw Abandoned(description: "\(path): \(Errno(rawValue: errno))") }
+        }
+        var done = 0
+        while done < n {
+            let r = pread(fd, base + done, n - done, off_t(offset) + off_t(done))
+            if r < 0 && errno == EINTR { continue }
+            guard r > 0 else { throw Abandoned(description: "\(path): the bytes the download reported are not there") }
+            done += r
+        }
+        condition.lock()
+        let after = phase
+        condition.unlock()
+        // Bytes read across a restart may mix two contents.
+        if after == .restarted { try Self.check(after) }
+        offset += Int64(n)
+        return n
+    }
+
+    private static func check(_ phase: Phase) throws {
+        switch phase {
+        case .failed(let reason): throw Abandoned(description: reason)
+        case .restarted: throw Abandoned(description: "the download started over")
+        case .running, .complete: return
+        }
+    }
+
+    public func complete() throws -> FilePath {
+        condition.lock()
+        while phase == .running { condition.wait() }
+        let state = phase
+        condition.unlock()
+        try Self.check(state)
+        return path
+    }
+}
