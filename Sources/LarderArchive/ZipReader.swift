@@ -120,7 +120,8 @@ public struct ZipReader: Sendable {
             guard archive_read_open(a, client, nil, streamRead, nil) == LA.ok else {
                 return .failure(context.failure ?? .unreadable(detail: LA.message(a)))
             }
-            let read = consume(a, &state, into: &consumer)
+            // Bytes arrive at the network's pace: smaller batches keep memory down at no cost.
+            let read = consume(a, &state, into: &consumer, batchBytes: 256 << 10)
             // libarchive may take a failed read for the end of the archive: the source knows.
             if let cause = context.failure { return .failure(cause) }
             return read
@@ -192,9 +193,11 @@ public struct ZipReader: Sendable {
     }
 
     /// Runs the read loop over an opened archive, hashing inline or on a second thread.
-    private func consume<C: ArchiveConsumer>(_ a: OpaquePointer, _ state: inout ReadState, into consumer: inout C) -> Result<ArchiveListing, ArchiveError> {
+    private func consume<C: ArchiveConsumer>(
+        _ a: OpaquePointer, _ state: inout ReadState, into consumer: inout C, batchBytes: Int = 1 << 20
+    ) -> Result<ArchiveListing, ArchiveError> {
         if parallelHashing {
-            var sink = PipelineSink(ConsumerPipeline(consumer: consumer))
+            var sink = PipelineSink(ConsumerPipeline(consumer: consumer, batchBytes: batchBytes))
             do throws(ArchiveError) {
                 try state.run(a, &sink)
                 let (c, digests) = try sink.pipeline.finish()

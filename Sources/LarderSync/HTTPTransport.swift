@@ -205,9 +205,11 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
 /// caller while `limit` operations are pending: curl stops reading the socket and TCP flow control
 /// holds the sender. `close()`, when the request is finished, ends the blocking for good; it must
 /// come before any call into URLSession that waits for the network queue (`cancel()` does).
+/// Eight chunks (128 KiB) are enough to keep a loopback transfer at full speed (320 MiB in about
+/// 1 s either way) and hold about 2 MiB less at peak than 64 did.
 final class BoundedDelegateQueue: OperationQueue, @unchecked Sendable {
     // @unchecked: `pending` and `closed` are guarded by `condition`.
-    static let limit = 64
+    static let limit = 8
     private let condition = NSCondition()
     private var pending = 0
     private var closed = false
@@ -270,6 +272,9 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
     private var windowStart = Date()
     private var windowBytes: Int64 = 0
     private var received: Int64 = 0
+    private var trimmedAt: Int64 = 0
+    /// Bytes received between two heap trims in a long transfer.
+    static let trimInterval: Int64 = 32 << 20
     private var task: URLSessionDataTask?
     private var session: URLSession?
     private var timer: DispatchSourceTimer?
@@ -442,6 +447,15 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
         guard !finished else { return }
         windowBytes += Int64(data.count)
         received += Int64(data.count)
+        #if canImport(Glibc)
+            // The same every 32 MiB of a long transfer, since the extraction that follows the
+            // download runs meanwhile: a 320 MiB bundle over loopback peaked at 55.4 MiB without
+            // it, 52.6 MiB with it (means of 4 runs; 50.5 and 50.4 MiB at 160 MiB).
+            if received - trimmedAt >= Self.trimInterval {
+                trimmedAt = received
+                _ = mallocTrim?(0)
+            }
+        #endif
         let success = status == 200 || status == 206
         switch sink {
         case .memory(let limit):

@@ -14,7 +14,8 @@ final class PacedTransport: Transport, @unchecked Sendable {
     enum Script {
         /// The first half, then wait for extracted files to appear, then the rest.
         case waitForExtraction
-        /// The first half, then start over (as after a server ignoring Range), then everything.
+        /// The first half, then (once extracted files appear) start over, as after a server
+        /// ignoring Range, then everything.
         case restartHalfway
         /// The first half, then a connection error.
         case failHalfway
@@ -60,7 +61,10 @@ final class PacedTransport: Transport, @unchecked Sendable {
             sawExtractionMidway = extractedFileExists()
             try send(Int(file.have)..<data.count)
         case .restartHalfway:
-            try? await Task.sleep(nanoseconds: 200_000_000)
+            // Once the extraction has read from the file, a restart cannot be followed.
+            let deadline = Date().addingTimeInterval(20)
+            while Date() < deadline, !extractedFileExists() { try? await Task.sleep(nanoseconds: 10_000_000) }
+            sawExtractionMidway = extractedFileExists()
             file.reset()
             try send(0..<data.count)
         case .failHalfway:
@@ -136,8 +140,10 @@ struct StreamedExtractionTests {
         defer { env.cleanup() }
         try publishLarge(env, "1.0.0")
         try env.initialise()
-        let report = try await sync(env, PacedTransport(.restartHalfway, staging: env.root.appending("staging")))
+        let transport = PacedTransport(.restartHalfway, staging: env.root.appending("staging"))
+        let report = try await sync(env, transport)
         let r = try #require(report.packages.first)
+        #expect(transport.sawExtractionMidway)
         #expect(r.outcome == "done", "\(r)")
         #expect(r.streamed == false)
         #expect(try env.active() == "1.0.0")
