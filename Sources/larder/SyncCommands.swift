@@ -143,7 +143,9 @@ struct Sync: ParsableCommand {
         discussion: """
             Locks the sandbox, recovers, fetches the index (a conditional GET: no change is one \
             request answered 304) and checks its signature, serial and expiry, plans, downloads \
-            with bounded concurrency (resuming partial downloads), verifies every file, activates \
+            with bounded concurrency (resuming partial downloads; a bundle is extracted into \
+            staging while it downloads, and used only once the whole file is verified), verifies \
+            every file, activates \
             (as pending; dependency groups together) and garbage-collects by retention. One \
             package's failure neither blocks nor damages another.
             Exit codes: 0 all done; 2 some packages failed; 1 nothing could be done (index \
