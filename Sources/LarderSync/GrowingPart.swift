@@ -51,12 +51,12 @@ public final class GrowingPart: ArchiveByteSource, @unchecked Sendable {
     // MARK: the transport's side
 
     /// The file holds `bytes` valid bytes from its start.
-    func advance(to bytes: Int64) {
+    public func advance(to bytes: Int64) {
         update { if $0.phase == .running { $0.available = max($0.available, bytes) } }
     }
 
     /// The file was cut back to empty; a reader that has already read from it cannot go on.
-    func restart() {
+    public func restart() {
         update {
             if $0.consumed > 0, $0.phase == .running { $0.phase = .restarted }
             if $0.phase == .running { $0.available = 0 }
@@ -64,13 +64,19 @@ public final class GrowingPart: ArchiveByteSource, @unchecked Sendable {
     }
 
     /// The file is complete: its size and SHA-256 are the expected ones.
-    func completed() {
+    public func completed() {
         update { if $0.phase == .running { $0.phase = .complete } }
     }
 
     /// The transfer gave up.
     public func fail(_ reason: String) {
         update { if $0.phase == .running || $0.phase == .complete { $0.phase = .failed(reason) } }
+    }
+
+    /// The transport returned successfully: a reader still waiting is let go (a transport that
+    /// does not report its bytes leaves the complete file to be read afterwards).
+    func transportReturned() {
+        update { if $0.phase == .running { $0.phase = .failed("the transport did not report the bytes it wrote") } }
     }
 
     private func update(_ body: (GrowingPart) -> Void) {

@@ -537,6 +537,7 @@ public struct Syncer: Sendable {
                             let done = counter.add(id.rawValue, n)
                             progress?(.bytes(id: id.rawValue, done: done, total: totals[id.rawValue] ?? 0))
                         }, watch: watch)
+                        watch?.transportReturned()
                     } catch {
                         failure = Failure(error.code, error.description)
                         watch?.fail(error.description)

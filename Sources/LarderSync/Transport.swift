@@ -102,8 +102,9 @@ public protocol Transport: Sendable {
 
     /// Downloads to `part`, resuming from the bytes already in it, until the expected size;
     /// verifies the SHA-256 when one is expected. `part` is complete and verified on return.
-    /// `watch`, when given, is told of every byte as it is written, of a restart, and of the
-    /// verified end, so that the file can be read while it grows.
+    /// `watch`, when given, is told of every byte as it is written (`advance`), of a restart
+    /// (`restart`), and of the verified end (`completed`), so that the file can be read while it
+    /// grows. A transport that ignores it still works: the complete file is read afterwards.
     func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError)
 }
 

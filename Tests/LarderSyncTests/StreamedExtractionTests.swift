@@ -88,6 +88,17 @@ final class PacedTransport: Transport, @unchecked Sendable {
     }
 }
 
+/// A transport that downloads through `FileTransport` and never tells the watch anything.
+struct SilentTransport: Transport {
+    func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
+        try await FileTransport().document(url, etag: etag, maxBytes: maxBytes)
+    }
+
+    func download(_ url: URL, to part: FilePath, expecting: LarderSync.Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
+        try await FileTransport().download(url, to: part, expecting: expecting, progress: progress, watch: nil)
+    }
+}
+
 @Suite("Bundles extracted while they download")
 struct StreamedExtractionTests {
     /// The sample app plus 4 MiB of incompressible files, so that the extraction's batches
@@ -169,5 +180,20 @@ struct StreamedExtractionTests {
         #expect(r2.outcome == "done" && r2.streamed == true, "\(r2)")
         #expect(resumed.resumedFrom > 0, "the second sync did not resume the part file")
         #expect(try env.active() == "1.0.0")
+    }
+
+    /// A transport that ignores the watch does not leave the extraction waiting: the complete
+    /// file is read after the download.
+    @Test func aTransportIgnoringTheWatchStillInstalls() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise()
+        let report = try await sync(env, SilentTransport())
+        let r = try #require(report.packages.first)
+        #expect(r.outcome == "done" && r.method == "bundle", "\(r)")
+        #expect(r.streamed == false)
+        #expect(try env.active() == "1.0.0")
+        #expect(stagingIsEmpty(env))
     }
 }
