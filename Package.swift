@@ -1,9 +1,12 @@
 // swift-tools-version:6.0
 import PackageDescription
 
-// Dependency direction (see README "Layout"):
-//   LarderCore <- LarderFileSystem <- LarderArchive <- LarderPublish, LarderStore <- LarderSync
-//     <- LarderResolve <- Larder (façade), LarderGateway, LarderWebKit <- larder (CLI)
+// Dependency direction (see README "Layout"; scripts/check-layout enforces it):
+//   LarderCore <- LarderFileSystem <- LarderArchive <- LarderPublish, LarderStore
+//   LarderCore <- LarderFileSystem <- LarderFetch
+//   LarderStore, LarderFetch, LarderArchive <- LarderSync
+//   LarderStore <- LarderResolve <- LarderGateway, LarderWebKit
+//   all of them <- Larder (façade) <- larder (CLI)
 // LarderCore is pure values and decisions (no I/O). LarderArchive is the only module that
 // imports C libraries (libarchive for zip, zlib for gzip objects); CLarderShim is one inline
 // atomic load for LarderResolve. LarderGateway (the `serve` HTTP gateway) is the only module on
@@ -75,9 +78,16 @@ let package = Package(
             ]
         ),
         .target(
+            name: "LarderFetch",
+            dependencies: [
+                "LarderCore", "LarderFileSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .target(
             name: "LarderSync",
             dependencies: [
-                "LarderCore", "LarderFileSystem", "LarderArchive", "LarderStore",
+                "LarderCore", "LarderFileSystem", "LarderArchive", "LarderStore", "LarderFetch",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
@@ -86,7 +96,7 @@ let package = Package(
         .target(
             name: "LarderResolve",
             dependencies: [
-                "CLarderShim", "LarderCore", "LarderFileSystem", "LarderStore", "LarderSync",
+                "CLarderShim", "LarderCore", "LarderFileSystem", "LarderStore",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
@@ -106,8 +116,8 @@ let package = Package(
         .target(
             name: "Larder",
             dependencies: [
-                "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore", "LarderSync",
-                "LarderResolve",
+                "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore", "LarderFetch",
+                "LarderSync", "LarderResolve",
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
         ),
@@ -133,7 +143,9 @@ let package = Package(
         ),
         .testTarget(
             name: "LarderSyncTests",
-            dependencies: ["LarderSync", "LarderStore", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem"]
+            dependencies: [
+                "LarderSync", "LarderFetch", "LarderStore", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem",
+            ]
         ),
         .testTarget(
             name: "LarderResolveTests",

@@ -8,10 +8,35 @@ public enum Health: String, Codable, Sendable, Equatable {
     case confirmed
 }
 
+/// What a history entry records. The raw values are what state.json stores and `status` prints;
+/// `manifests/README.md` ("Sandbox state") lists them, and a test pins the two together.
+public enum HistoryEvent: String, Codable, Sendable, Equatable, CaseIterable {
+    /// A verified tree was placed under `packages/` (not yet active).
+    case install
+    /// A version on disk became the active one (pending until confirmed).
+    case activate
+    /// The app confirmed the active version healthy.
+    case confirm
+    /// A failure of the active version was counted.
+    case failure
+    /// An operator (or a revocation) rolled back to another version.
+    case rollback
+    /// The health policy rolled a pending version back on its own.
+    case autoRollback = "auto-rollback"
+    /// gc deleted a version that was neither active, fallback, pinned nor retained.
+    case gc
+    /// `doctor --repair` rebuilt the state from the verified trees on disk.
+    case repair
+    /// A tree the state named was missing from disk, so the state forgot it.
+    case forget
+    /// A version rolled back off before was installed again with `--force`.
+    case unfail
+}
+
 /// One line of a package's history: what happened, to which version, and why.
 public struct HistoryEntry: Codable, Sendable, Equatable {
-    /// `install`, `activate`, `confirm`, `failure`, `rollback`, `gc`, `repair`.
-    public var event: String
+    /// What happened.
+    public var event: HistoryEvent
     public var version: SemanticVersion?
     /// The version that was active before, for activations and rollbacks.
     public var from: SemanticVersion?
@@ -19,7 +44,7 @@ public struct HistoryEntry: Codable, Sendable, Equatable {
     public var at: Date
 
     /// Creates an entry.
-    public init(event: String, version: SemanticVersion?, from: SemanticVersion? = nil, reason: String? = nil, at: Date) {
+    public init(event: HistoryEvent, version: SemanticVersion?, from: SemanticVersion? = nil, reason: String? = nil, at: Date) {
         self.event = event
         self.version = version
         self.from = from
@@ -123,7 +148,7 @@ public struct PackageState: Codable, Sendable, Equatable {
     /// Makes `version` (already on disk) active and pending. The previous active version becomes
     /// the fallback — unless it was never confirmed and a fallback exists already, in which case
     /// that last known good version stays the fallback.
-    public mutating func activate(_ version: SemanticVersion, event: String, reason: String? = nil, at: Date) {
+    public mutating func activate(_ version: SemanticVersion, event: HistoryEvent = .activate, reason: String? = nil, at: Date) {
         let previous = active
         if let p = previous, p != version, health == .confirmed || fallback == nil { fallback = p }
         if fallback == version { fallback = nil }
@@ -140,13 +165,13 @@ public struct PackageState: Codable, Sendable, Equatable {
         health = .confirmed
         failures = 0
         launches = 0
-        record(HistoryEntry(event: "confirm", version: v, at: at))
+        record(HistoryEntry(event: .confirm, version: v, at: at))
     }
 
     /// Rolls back to `target` (the fallback unless named), recording the version left as
     /// failed with `reason`. Returns the version rolled back from.
     @discardableResult
-    public mutating func rollBack(to target: SemanticVersion, reason: String, event: String = "rollback", at: Date) -> SemanticVersion? {
+    public mutating func rollBack(to target: SemanticVersion, reason: String, event: HistoryEvent = .rollback, at: Date) -> SemanticVersion? {
         let from = active
         if let f = from, f != target, !hasFailed(f) { failed.append(FailedVersion(version: f, reason: reason, at: at)) }
         // Rolling back *to* a version is a decision that it is good.
@@ -165,9 +190,9 @@ public struct PackageState: Codable, Sendable, Equatable {
     public mutating func recordFailure(_ reason: String, policy: HealthPolicy, at: Date) -> SemanticVersion? {
         guard let v = active else { return nil }
         failures += 1
-        record(HistoryEntry(event: "failure", version: v, reason: reason, at: at))
+        record(HistoryEntry(event: .failure, version: v, reason: reason, at: at))
         guard health == .pending, failures >= policy.maxFailures, let target = fallback else { return nil }
-        rollBack(to: target, reason: "\(failures) failures, the last: \(reason)", event: "auto-rollback", at: at)
+        rollBack(to: target, reason: "\(failures) failures, the last: \(reason)", event: .autoRollback, at: at)
         return target
     }
 
@@ -177,7 +202,7 @@ public struct PackageState: Codable, Sendable, Equatable {
         guard active != nil, health == .pending else { return nil }
         launches += 1
         guard launches > policy.maxUnconfirmedLaunches, let target = fallback else { return nil }
-        rollBack(to: target, reason: "not confirmed after \(launches - 1) launches", event: "auto-rollback", at: at)
+        rollBack(to: target, reason: "not confirmed after \(launches - 1) launches", event: .autoRollback, at: at)
         return target
     }
 }

@@ -9,6 +9,8 @@ public enum SigningError: Error, Sendable, Equatable, CustomStringConvertible {
     case noTrustedSignature(signedBy: [String], trusted: [String])
     /// A signature by a trusted key does not match the bytes.
     case invalidSignature(keyID: String)
+    /// The signature file cannot be read as one (the detail says why).
+    case badSignatureFile(detail: String)
 
     public var description: String {
         switch self {
@@ -18,6 +20,8 @@ public enum SigningError: Error, Sendable, Equatable, CustomStringConvertible {
             "index.json is not signed by a trusted key: signed by [\(signedBy.joined(separator: ", "))], trusted [\(trusted.joined(separator: ", "))]"
         case .invalidSignature(let keyID):
             "the signature by trusted key \(keyID) does not match index.json (edited after signing, or corrupted)"
+        case .badSignatureFile(let detail):
+            "index.json.sig is not a signature file: \(detail)"
         }
     }
 }

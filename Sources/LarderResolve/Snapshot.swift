@@ -2,7 +2,6 @@ import Foundation
 import LarderCore
 import LarderFileSystem
 import LarderStore
-import LarderSync
 import SystemPackage
 
 /// One immutable view of a sandbox for resolving: the route table of a state, the state's
@@ -30,7 +29,7 @@ public final class Snapshot: Sendable {
         let state = try reader.state()
         let channel = (try? SyncConfig.load(root: root))?.channel ?? Channel.default
         var settings: [PackageID: PackageEntry] = [:]
-        if let data = try? AtomicFile.read(root.appending("repository-index.json")),
+        if let data = try? AtomicFile.read(reader.layout.acceptedIndex),
             let index = try? ManifestCoding.decode(RepositoryIndex.self, from: data, document: "index")
         {
             for e in index.packages where e.channel == channel { settings[e.id] = e }

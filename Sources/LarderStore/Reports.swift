@@ -1,12 +1,26 @@
 import Foundation
 import LarderCore
 
+/// What an install did to the version it was given. Raw values are the report's JSON strings.
+public enum InstallOutcome: String, Sendable, Codable, Equatable, CaseIterable {
+    /// Extracted, verified, placed and activated (pending).
+    case installed
+    /// Extracted, verified and placed, not activated (sync activates dependency groups together).
+    case placed
+    /// Already on disk: activated without extracting.
+    case activated
+    /// Already on disk and active: nothing changed.
+    case unchanged
+}
+
 /// What `install` did.
 public struct InstallReport: Sendable, Codable, Equatable {
+    /// The package id.
     public var id: String
+    /// The version installed.
     public var version: String
-    /// `installed` (extracted, verified, activated), `activated` (was on disk), `unchanged`.
-    public var outcome: String
+    /// What happened to it.
+    public var outcome: InstallOutcome
     public var previous: String?
     public var fallback: String?
     public var fileCount: Int
@@ -17,9 +31,12 @@ public struct InstallReport: Sendable, Codable, Equatable {
 
 /// The outcome of a health event for one package.
 public struct HealthOutcome: Sendable, Codable, Equatable {
+    /// The package id.
     public var id: String
+    /// The active version after the event.
     public var active: String?
-    public var health: String
+    /// The active version's health after the event.
+    public var health: Health
     /// Set when the event rolled the package back automatically.
     public var rolledBackTo: String?
     public var rolledBackFrom: String?
@@ -34,21 +51,33 @@ public struct RollbackReport: Sendable, Codable, Equatable {
 
 /// One package in `status`.
 public struct PackageStatus: Sendable, Codable, Equatable {
+    /// What a version on disk is to its package. Raw values are the report's JSON strings.
+    public enum Role: String, Sendable, Codable, Equatable, CaseIterable {
+        /// The version served.
+        case active
+        /// The last known good version, restored by a rollback.
+        case fallback
+        /// Kept by retention (or a pin) for a later rollback or session.
+        case retained
+    }
+
+    /// One version on disk.
     public struct Version: Sendable, Codable, Equatable {
         public var version: String
         public var fileCount: Int
         public var size: Int64
         public var installedAt: Date
         public var pinned: Bool
-        /// `active`, `fallback`, or `retained`.
-        public var role: String
+        /// What the version is to its package.
+        public var role: Role
     }
     public var id: String
     public var active: String?
     public var fallback: String?
     /// The active version while it is not confirmed.
     public var pending: String?
-    public var health: String
+    /// The active version's health.
+    public var health: Health
     public var failures: Int
     public var launches: Int
     public var versions: [Version]

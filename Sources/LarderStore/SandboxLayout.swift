@@ -5,6 +5,8 @@ import SystemPackage
 ///
 /// ```
 /// <root>/.lock          writers take it (flock); readers never do
+/// <root>/config.json    the repository, trusted keys, channel and device id (`larder init`)
+/// <root>/repository-index.json(.sig)   the last accepted index and its signature, as fetched
 /// <root>/state.json     active / fallback / pending versions, health, history
 /// <root>/generation     state.json's generation as 8 bytes, rewritten in place after each
 ///                       state write so readers notice a change with one memory load (mmap)
@@ -23,6 +25,11 @@ public struct SandboxLayout: Sendable {
 
     public var lock: FilePath { root.appending(".lock") }
     public var state: FilePath { root.appending("state.json") }
+    public var config: FilePath { root.appending("config.json") }
+    /// The last accepted repository index, byte for byte as it was verified.
+    public var acceptedIndex: FilePath { root.appending("repository-index.json") }
+    /// The signature file of `acceptedIndex`.
+    public var acceptedSignature: FilePath { root.appending("repository-index.json.sig") }
     public var generation: FilePath { root.appending("generation") }
     public var packages: FilePath { root.appending("packages") }
     public var lists: FilePath { root.appending("lists") }

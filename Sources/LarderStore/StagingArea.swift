@@ -16,7 +16,8 @@ public struct StagingArea: Sendable {
     public let directory: FilePath
     let limits: TreeLimits
 
-    var tree: FilePath { directory.appending("tree") }
+    /// Where the version's tree is built: `<directory>/tree`.
+    public var tree: FilePath { directory.appending("tree") }
 
     /// Extracts a bundle whose bytes are still arriving, as `ZipReader.read(streaming:…)` reads
     /// it, then makes the tree durable. Blocks while the source waits for bytes.
@@ -55,6 +56,7 @@ public struct StagingArea: Sendable {
 
 /// A bundle extracted into a staging area, durable, not yet checked against its file list.
 public struct StagedBundle: Sendable {
+    /// The area holding the extracted tree.
     public let area: StagingArea
     /// What the read found: every file with the size and SHA-256 computed while extracting.
     public let listing: ArchiveListing

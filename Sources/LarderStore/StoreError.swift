@@ -29,6 +29,12 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A tree of this version is still in use by a live session (left by an interrupted
     /// operation); it can be replaced once the session ends.
     case versionBusy(id: String, version: String)
+    /// A downloaded object is not a valid gzip stream (or inflates past its declared size).
+    case objectCorrupt(id: String, version: String, detail: String)
+    /// A downloaded object inflates to another content than the file list declares.
+    case objectMismatch(object: String, expected: SHA256Digest, got: SHA256Digest)
+    /// A document the store writes could not be encoded (a bug, not bad input).
+    case encoding(document: String, detail: String)
 
     /// A stable machine-readable code.
     public var code: String {
@@ -48,6 +54,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .io: "io"
         case .closed: "closed"
         case .versionBusy: "version-busy"
+        case .encoding: "encoding"
+        case .objectCorrupt: "object-corrupt"
+        case .objectMismatch: "hash-mismatch"
         }
     }
 
@@ -75,6 +84,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .closed: "the sandbox was closed; open it again"
         case .versionBusy(let id, let v):
             "a left-over copy of \(id) \(v) is pinned by a live session; install it again when that session ends"
+        case .encoding(let document, let detail): "cannot encode \(document): \(detail)"
+        case .objectCorrupt(let id, let v, let detail): "an object of \(id) \(v): \(detail)"
+        case .objectMismatch(let object, let e, let g): "\(object): sha256 \(g), expected \(e)"
         }
     }
 }

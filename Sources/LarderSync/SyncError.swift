@@ -1,11 +1,11 @@
-import LarderArchive
 import LarderCore
+import LarderFetch
 import LarderStore
 
 /// Why a sync could do nothing (per-package failures are in the report instead).
 public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
-    case notInitialised(root: String)
-    case config(String)
+    /// The sandbox's config.json is missing or unusable.
+    case config(ConfigError)
     /// The index or its signature could not be fetched.
     case fetch(FetchError)
     /// The index is not signed by a trusted key (or the check itself failed).
@@ -22,8 +22,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A stable machine-readable code.
     public var code: String {
         switch self {
-        case .notInitialised: "not-initialised"
-        case .config: "config"
+        case .config(let e): e.code
         case .fetch(let e): e.code
         case .signature: "signature"
         case .manifest: "index-schema"
@@ -36,8 +35,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case .notInitialised(let r): "\(r) has no config.json; run `larder init --root \(r) --repo URL --public-key F` first"
-        case .config(let d): "configuration: \(d)"
+        case .config(let e): e.description
         case .fetch(let e): "fetching the index: \(e)"
         case .signature(let e): "the index was refused: \(e)"
         case .manifest(let e): "the index was refused: \(e)"

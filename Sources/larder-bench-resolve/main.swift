@@ -56,23 +56,23 @@ if !FileManager.default.fileExists(atPath: root.appending("state.json").string) 
     let sandbox = try Sandbox.open(root)
     var entries: [PackageEntry] = []
     for p in 0..<packageCount {
-        let staging = try sandbox.makeStagingDirectory("bench")
+        let staging = try sandbox.makeStagingArea(id: PackageID(id(p))!, version: SemanticVersion("1.0.\(p)")!)
         var files: [FileEntry] = []
         for path in paths(p) {
             let data = Data("\(id(p)) \(path)\n".utf8)
-            let url = URL(fileURLWithPath: staging.appending("tree").appending(path).string)
+            let url = URL(fileURLWithPath: staging.tree.appending(path).string)
             try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
             try data.write(to: url)
             files.append(FileEntry(path: RelativePath(path)!, size: Int64(data.count), sha256: SHA256Digest.of(data)))
         }
         let list = FileList(id: PackageID(id(p))!, version: SemanticVersion("1.0.\(p)")!, files: files)
-        _ = try sandbox.installAssembled(stagingDirectory: staging, list: list, activate: true)
+        _ = try sandbox.install(assembled: staging, list: list, activate: true)
         let blob = BlobRef(path: "unused", size: 1, sha256: SHA256Digest.of(Data()))
         entries.append(PackageEntry(
             id: list.id, version: list.version, routes: [base(p)], policy: Policy(bypass: ["/api/"]), bundle: blob, files: blob))
     }
     let index = RepositoryIndex(serial: 1, expires: Date().addingTimeInterval(86400 * 365), packages: entries)
-    try ManifestCoding.encode(index).write(to: URL(fileURLWithPath: root.appending("repository-index.json").string))
+    try ManifestCoding.encode(index).write(to: URL(fileURLWithPath: SandboxLayout(root: root).acceptedIndex.string))
     sandbox.close()
 }
 

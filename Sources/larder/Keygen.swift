@@ -19,7 +19,7 @@ struct Keygen: ParsableCommand {
     func run() throws {
         let report: KeygenReport
         do {
-            report = try Larder.generateKeyPair(out: FilePath(out))
+            report = try PublisherKeys.generate(out: FilePath(out))
         } catch {
             throw Output.failure(command: "keygen", code: "keygen", message: error.description, json: output.json)
         }

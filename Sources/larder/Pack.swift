@@ -104,8 +104,8 @@ struct Pack: ParsableCommand {
         let privateKey: PrivateKey
         let coSigners: [PrivateKey]
         do {
-            privateKey = try Larder.loadPrivateKey(FilePath(key))
-            coSigners = try coSign.map { try Larder.loadPrivateKey(FilePath($0)) }
+            privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
+            coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
         } catch {
             throw Output.failure(command: "pack", code: "key", message: "\(error)", json: output.json)
         }

@@ -26,8 +26,8 @@ struct Revoke: ParsableCommand {
     func run() throws {
         let report: RevokeReport
         do {
-            let privateKey = try Larder.loadPrivateKey(FilePath(key))
-            let coSigners = try coSign.map { try Larder.loadPrivateKey(FilePath($0)) }
+            let privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
+            let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
             report = try Publisher(key: privateKey, coSigners: coSigners).revoke(
                 id: id, version: version, repository: FilePath(repo), timeToLive: ttlDays * 24 * 3600)
         } catch let e as PublishError {
@@ -69,9 +69,9 @@ struct RotateKey: ParsableCommand {
     func run() throws {
         let report: Publisher.RotationReport
         do {
-            let privateKey = try Larder.loadPrivateKey(FilePath(key))
-            let coSigners = try coSign.map { try Larder.loadPrivateKey(FilePath($0)) }
-            let keys = try newKeys.map { try Larder.loadPublicKey(FilePath($0)) }
+            let privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
+            let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
+            let keys = try newKeys.map { try PublisherKeys.loadPublicKey(FilePath($0)) }
             report = try Publisher(key: privateKey, coSigners: coSigners).rotateKeys(
                 to: keys, repository: FilePath(repo), timeToLive: ttlDays * 24 * 3600)
         } catch let e as PublishError {

@@ -63,12 +63,12 @@ struct Install: ParsableCommand {
         }
         if output.json { return try Output.json(report) }
         switch report.outcome {
-        case "installed":
+        case .installed:
             Output.line("installed \(report.id) \(report.version): \(report.fileCount) files, \(Output.bytes(report.size)), " + (report.verifiedAgainstFileList ? "verified against the file list" : "bundle trusted (no --files)"))
-        case "activated": Output.line("activated \(report.id) \(report.version) (already on disk)")
+        case .activated: Output.line("activated \(report.id) \(report.version) (already on disk)")
         default: Output.line("\(report.id) \(report.version) is already installed and active")
         }
-        if report.outcome != "unchanged" {
+        if report.outcome != .unchanged {
             Output.line("  active \(report.version) (pending until confirmed), fallback \(report.fallback ?? "none")")
         }
     }
@@ -87,7 +87,7 @@ struct Confirm: ParsableCommand {
             return try s.confirm(id: id)
         }
         if output.json { return try Output.json(o) }
-        Output.line("\(o.id) \(o.active ?? "-") is \(o.health)")
+        Output.line("\(o.id) \(o.active ?? "-") is \(o.health.rawValue)")
     }
 }
 
@@ -125,13 +125,13 @@ struct Status: ParsableCommand {
         if output.json { return try Output.json(report) }
         if report.packages.isEmpty { Output.line("no packages in \(report.root)") }
         for p in report.packages {
-            Output.line("\(p.id): active \(p.active ?? "-") (\(p.health)), fallback \(p.fallback ?? "-"), \(Output.bytes(p.diskUse)) on disk")
+            Output.line("\(p.id): active \(p.active ?? "-") (\(p.health.rawValue)), fallback \(p.fallback ?? "-"), \(Output.bytes(p.diskUse)) on disk")
             for v in p.versions {
-                Output.line("  \(v.version)  \(v.role)\(v.pinned ? ", pinned" : "")  \(v.fileCount) files  \(Output.bytes(v.size))")
+                Output.line("  \(v.version)  \(v.role.rawValue)\(v.pinned ? ", pinned" : "")  \(v.fileCount) files  \(Output.bytes(v.size))")
             }
             for f in p.failed { Output.line("  failed \(f.version): \(f.reason)") }
             for h in p.history.suffix(10) {
-                var line = "  \(ManifestCoding.formatRFC3339(h.at))  \(h.event) \(h.version?.description ?? "")"
+                var line = "  \(ManifestCoding.formatRFC3339(h.at))  \(h.event.rawValue) \(h.version?.description ?? "")"
                 if let from = h.from { line += " (from \(from))" }
                 if let r = h.reason { line += ": \(r)" }
                 Output.line(line)

@@ -34,7 +34,7 @@ struct Init: ParsableCommand {
     func run() throws {
         var keys: [PublicKey] = []
         for k in publicKeys {
-            do { keys.append(try Larder.loadPublicKey(FilePath(k))) } catch {
+            do { keys.append(try PublisherKeys.loadPublicKey(FilePath(k))) } catch {
                 throw Output.failure(command: "init", code: "key", message: "\(error)", json: output.json)
             }
         }
@@ -95,7 +95,7 @@ func blocking<T: Sendable>(_ body: @escaping @Sendable () async throws(SyncError
     switch box.result {
     case .success(let v)?: return v
     case .failure(let e)?: throw e
-    case nil: throw .config("internal: no result")
+    case nil: throw .config(.invalid("internal: no result"))
     }
 }
 
@@ -174,21 +174,21 @@ struct Sync: ParsableCommand {
         } else {
             Output.line("index serial \(report.serial)\(report.indexChanged ? "" : " (unchanged)")")
             for p in report.packages {
-                var line = "\(p.id): \(p.action)"
+                var line = "\(p.id): \(p.action.rawValue)"
                 if let f = p.from { line += " \(f)" }
                 if let t = p.to, t != p.from { line += p.from == nil ? " \(t)" : " → \(t)" }
-                if p.action == "install" || p.action == "update" {
-                    line += " via \(p.method ?? "?")\(p.streamed == true ? " (extracted while downloading)" : ""), fetched \(Output.bytes(p.bytesFetched))"
+                if p.action == .install || p.action == .update {
+                    line += " via \(p.method?.rawValue ?? "?")\(p.streamed == true ? " (extracted while downloading)" : ""), fetched \(Output.bytes(p.bytesFetched))"
                     if let b = p.bundleBytes { line += " of a \(Output.bytes(b)) bundle" }
                     line += String(format: " in %.2f s", p.seconds)
                 }
-                line += ": \(p.outcome)"
-                if p.outcome != "done" || p.action == "rollback" || p.action == "remove" { line += " — \(p.reason)" }
+                line += ": \(p.outcome.rawValue)"
+                if p.outcome != .done || p.action == .rollback || p.action == .remove { line += " — \(p.reason)" }
                 Output.line(line)
             }
             if !report.removedByGC.isEmpty { Output.line("gc removed \(report.removedByGC.joined(separator: ", "))") }
         }
-        if report.exitCode != 0 { throw ExitCode(report.exitCode) }
+        if report.hasFailures { throw ExitCode(2) }
     }
 }
 
@@ -233,7 +233,7 @@ final class ProgressRenderer: @unchecked Sendable {
                 line = "\r[\(bar)] \(pct)% \(Output.bytes(all)) of \(Output.bytes(total))"
             }
         case .package(let id, let outcome):
-            line = mode == "json" ? "{\"event\":\"package\",\"package\":\"\(id)\",\"outcome\":\"\(outcome)\"}" : ""
+            line = mode == "json" ? "{\"event\":\"package\",\"package\":\"\(id)\",\"outcome\":\"\(outcome.rawValue)\"}" : ""
         }
         if line.isEmpty { return }
         FileHandle.standardError.write(Data((mode == "json" ? line + "\n" : line).utf8))

@@ -47,7 +47,7 @@ struct Verify: ParsableCommand {
     func run() throws {
         var keys: [PublicKey] = []
         for k in publicKeys {
-            do { keys.append(try Larder.loadPublicKey(FilePath(k))) } catch {
+            do { keys.append(try PublisherKeys.loadPublicKey(FilePath(k))) } catch {
                 throw Output.failure(command: "verify", code: "key", message: "\(error)", json: output.json)
             }
         }

@@ -72,7 +72,7 @@ final class ResolveEnv: @unchecked Sendable {
 
     func cacheIndex() throws {
         try FileManager.default.createDirectory(atPath: root.string, withIntermediateDirectories: true)
-        let dest = URL(fileURLWithPath: root.appending("repository-index.json").string)
+        let dest = URL(fileURLWithPath: SandboxLayout(root: root).acceptedIndex.string)
         try? FileManager.default.removeItem(at: dest)
         try FileManager.default.copyItem(at: repo.appendingPathComponent("index.json"), to: dest)
     }

@@ -41,7 +41,7 @@ struct GCTests {
         #expect(pkg.versions.map(\.version.description) == kept)
         #expect(pkg.active == ver("1.4.0") && pkg.fallback == ver("1.3.0"))
         #expect(pkg.health == before.health)
-        #expect(pkg.history.filter { $0.event == "gc" }.compactMap { $0.version?.description }.sorted() == removed)
+        #expect(pkg.history.filter { $0.event == .gc }.compactMap { $0.version?.description }.sorted() == removed)
         #expect(names(env.layout.packages.appending(sampleID)) == kept)
         #expect(names(env.layout.lists.appending(sampleID)) == kept.map { "\($0).json" })
         for v in kept {

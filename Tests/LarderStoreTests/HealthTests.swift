@@ -15,7 +15,7 @@ struct HealthTests {
         let outcome = try sandbox.confirm(id: sampleID)
         #expect(fields(outcome) == [sampleID, "1.0.0", "confirmed", nil, nil])
         #expect(try env.reader.state()[pid(sampleID)].health == .confirmed)
-        #expect(sandbox.state[pid(sampleID)].history.last?.event == "confirm")
+        #expect(sandbox.state[pid(sampleID)].history.last?.event == .confirm)
     }
 
     @Test("three failures of a pending version roll it back to the fallback")
@@ -29,12 +29,12 @@ struct HealthTests {
         for n in 1...2 {
             let o = try sandbox.reportFailure(id: sampleID, reason: "blank page \(n)")
             #expect(o.rolledBackTo == nil && o.rolledBackFrom == nil)
-            #expect(o.active == "1.1.0" && o.health == "pending")
+            #expect(o.active == "1.1.0" && o.health == .pending)
             #expect(sandbox.state[pid(sampleID)].failures == n)
         }
         let third = try sandbox.reportFailure(id: sampleID, reason: "blank page 3")
         #expect(third.rolledBackTo == "1.0.0" && third.rolledBackFrom == "1.1.0")
-        #expect(third.active == "1.0.0" && third.health == "confirmed")
+        #expect(third.active == "1.0.0" && third.health == .confirmed)
 
         let pkg = try env.reader.state()[pid(sampleID)]
         #expect(pkg.active == ver("1.0.0"))
@@ -42,7 +42,7 @@ struct HealthTests {
         #expect(pkg.failures == 0)
         #expect(pkg.failed.map(\.version) == [ver("1.1.0")])
         #expect(pkg.failed.first?.reason.contains("blank page 3") == true)
-        #expect(pkg.history.suffix(4).map(\.event) == ["failure", "failure", "failure", "auto-rollback"])
+        #expect(pkg.history.suffix(4).map(\.event) == [.failure, .failure, .failure, .autoRollback])
         #expect(pkg.history.last?.version == ver("1.0.0") && pkg.history.last?.from == ver("1.1.0"))
         // The failed version stays on disk (gc decides), it is simply no longer active.
         #expect(pkg.has(ver("1.1.0")))
@@ -80,7 +80,7 @@ struct HealthTests {
         let pkg = try env.reader.state()[pid(sampleID)]
         #expect(pkg.active == ver("1.0.0"))
         #expect(pkg.failed.map(\.version) == [ver("1.1.0")])
-        #expect(pkg.history.last?.event == "auto-rollback")
+        #expect(pkg.history.last?.event == .autoRollback)
         // Nothing pending any more: a launch changes nothing.
         let generation = try env.reader.state().generation
         #expect(try sandbox.beginLaunch() == [])
@@ -163,11 +163,11 @@ struct HealthTests {
 
         // Still on disk: force re-activates it and forgets the failure.
         let forced = try env.install(sandbox, "1.1.0", force: true)
-        #expect(forced.outcome == "activated")
+        #expect(forced.outcome == .activated)
         var pkg = sandbox.state[pid(sampleID)]
         #expect(pkg.active == ver("1.1.0") && pkg.health == .pending)
         #expect(pkg.failed.isEmpty)
-        #expect(pkg.history.map(\.event).suffix(2) == ["unfail", "activate"])
+        #expect(pkg.history.map(\.event).suffix(2) == [.unfail, .activate])
 
         // Failed again, then deleted by gc: force extracts it again.
         for _ in 1...3 { _ = try sandbox.reportFailure(id: sampleID, reason: "white screen again") }
@@ -176,7 +176,7 @@ struct HealthTests {
         #expect(gc.removed == ["\(sampleID)@1.1.0"])
         expectStoreError("previously-failed") { try env.install(sandbox, "1.1.0") }
         let reinstalled = try env.install(sandbox, "1.1.0", force: true)
-        #expect(reinstalled.outcome == "installed")
+        #expect(reinstalled.outcome == .installed)
         pkg = try env.reader.state()[pid(sampleID)]
         #expect(pkg.active == ver("1.1.0") && pkg.failed.isEmpty)
         #expect(TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.1.0")), list: try env.list("1.1.0")) == [])

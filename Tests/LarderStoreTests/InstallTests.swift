@@ -14,7 +14,7 @@ struct InstallTests {
         let list = try env.list("1.0.0")
 
         let report = try env.install(sandbox, "1.0.0", withList: withList)
-        #expect(report.outcome == "installed")
+        #expect(report.outcome == .installed)
         #expect(report.id == sampleID && report.version == "1.0.0")
         #expect(report.previous == nil && report.fallback == nil)
         #expect(report.fileCount == list.files.count && report.fileCount == 9)
@@ -46,7 +46,7 @@ struct InstallTests {
             #expect(pkg.fallback == nil)
             #expect(pkg.versions.map(\.version) == [ver("1.0.0")])
             #expect(pkg.versions.first?.fileCount == 9 && pkg.versions.first?.size == list.totalSize)
-            #expect(pkg.history.map(\.event) == ["install", "activate"])
+            #expect(pkg.history.map(\.event) == [.install, .activate])
         }
         #expect(names(env.layout.staging) == [])
         #expect(names(env.layout.trash) == [])
@@ -61,7 +61,7 @@ struct InstallTests {
         let sandbox = try env.open()
         try env.install(sandbox, "1.0.0")
         let second = try env.install(sandbox, "1.1.0")
-        #expect(second.outcome == "installed")
+        #expect(second.outcome == .installed)
         #expect(second.previous == "1.0.0" && second.fallback == "1.0.0")
         #expect(sandbox.state[pid(sampleID)].active == ver("1.1.0"))
         #expect(sandbox.state[pid(sampleID)].fallback == ver("1.0.0"))
@@ -72,18 +72,18 @@ struct InstallTests {
         // The same version again: nothing to do.
         let before = try env.stateBytes()
         let again = try env.install(sandbox, "1.1.0")
-        #expect(again.outcome == "unchanged")
+        #expect(again.outcome == .unchanged)
         #expect(try env.stateBytes() == before)
 
         // A version on disk is re-activated — even from a bundle that would not extract.
         let junk = try env.write(Data("not a zip".utf8), named: "junk.zip")
         let back = try sandbox.install(bundle: junk, id: sampleID, version: "1.0.0")
-        #expect(back.outcome == "activated")
+        #expect(back.outcome == .activated)
         #expect(back.previous == "1.1.0")
         let pkg = sandbox.state[pid(sampleID)]
         #expect(pkg.active == ver("1.0.0") && pkg.health == .pending)
         #expect(pkg.versions.map(\.version) == [ver("1.0.0"), ver("1.1.0")])
-        #expect(pkg.history.last?.event == "activate" && pkg.history.last?.from == ver("1.1.0"))
+        #expect(pkg.history.last?.event == .activate && pkg.history.last?.from == ver("1.1.0"))
         #expect(names(env.layout.staging) == [])
     }
 
@@ -109,7 +109,7 @@ struct InstallTests {
         try env.install(sandbox, "1.0.0", id: otherID)
         #expect(Set(sandbox.state.packages.keys) == [sampleID, otherID])
         #expect(TreeCheck.problems(tree: env.layout.tree(pid(otherID), ver("1.0.0")), list: try env.list("1.0.0", id: otherID)) == [])
-        #expect(try sandbox.status().packages.map(\.id) == [otherID, sampleID])
+        #expect(sandbox.status().packages.map(\.id) == [otherID, sampleID])
     }
 
     @Test("zips written by other tools install", arguments: ZipFixtures.names(ok: true))
@@ -121,7 +121,7 @@ struct InstallTests {
         let sandbox = try env.open()
         let zip = try env.write(data, named: name)
         let report = try sandbox.install(bundle: zip, id: "fixture", version: "1.0.0")
-        #expect(report.outcome == "installed")
+        #expect(report.outcome == .installed)
         #expect(report.verifiedAgainstFileList == false)
 
         let listData = try Data(contentsOf: URL(fileURLWithPath: env.layout.list(pid("fixture"), ver("1.0.0")).string))

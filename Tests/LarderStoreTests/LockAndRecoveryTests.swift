@@ -253,7 +253,7 @@ struct DoctorTests {
         #expect(pkg.active == ver("1.1.0"))
         #expect(pkg.fallback == ver("1.0.0"))
         #expect(Set(pkg.versions.map(\.version)) == [ver("1.0.0"), ver("1.1.0")])
-        #expect(pkg.history.last?.event == "repair")
+        #expect(pkg.history.last?.event == .repair)
         #expect(state[pid(otherID)].active == ver("1.0.0"))
         #expect(!env.fileExists(env.layout.tree(pid(sampleID), ver("1.2.0"))))
         #expect(!env.fileExists(env.layout.list(pid(sampleID), ver("1.2.0"))))

@@ -20,7 +20,7 @@ struct RollbackTests {
         #expect(pkg.fallback == nil)
         #expect(pkg.failed.map(\.version) == [ver("1.1.0")])
         #expect(pkg.failed.first?.reason == "rolled back by the operator")
-        #expect(pkg.history.last?.event == "rollback")
+        #expect(pkg.history.last?.event == .rollback)
         #expect(pkg.history.last?.from == ver("1.1.0") && pkg.history.last?.version == ver("1.0.0"))
         // Both trees are untouched.
         for v in ["1.0.0", "1.1.0"] {

@@ -22,9 +22,9 @@ struct StatusTests {
         #expect(status.packages.count == 1)
         #expect(pkg.id == sampleID)
         #expect(pkg.active == "1.2.0" && pkg.fallback == "1.1.0")
-        #expect(pkg.pending == "1.2.0" && pkg.health == "pending")
+        #expect(pkg.pending == "1.2.0" && pkg.health == .pending)
         #expect(pkg.versions.map(\.version) == ["1.0.0", "1.1.0", "1.2.0"])
-        #expect(pkg.versions.map(\.role) == ["retained", "fallback", "active"])
+        #expect(pkg.versions.map(\.role) == [.retained, .fallback, .active])
         #expect(pkg.versions.allSatisfy { !$0.pinned })
         var total: Int64 = 0
         for v in pkg.versions {
@@ -37,7 +37,7 @@ struct StatusTests {
 
         _ = try sandbox.confirm(id: sampleID)
         let confirmed = try #require(sandbox.status().packages.first)
-        #expect(confirmed.pending == nil && confirmed.health == "confirmed")
+        #expect(confirmed.pending == nil && confirmed.health == .confirmed)
     }
 
     @Test("history lists every event in order")
@@ -55,7 +55,7 @@ struct StatusTests {
         _ = try sandbox.confirm(id: sampleID)
 
         let history = try #require(try env.reader.status().packages.first).history
-        #expect(history.map(\.event) == ["install", "activate", "confirm", "install", "activate", "failure", "rollback", "install", "activate", "confirm"])
+        #expect(history.map(\.event) == [.install, .activate, .confirm, .install, .activate, .failure, .rollback, .install, .activate, .confirm])
         #expect(history.map { $0.version?.description ?? "-" } == ["1.0.0", "1.0.0", "1.0.0", "1.1.0", "1.1.0", "1.1.0", "1.0.0", "1.2.0", "1.2.0", "1.2.0"])
         #expect(history[4].from == ver("1.0.0"))
         #expect(history[5].reason == "404 on /app.js")
@@ -75,13 +75,13 @@ struct StatusTests {
         for _ in 0..<confirms { _ = try sandbox.confirm(id: sampleID) }
         let history = try env.reader.state()[pid(sampleID)].history
         #expect(history.count == PackageState.historyLimit)
-        #expect(history.allSatisfy { $0.event == "confirm" })
+        #expect(history.allSatisfy { $0.event == .confirm })
         #expect(sandbox.state[pid(sampleID)].history == history)
         // The newest entries are the ones kept.
         try env.install(sandbox, "1.1.0")
         let after = try env.reader.state()[pid(sampleID)].history
         #expect(after.count == PackageState.historyLimit)
-        #expect(after.suffix(2).map(\.event) == ["install", "activate"])
+        #expect(after.suffix(2).map(\.event) == [.install, .activate])
         #expect(after.first?.at ?? .distantPast > history.first?.at ?? .distantFuture)
     }
 

@@ -352,7 +352,7 @@ final class Child {
 }
 
 /// A health outcome as [id, active, health, rolledBackTo, rolledBackFrom].
-func fields(_ o: HealthOutcome) -> [String?] { [o.id, o.active, o.health, o.rolledBackTo, o.rolledBackFrom] }
+func fields(_ o: HealthOutcome) -> [String?] { [o.id, o.active, o.health.rawValue, o.rolledBackTo, o.rolledBackFrom] }
 
 /// Runs `body`, expecting a `StoreError` with `code`; returns the error.
 @discardableResult

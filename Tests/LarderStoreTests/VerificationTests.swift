@@ -120,7 +120,7 @@ struct VerificationTests {
 
         // The unaltered bundle passes the same list.
         let report = try sandbox.install(bundle: good, id: "fixture", version: "1.0.0", fileList: list)
-        #expect(report.outcome == "installed" && report.verifiedAgainstFileList)
+        #expect(report.outcome == .installed && report.verifiedAgainstFileList)
     }
 
     @Test("a file list of another version or another package is refused", arguments: [("1.0.0", sampleID), ("1.1.0", otherID)])

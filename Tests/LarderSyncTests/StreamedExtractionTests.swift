@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+@testable import LarderFetch
 @testable import LarderSync
 import SystemPackage
 import Testing
@@ -35,7 +36,7 @@ final class PacedTransport: Transport, @unchecked Sendable {
         try await FileTransport().document(url, etag: etag, maxBytes: maxBytes)
     }
 
-    func download(_ url: URL, to part: FilePath, expecting: LarderSync.Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
+    func download(_ url: URL, to part: FilePath, expecting: LarderFetch.Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
         guard url.path.hasSuffix(".zip") else {
             return try await FileTransport().download(url, to: part, expecting: expecting, progress: progress, watch: watch)
         }
@@ -94,7 +95,7 @@ struct SilentTransport: Transport {
         try await FileTransport().document(url, etag: etag, maxBytes: maxBytes)
     }
 
-    func download(_ url: URL, to part: FilePath, expecting: LarderSync.Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
+    func download(_ url: URL, to part: FilePath, expecting: LarderFetch.Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
         try await FileTransport().download(url, to: part, expecting: expecting, progress: progress, watch: nil)
     }
 }
@@ -135,7 +136,7 @@ struct StreamedExtractionTests {
         let transport = PacedTransport(.waitForExtraction, staging: env.root.appending("staging"))
         let report = try await sync(env, transport)
         let r = try #require(report.packages.first)
-        #expect(r.outcome == "done" && r.method == "bundle", "\(r)")
+        #expect(r.outcome == .done && r.method == .bundle, "\(r)")
         #expect(transport.sawExtractionMidway, "no extracted file appeared while half the bundle was still to come")
         #expect(r.streamed == true)
         #expect(try env.active() == "1.0.0")
@@ -155,7 +156,7 @@ struct StreamedExtractionTests {
         let report = try await sync(env, transport)
         let r = try #require(report.packages.first)
         #expect(transport.sawExtractionMidway)
-        #expect(r.outcome == "done", "\(r)")
+        #expect(r.outcome == .done, "\(r)")
         #expect(r.streamed == false)
         #expect(try env.active() == "1.0.0")
         #expect(stagingIsEmpty(env))
@@ -171,13 +172,13 @@ struct StreamedExtractionTests {
         let staging = env.root.appending("staging")
         let cut = try await sync(env, PacedTransport(.failHalfway, staging: staging))
         let r = try #require(cut.packages.first)
-        #expect(r.outcome == "failed" && r.code == "connection", "\(r)")
+        #expect(r.outcome == .failed && r.code == "connection", "\(r)")
         #expect(try env.active() == nil)
         #expect(stagingIsEmpty(env))
         let resumed = PacedTransport(.waitForExtraction, staging: staging)
         let again = try await sync(env, resumed)
         let r2 = try #require(again.packages.first)
-        #expect(r2.outcome == "done" && r2.streamed == true, "\(r2)")
+        #expect(r2.outcome == .done && r2.streamed == true, "\(r2)")
         #expect(resumed.resumedFrom > 0, "the second sync did not resume the part file")
         #expect(try env.active() == "1.0.0")
     }
@@ -191,7 +192,7 @@ struct StreamedExtractionTests {
         try env.initialise()
         let report = try await sync(env, SilentTransport())
         let r = try #require(report.packages.first)
-        #expect(r.outcome == "done" && r.method == "bundle", "\(r)")
+        #expect(r.outcome == .done && r.method == .bundle, "\(r)")
         #expect(r.streamed == false)
         #expect(try env.active() == "1.0.0")
         #expect(stagingIsEmpty(env))

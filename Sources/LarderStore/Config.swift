@@ -3,6 +3,31 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
+/// Why the sandbox's config cannot be used. The codes and messages are those `larder` has
+/// always printed for these cases (`not-initialised`, `config`).
+public enum ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The sandbox has no config.json.
+    case notInitialised(root: String)
+    /// The config is unreadable, invalid or cannot be written; the text says which and why.
+    case invalid(String)
+
+    /// A stable machine-readable code.
+    public var code: String {
+        switch self {
+        case .notInitialised: "not-initialised"
+        case .invalid: "config"
+        }
+    }
+
+    /// What was wrong, for a person.
+    public var description: String {
+        switch self {
+        case .notInitialised(let r): "\(r) has no config.json; run `larder init --root \(r) --repo URL --public-key F` first"
+        case .invalid(let d): "configuration: \(d)"
+        }
+    }
+}
+
 /// `<root>/config.json`, written by `larder init`: where the repository is, which keys are
 /// trusted, which channel and app version this device has, and its random device id (made once,
 /// kept across re-inits; it decides rollout buckets).
@@ -34,38 +59,38 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     }
 
     /// The file's path in a sandbox.
-    public static func path(root: FilePath) -> FilePath { root.appending("config.json") }
+    public static func path(root: FilePath) -> FilePath { SandboxLayout(root: root).config }
 
     /// Reads the config of the sandbox at `root`.
-    public static func load(root: FilePath) throws(SyncError) -> SyncConfig {
+    public static func load(root: FilePath) throws(ConfigError) -> SyncConfig {
         let p = path(root: root)
         guard AtomicFile.exists(p) else { throw .notInitialised(root: root.string) }
         do {
             return try ManifestCoding.decode(SyncConfig.self, from: AtomicFile.read(p), document: "config.json")
         } catch {
-            throw .config("\(error)")
+            throw .invalid("\(error)")
         }
     }
 
     /// The trusted public keys.
-    public func publicKeys() throws(SyncError) -> [PublicKey] {
+    public func publicKeys() throws(ConfigError) -> [PublicKey] {
         var out: [PublicKey] = []
         for k in trustedKeys {
             do {
                 out.append(try KeyFile.publicKey(from: ManifestCoding.encode(k), path: "config.json"))
             } catch {
-                throw .config("a trusted key in config.json is not usable: \(error)")
+                throw .invalid("a trusted key in config.json is not usable: \(error)")
             }
         }
         return out
     }
 
     /// Replaces the trusted keys (key rotation announced by a verified index).
-    public func withKeys(_ keys: [KeyFile], root: FilePath) throws(SyncError) -> SyncConfig {
+    public func withKeys(_ keys: [KeyFile], root: FilePath) throws(ConfigError) -> SyncConfig {
         var c = self
         c.trustedKeys = keys
         do { try AtomicFile.write(try ManifestCoding.encode(c), to: Self.path(root: root)) } catch {
-            throw .config("cannot write \(Self.path(root: root)): \(error)")
+            throw .invalid("cannot write \(Self.path(root: root)): \(error)")
         }
         return c
     }
@@ -74,12 +99,12 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     public static func initialise(
         root: FilePath, repository: String, keys: [PublicKey], channel: String, appVersion: SemanticVersion,
         allowInsecureHTTP: Bool
-    ) throws(SyncError) -> SyncConfig {
+    ) throws(ConfigError) -> SyncConfig {
         guard let url = URL(string: repository), let scheme = url.scheme?.lowercased(), ["https", "http", "file"].contains(scheme) else {
-            throw .config("\"\(repository)\" is not a repository URL (https://…, http://… or file://…)")
+            throw .invalid("\"\(repository)\" is not a repository URL (https://…, http://… or file://…)")
         }
-        guard Channel.isValid(channel) else { throw .config("\"\(channel)\" is not a channel name") }
-        guard !keys.isEmpty else { throw .config("at least one trusted public key is needed") }
+        guard Channel.isValid(channel) else { throw .invalid("\"\(channel)\" is not a channel name") }
+        guard !keys.isEmpty else { throw .invalid("at least one trusted public key is needed") }
         let existing = try? load(root: root)
         let device = existing?.deviceId ?? (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         let config = SyncConfig(
@@ -89,7 +114,7 @@ public struct SyncConfig: Codable, Sendable, Equatable {
             try AtomicFile.makeDirectories(root)
             try AtomicFile.write(try ManifestCoding.encode(config), to: path(root: root))
         } catch {
-            throw .config("cannot write \(path(root: root)): \(error)")
+            throw .invalid("cannot write \(path(root: root)): \(error)")
         }
         return config
     }

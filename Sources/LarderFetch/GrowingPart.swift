@@ -1,5 +1,4 @@
 import Foundation
-import LarderArchive
 import SystemPackage
 
 #if canImport(Glibc)
@@ -16,7 +15,7 @@ import SystemPackage
 /// reader can only move forward: when the transport has to start the file over after bytes were
 /// read (the server ignored the Range, the content failed its hash), the reader is told the
 /// stream is abandoned, and the caller falls back to reading the complete file.
-public final class GrowingPart: ArchiveByteSource, @unchecked Sendable {
+public final class GrowingPart: @unchecked Sendable {
     // @unchecked: `available`, `consumed` and `phase` are guarded by `condition`; `fd` and
     // `offset` are used only by the one reading thread.
     enum Phase: Equatable {
@@ -75,7 +74,7 @@ public final class GrowingPart: ArchiveByteSource, @unchecked Sendable {
 
     /// The transport returned successfully: a reader still waiting is let go (a transport that
     /// does not report its bytes leaves the complete file to be read afterwards).
-    func transportReturned() {
+    package func transportReturned() {
         update { if $0.phase == .running { $0.phase = .failed("the transport did not report the bytes it wrote") } }
     }
 

@@ -1,0 +1,136 @@
+import Foundation
+
+/// Why a fetched index was not accepted. Pure values: the sync maps each to its error and exit
+/// code.
+public enum IndexRefusal: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The signature file is unreadable, or no trusted key signed these exact bytes.
+    case signature(SigningError)
+    /// The signed bytes are not a valid index.
+    case manifest(ManifestError)
+    /// The serial is lower than one this sandbox accepted: a replayed old index.
+    case rollbackAttack(serial: UInt64, accepted: UInt64)
+    /// The serial this sandbox accepted, with different bytes.
+    case serialReused(serial: UInt64)
+    /// The index expired at this time.
+    case expired(Date)
+    /// The keys the index rotates to cannot be used (the detail says which and why).
+    case unusableRotatedKeys(String)
+
+    /// What was wrong, for a person.
+    public var description: String {
+        switch self {
+        case .signature(let e): "\(e)"
+        case .manifest(let e): "\(e)"
+        case .rollbackAttack(let s, let a): "serial \(s) is lower than the accepted \(a)"
+        case .serialReused(let s): "serial \(s) was accepted with different contents"
+        case .expired(let at): "expired at \(ManifestCoding.formatRFC3339(at))"
+        case .unusableRotatedKeys(let d): "a rotated key is not usable: \(d)"
+        }
+    }
+}
+
+/// An index that passed every trust rule.
+public struct AcceptedIndexDecision: Sendable, Equatable {
+    /// The decoded index.
+    public let index: RepositoryIndex
+    /// SHA-256 of the exact bytes verified.
+    public let digest: SHA256Digest
+    /// Whether the bytes are new to this sandbox (not a 304, not the bytes already accepted):
+    /// only fresh bytes are recorded, and only they may rotate keys.
+    public let fresh: Bool
+    /// The keys trusted from now on, when a fresh index names keys other than the trusted ones.
+    public let rotatedKeys: [KeyFile]?
+}
+
+/// The trust rules a fetched index must pass before anything acts on it (TUF-style): a
+/// signature by a trusted key over the exact bytes, checked before anything is decoded; a serial
+/// that never goes down and is never reused with other bytes; an expiry in the future; and key
+/// rotation only by an index the current keys signed. Pure: no I/O, no clock of its own.
+public enum IndexAcceptance {
+    /// What a sync knows when it decides.
+    public struct Input: Sendable {
+        /// The index bytes: fetched, or the cached copy after a 304.
+        public var bytes: Data
+        /// The signature file's bytes.
+        public var signature: Data
+        /// The server answered 304 to the conditional GET (the bytes are the cached copy).
+        public var notModified: Bool
+        /// The keys the sandbox trusts, as configured (compared with the keys an index names).
+        public var trustedKeys: [KeyFile]
+        /// The same keys, parsed (the caller reports an unusable configured key its own way).
+        public var trusted: [PublicKey]
+        /// The last index the sandbox accepted.
+        public var accepted: AcceptedIndex?
+        /// The time to check expiry against.
+        public var now: Date
+
+        /// Creates an input.
+        public init(
+            bytes: Data, signature: Data, notModified: Bool, trustedKeys: [KeyFile], trusted: [PublicKey],
+            accepted: AcceptedIndex?, now: Date
+        ) {
+            self.trusted = trusted
+            self.bytes = bytes
+            self.signature = signature
+            self.notModified = notModified
+            self.trustedKeys = trustedKeys
+            self.accepted = accepted
+            self.now = now
+        }
+    }
+
+    /// Whether fetched bytes are new to the sandbox (so the signature must be fetched too).
+    public static func isFresh(bytes: Data, notModified: Bool, accepted: AcceptedIndex?) -> Bool {
+        guard !notModified else { return false }
+        if let acc = accepted, SHA256Digest.of(bytes) == acc.sha256 { return false }
+        return true
+    }
+
+    /// The public keys of key files, refusing any that cannot be used.
+    public static func publicKeys(_ files: [KeyFile], document: String) throws(SigningError) -> [PublicKey] {
+        var out: [PublicKey] = []
+        for k in files {
+            let data: Data
+            do { data = try ManifestCoding.encode(k) } catch {
+                throw .badKeyFile(path: document, detail: "\(error)")
+            }
+            out.append(try KeyFile.publicKey(from: data, path: document))
+        }
+        return out
+    }
+
+    /// Applies every rule, in order: signature file, signature, schema, serial, expiry, rotation.
+    public static func decide(_ input: Input) throws(IndexRefusal) -> AcceptedIndexDecision {
+        let signatures: SignatureFile
+        do {
+            signatures = try ManifestCoding.decode(
+                SignatureFile.self, from: input.signature, document: RepositoryLayout.signatureName)
+        } catch {
+            throw .signature(.badSignatureFile(detail: error.description))
+        }
+        do { _ = try IndexSignature.verify(input.bytes, signatures: signatures, trusted: input.trusted) } catch {
+            throw .signature(error)
+        }
+        let index: RepositoryIndex
+        do {
+            index = try ManifestCoding.decode(RepositoryIndex.self, from: input.bytes, document: RepositoryLayout.indexName)
+        } catch {
+            throw .manifest(error)
+        }
+        let digest = SHA256Digest.of(input.bytes)
+        if let acc = input.accepted {
+            if index.serial < acc.serial { throw .rollbackAttack(serial: index.serial, accepted: acc.serial) }
+            if index.serial == acc.serial && digest != acc.sha256 { throw .serialReused(serial: index.serial) }
+        }
+        if index.expires <= input.now { throw .expired(index.expires) }
+        let fresh = isFresh(bytes: input.bytes, notModified: input.notModified, accepted: input.accepted)
+        var rotated: [KeyFile]?
+        if fresh, let keys = index.keys, !keys.isEmpty, keys != input.trustedKeys {
+            do { _ = try publicKeys(keys, document: "config.json") } catch {
+                throw .unusableRotatedKeys("\(error)")
+            }
+            rotated = keys
+        }
+        return AcceptedIndexDecision(index: index, digest: digest, fresh: fresh, rotatedKeys: rotated)
+    }
+}

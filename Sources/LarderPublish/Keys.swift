@@ -1,0 +1,97 @@
+import Foundation
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+/// What `keygen` wrote.
+public struct KeygenReport: Sendable, Codable, Equatable {
+    /// The key id (the first 16 hex digits of the public key's SHA-256).
+    public var keyId: String
+    /// The public key, base64.
+    public var publicKey: String
+    /// Where the private key was written (mode 0600).
+    public var privateKeyFile: String
+    /// Where the public key was written.
+    public var publicKeyFile: String
+}
+
+/// Errors of `keygen`.
+public enum KeygenError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// One of the files exists; keys are never overwritten.
+    case exists(String)
+    /// Writing a key file failed.
+    case io(FileSystemError)
+    /// A key could not be encoded (a bug, not bad input).
+    case encoding(String)
+
+    /// What was wrong, and what to do.
+    public var description: String {
+        switch self {
+        case .exists(let p): "\(p) already exists; keys are never overwritten (choose another --out)"
+        case .io(let e): e.description
+        case .encoding(let d): "cannot encode the key: \(d)"
+        }
+    }
+}
+
+/// Why a key file could not be loaded.
+public enum KeyLoadError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The file could not be read.
+    case io(FileSystemError)
+    /// The file is not a usable Larder key.
+    case key(SigningError)
+
+    /// What was wrong.
+    public var description: String {
+        switch self {
+        case .io(let e): e.description
+        case .key(let e): e.description
+        }
+    }
+}
+
+/// The publisher's key files: make a pair, load either half.
+public enum PublisherKeys {
+    /// Makes a new Ed25519 key pair: `<out>.key` (private, mode 0600) and `<out>.pub`.
+    public static func generate(out: FilePath) throws(KeygenError) -> KeygenReport {
+        let privatePath = FilePath(out.string + ".key")
+        let publicPath = FilePath(out.string + ".pub")
+        for p in [privatePath, publicPath] where AtomicFile.exists(p) { throw .exists(p.string) }
+        let key = PrivateKey()
+        let privateData: Data
+        let publicData: Data
+        do {
+            privateData = try ManifestCoding.encode(KeyFile(private: key))
+            publicData = try ManifestCoding.encode(KeyFile(public: key.publicKey))
+        } catch {
+            throw .encoding("\(error)")
+        }
+        do {
+            let dir = out.removingLastComponent()
+            if !dir.isEmpty { try AtomicFile.makeDirectories(dir) }
+            try AtomicFile.write(privateData, to: privatePath, permissions: [.ownerReadWrite])
+            try AtomicFile.write(publicData, to: publicPath)
+        } catch {
+            throw .io(error)
+        }
+        return KeygenReport(
+            keyId: key.publicKey.keyID, publicKey: key.publicKey.base64, privateKeyFile: privatePath.string,
+            publicKeyFile: publicPath.string)
+    }
+
+    /// Reads a private key file.
+    public static func loadPrivateKey(_ path: FilePath) throws(KeyLoadError) -> PrivateKey {
+        let data = try read(path)
+        do { return try KeyFile.privateKey(from: data, path: path.string) } catch { throw .key(error) }
+    }
+
+    /// Reads a public key file (a private key file also yields its public half).
+    public static func loadPublicKey(_ path: FilePath) throws(KeyLoadError) -> PublicKey {
+        let data = try read(path)
+        do { return try KeyFile.publicKey(from: data, path: path.string) } catch { throw .key(error) }
+    }
+
+    private static func read(_ path: FilePath) throws(KeyLoadError) -> Data {
+        do { return try AtomicFile.read(path, limit: 1 << 16) } catch { throw .io(error) }
+    }
+}

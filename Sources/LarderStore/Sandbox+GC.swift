@@ -1,0 +1,80 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+extension Sandbox {
+    // MARK: gc
+
+    /// Deletes versions that are neither active, fallback, pinned by a live session, nor among
+    /// the `keep` most recently installed others. The state without them is written first; each
+    /// tree is then renamed into `trash/` and deleted. A version pinned between the two steps is
+    /// left on disk and removed by a later gc.
+    public func gc(keep: Int = 1) throws(StoreError) -> GCReport {
+        try requireWritable()
+        var report = GCReport(removed: [], keptPinned: [], freedBytes: 0)
+        var doomed: [(PackageID, InstalledVersion)] = []
+        for key in state.packages.keys.sorted() {
+            guard let id = PackageID(key), var pkg = state.packages[key] else { continue }
+            let protected = Set([pkg.active, pkg.fallback].compactMap { $0 })
+            var retained = 0
+            var keepList: [InstalledVersion] = []
+            // Newest first by installation order (`versions` is appended to; timestamps tie).
+            for v in pkg.versions.reversed() {
+                if protected.contains(v.version) {
+                    keepList.append(v)
+                } else if Pins.isPinned(layout, id, v.version) {
+                    keepList.append(v)
+                    report.keptPinned.append("\(id)@\(v.version)")
+                } else if retained < keep {
+                    retained += 1
+                    keepList.append(v)
+                } else {
+                    doomed.append((id, v))
+                    pkg.record(HistoryEntry(event: .gc, version: v.version, reason: "not active, fallback, pinned or retained", at: now))
+                }
+            }
+            pkg.versions = pkg.versions.filter { v in keepList.contains { $0.version == v.version } }
+            state.packages[key] = pkg
+        }
+        guard !doomed.isEmpty else {
+            try removeUnknownTrees()
+            return report
+        }
+        try commit()
+        for (id, v) in doomed {
+            if Pins.isPinned(layout, id, v.version) {
+                report.keptPinned.append("\(id)@\(v.version)")
+                continue
+            }
+            try removeTree(id, v.version)
+            report.removed.append("\(id)@\(v.version)")
+            report.freedBytes += v.size
+        }
+        // Copies left behind earlier because a session pinned them go once unpinned.
+        try removeUnknownTrees()
+        return report
+    }
+
+    /// Renames a tree into trash (atomic disappearance), removes its list, then deletes it.
+    func removeTree(_ id: PackageID, _ version: SemanticVersion, keepList: Bool = false) throws(StoreError) {
+        let tree = layout.tree(id, version)
+        let trashed = layout.trash.appending("\(id)@\(version)-\(UInt32.random(in: 0...UInt32.max))")
+        if AtomicFile.exists(tree) {
+            if rename(tree.string, trashed.string) != 0 {
+                throw .io(FileSystemError("rename", tree, Errno(rawValue: errno)))
+            }
+            try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(tree.removingLastComponent()) }
+        }
+        if !keepList { _ = unlink(layout.list(id, version).string) }
+        try? FileManager.default.removeItem(atPath: trashed.string)
+    }
+
+}

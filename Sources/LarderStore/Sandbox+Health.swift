@@ -1,0 +1,86 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+extension Sandbox {
+    // MARK: health
+
+    /// The app confirms that the active version of `id` works.
+    public func confirm(id idText: String) throws(StoreError) -> HealthOutcome {
+        try requireWritable()
+        let id = try knownPackage(idText)
+        var pkg = state[id]
+        pkg.confirm(at: now)
+        state[id] = pkg
+        try commit()
+        return outcome(id, from: nil, to: nil)
+    }
+
+    /// Counts a failure of the active version of `id` (a missing file, a crash, a page that did
+    /// not load); a pending version with too many failures is rolled back automatically.
+    public func reportFailure(id idText: String, reason: String) throws(StoreError) -> HealthOutcome {
+        try requireWritable()
+        let id = try knownPackage(idText)
+        var pkg = state[id]
+        let from = pkg.active
+        let to = pkg.recordFailure(reason, policy: options.healthPolicy, at: now)
+        state[id] = pkg
+        try commit()
+        return outcome(id, from: to == nil ? nil : from, to: to)
+    }
+
+    /// Counts an app launch for every pending package; one still unconfirmed after too many
+    /// launches is rolled back automatically.
+    public func beginLaunch() throws(StoreError) -> [HealthOutcome] {
+        try requireWritable()
+        var results: [HealthOutcome] = []
+        for key in state.packages.keys.sorted() {
+            guard let id = PackageID(key), var pkg = state.packages[key], pkg.health == .pending else { continue }
+            let from = pkg.active
+            let to = pkg.recordLaunch(policy: options.healthPolicy, at: now)
+            state[id] = pkg
+            results.append(outcome(id, from: to == nil ? nil : from, to: to))
+        }
+        if !results.isEmpty { try commit() }
+        return results
+    }
+
+    func outcome(_ id: PackageID, from: SemanticVersion?, to: SemanticVersion?) -> HealthOutcome {
+        let pkg = state[id]
+        return HealthOutcome(
+            id: id.rawValue, active: pkg.active?.description, health: pkg.health,
+            rolledBackTo: to?.description, rolledBackFrom: from?.description)
+    }
+
+    // MARK: rollback
+
+    /// Activates the fallback of `id`, or the named version on disk. The version left is recorded
+    /// as failed (never installed again automatically).
+    public func rollback(id idText: String, to versionText: String? = nil, reason: String = "rolled back by the operator") throws(StoreError) -> RollbackReport {
+        try requireWritable()
+        let id = try knownPackage(idText)
+        var pkg = state[id]
+        let target: SemanticVersion
+        if let t = versionText {
+            guard let v = SemanticVersion(t) else { throw .badVersion(t) }
+            guard pkg.has(v) else { throw .notInstalled(id: id.rawValue, version: v.description) }
+            target = v
+        } else {
+            guard let f = pkg.fallback, pkg.has(f) else { throw .noFallback(id: id.rawValue) }
+            target = f
+        }
+        let from = pkg.rollBack(to: target, reason: reason, at: now)
+        state[id] = pkg
+        try commit()
+        return RollbackReport(id: id.rawValue, from: from?.description, to: target.description)
+    }
+
+}

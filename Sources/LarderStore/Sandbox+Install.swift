@@ -1,0 +1,290 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+extension Sandbox {
+    // MARK: install
+
+    /// Installs a bundle as `version` of `id` and activates it (pending, the previous active
+    /// version kept as fallback). The bundle is extracted into a fresh staging directory, hashing
+    /// while writing; every file is checked against `fileList` (size, SHA-256, nothing missing,
+    /// nothing extra) — without a list the bundle itself is trusted and its computed list is
+    /// recorded. A version already on disk is re-activated without extracting.
+    public func install(
+        bundle: FilePath, id idText: String, version versionText: String, fileList: FileList? = nil, force: Bool = false
+    ) throws(StoreError) -> InstallReport {
+        try install(bundle: bundle, id: idText, version: versionText, fileList: fileList, force: force, activate: true)
+    }
+
+    /// As `install`, but with `activate: false` the verified version is only placed on disk and
+    /// recorded, to be activated later with others (`activate(_:)`).
+    package func install(
+        bundle: FilePath, id idText: String, version versionText: String, fileList: FileList?, force: Bool, activate: Bool
+    ) throws(StoreError) -> InstallReport {
+        try requireWritable()
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
+        return try install(id: id, version: version, fileList: fileList, force: force, activate: activate) { () throws(StoreError) in
+            let area = try makeStagingArea(id: id, version: version)
+            do throws(StoreError) {
+                // With a file list every SHA-256 is checked against it, which makes the CRC redundant.
+                return try area.extract(bundle: bundle, checkCRC: fileList == nil)
+            } catch {
+                area.discard()
+                throw error
+            }
+        }
+    }
+
+    /// Installs a bundle already extracted into a staging area (by `StagingArea.extract`, on any
+    /// thread): its listing is checked against `fileList` like a bundle's, and it is placed; with
+    /// `activate`, activated as pending. The staging area is consumed either way.
+    package func install(staged: StagedBundle, fileList: FileList, activate: Bool) throws(StoreError) -> InstallReport {
+        defer { staged.area.discard() }
+        try requireWritable()
+        return try install(id: staged.area.id, version: staged.area.version, fileList: fileList, force: false, activate: activate) {
+            () throws(StoreError) in staged
+        }
+    }
+
+    /// A fresh staging area for one version (see `StagingArea`): a directory under `staging/`
+    /// that nothing else shares, removed by the next recovery if abandoned.
+    package func makeStagingArea(id: PackageID, version: SemanticVersion) throws(StoreError) -> StagingArea {
+        try requireWritable()
+        let dir = layout.staging.appending("\(id)@\(version)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(dir.appending("tree")) }
+        return StagingArea(id: id, version: version, directory: dir, limits: options.limits)
+    }
+
+    /// The install of both kinds: the state's checks (a failed version, a vanished tree, a
+    /// version already on disk), then `stage` for the extracted tree, checked against the list
+    /// and placed.
+    func install(
+        id: PackageID, version: SemanticVersion, fileList: FileList?, force: Bool, activate: Bool,
+        stage: () throws(StoreError) -> StagedBundle
+    ) throws(StoreError) -> InstallReport {
+        if let list = fileList, list.id != id || list.version != version {
+            throw .fileList("it describes \(list.id) \(list.version), not \(id) \(version)")
+        }
+        var pkg = state[id]
+        var changed = false
+        if let failed = pkg.failed.first(where: { $0.version == version }) {
+            guard force else { throw .previouslyFailed(id: id.rawValue, version: version.description, reason: failed.reason) }
+            pkg.failed.removeAll { $0.version == version }
+            pkg.record(HistoryEntry(event: .unfail, version: version, reason: "installed with --force (was: \(failed.reason))", at: now))
+            changed = true
+        }
+        let previous = pkg.active
+        let target = layout.tree(id, version)
+        if pkg.has(version), !AtomicFile.isDirectory(target) {
+            // The state names a tree that is gone: forget it and install afresh.
+            pkg.versions.removeAll { $0.version == version }
+            if pkg.active == version { pkg.active = nil }
+            if pkg.fallback == version { pkg.fallback = nil }
+            pkg.record(HistoryEntry(event: .forget, version: version, reason: "its tree was missing from disk", at: now))
+            changed = true
+        }
+        if let existing = pkg.versions.first(where: { $0.version == version }) {
+            if let list = fileList {
+                let problems = TreeCheck.problems(tree: target, list: list)
+                if !problems.isEmpty { throw .verification(id: id.rawValue, version: version.description, problems: problems) }
+            }
+            var outcome = InstallOutcome.unchanged
+            if activate, pkg.active != version {
+                pkg.activate(version, reason: "installed again (already on disk)", at: now)
+                outcome = .activated
+                changed = true
+            }
+            if changed {
+                state[id] = pkg
+                try commit()
+            }
+            return InstallReport(
+                id: id.rawValue, version: version.description, outcome: outcome, previous: previous?.description,
+                fallback: pkg.fallback?.description, fileCount: existing.fileCount, size: existing.size,
+                verifiedAgainstFileList: fileList != nil)
+        }
+
+        // Changes made above (a failed mark cleared, a vanished tree forgotten) are committed
+        // with the placement below.
+        if changed { state[id] = pkg }
+
+        // Extracted into a directory nothing else shares and made durable, then verified.
+        let staged = try stage()
+        defer { staged.area.discard() }
+        let list = fileList ?? FileList(id: id, version: version, files: staged.listing.files)
+        let problems = Self.compare(staged.listing.files, list)
+        if !problems.isEmpty {
+            throw .verification(id: id.rawValue, version: version.description, problems: problems)
+        }
+        let record = try place(tree: staged.area.tree, id: id, version: version, list: list, trusted: fileList == nil)
+        pkg = state[id]
+        if activate {
+            pkg.activate(version, at: now)
+            state[id] = pkg
+            try commit()
+        }
+        options.logger.debug("installed", metadata: ["id": "\(id)", "version": "\(version)", "files": "\(list.files.count)"])
+        return InstallReport(
+            id: id.rawValue, version: version.description, outcome: activate ? .installed : .placed, previous: previous?.description,
+            fallback: pkg.fallback?.description, fileCount: record.fileCount, size: record.size,
+            verifiedAgainstFileList: fileList != nil)
+    }
+
+    /// Moves a verified, durable tree into `packages/<id>/<version>` with its list, and records
+    /// it in the state (not active). The list is written first, then the tree renamed, then the
+    /// state that names both.
+    func place(tree: FilePath, id: PackageID, version: SemanticVersion, list: FileList, trusted: Bool) throws(StoreError) -> InstalledVersion {
+        let listPath = layout.list(id, version)
+        let target = layout.tree(id, version)
+        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(listPath.removingLastComponent()) }
+        let listData = try encoded(list, "file list")
+        try io { () throws(FileSystemError) in try AtomicFile.write(listData, to: listPath) }
+        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(target.removingLastComponent()) }
+        if AtomicFile.exists(target) {
+            // A copy the state does not name, left by an interrupted operation and kept because a
+            // session pinned it.
+            if Pins.isPinned(layout, id, version) {
+                _ = unlink(listPath.string)
+                throw .versionBusy(id: id.rawValue, version: version.description)
+            }
+            try removeTree(id, version, keepList: true)
+        }
+        if rename(tree.string, target.string) != 0 {
+            let e = Errno(rawValue: errno)
+            _ = unlink(listPath.string)
+            throw .io(FileSystemError("rename", tree, e))
+        }
+        try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(target.removingLastComponent()) }
+        var pkg = state[id]
+        let record = InstalledVersion(version: version, fileCount: list.files.count, size: list.totalSize, installedAt: now)
+        pkg.versions.removeAll { $0.version == version }
+        pkg.versions.append(record)
+        pkg.record(HistoryEntry(event: .install, version: version, reason: trusted ? "bundle trusted (no file list)" : "verified against its file list", at: now))
+        state[id] = pkg
+        try commit()
+        return record
+    }
+
+    /// Installs a tree assembled in `area` (by `StagingArea.assemble`): it is checked file by
+    /// file against `list` (size, SHA-256, nothing missing or extra), made durable, and placed;
+    /// with `activate`, activated as pending. The staging area is consumed either way.
+    package func install(assembled area: StagingArea, list: FileList, activate: Bool) throws(StoreError) -> InstalledVersion {
+        defer { area.discard() }
+        try requireWritable()
+        let tree = area.tree
+        let problems = TreeCheck.problems(tree: tree, list: list)
+        if !problems.isEmpty {
+            throw .verification(id: list.id.rawValue, version: list.version.description, problems: problems)
+        }
+        let dir = try io { () throws(FileSystemError) in
+            try AtomicFile.check("open", tree) { try FileDescriptor.open(tree, .readOnly, options: [.directory]) }
+        }
+        defer { try? dir.close() }
+        #if os(Linux)
+            do { try AtomicFile.syncFileSystem(dir.rawValue, path: tree) } catch { throw .io(error) }
+        #else
+            // Elsewhere: each file, then each directory (assembled trees are small updates).
+            for f in list.files {
+                guard let fd = try? FileDescriptor.open(tree.appending(f.path.string), .readOnly) else { continue }
+                defer { try? fd.close() }
+                do { try AtomicFile.sync(fd, path: tree.appending(f.path.string)) } catch { throw .io(error) }
+            }
+            do { try AtomicFile.sync(dir, path: tree) } catch { throw .io(error) }
+        #endif
+        let record = try place(tree: tree, id: list.id, version: list.version, list: list, trusted: false)
+        if activate { try self.activate([(list.id, list.version)]) }
+        return record
+    }
+
+    /// Activates several versions (already on disk) in one state write: a dependency group
+    /// becomes active together or not at all.
+    package func activate(_ versions: [(PackageID, SemanticVersion)], reason: String? = nil) throws(StoreError) {
+        try requireWritable()
+        for (id, v) in versions where !state[id].has(v) {
+            throw .notInstalled(id: id.rawValue, version: v.description)
+        }
+        for (id, v) in versions {
+            var pkg = state[id]
+            if pkg.active != v { pkg.activate(v, reason: reason, at: now) }
+            state[id] = pkg
+        }
+        try commit()
+    }
+
+    /// Records a version as failed (never installed again automatically) and stops using it as
+    /// the fallback — for a revoked version the device has moved off.
+    package func markFailed(id idText: String, version versionText: String, reason: String) throws(StoreError) {
+        try requireWritable()
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        guard let v = SemanticVersion(versionText) else { throw .badVersion(versionText) }
+        var pkg = state[id]
+        if pkg.active == v { return }
+        if !pkg.hasFailed(v) { pkg.failed.append(FailedVersion(version: v, reason: reason, at: now)) }
+        if pkg.fallback == v { pkg.fallback = nil }
+        state[id] = pkg
+        try commit()
+    }
+
+    /// Records the index a sync accepted (before acting on it), durably.
+    package func recordIndex(_ accepted: AcceptedIndex) throws(StoreError) {
+        try requireWritable()
+        state.index = accepted
+        try commit()
+    }
+
+    /// Forgets a package that left the index: its versions are deleted like gc deletes them
+    /// (state first, then trees via trash), unless a session pins them.
+    package func removePackage(id idText: String, reason: String) throws(StoreError) -> [String] {
+        try requireWritable()
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        guard let pkg = state.packages[id.rawValue] else { throw .unknownPackage(idText) }
+        state.packages[id.rawValue] = nil
+        try commit()
+        var removed: [String] = []
+        for v in pkg.versions where !Pins.isPinned(layout, id, v.version) {
+            try removeTree(id, v.version)
+            removed.append("\(id)@\(v.version)")
+        }
+        _ = reason
+        return removed
+    }
+
+    /// Every content (SHA-256) present in an installed version, with one file that holds it.
+    package func localContents() -> [SHA256Digest: FilePath] {
+        var out: [SHA256Digest: FilePath] = [:]
+        for key in state.packages.keys.sorted() {
+            guard let id = PackageID(key), let pkg = state.packages[key] else { continue }
+            for v in pkg.versions {
+                guard let data = try? AtomicFile.read(layout.list(id, v.version)),
+                    let list = try? ManifestCoding.decode(FileList.self, from: data, document: "list")
+                else { continue }
+                for f in list.files where out[f.sha256] == nil {
+                    out[f.sha256] = layout.tree(id, v.version).appending(f.path.string)
+                }
+            }
+        }
+        return out
+    }
+
+    /// The differences between what a bundle held and what its list says, one sentence each.
+    static func compare(_ actual: [FileEntry], _ list: FileList) -> [String] {
+        list.differences(from: actual).map { d in
+            switch d {
+            case .missing(let f): "\(f.path) is listed but not in the bundle"
+            case .extra(let f): "\(f.path) is in the bundle but not listed"
+            case .differs(let l, let g):
+                "\(l.path) is \(g.size) bytes sha256 \(g.sha256), the list says \(l.size) bytes sha256 \(l.sha256)"
+            }
+        }
+    }
+
+}

@@ -1,0 +1,91 @@
+import Foundation
+import LarderCore
+import LarderFetch
+import Logging
+
+/// How one package's part of a sync ended. Raw values are the report's JSON strings.
+public enum PackageOutcome: String, Sendable, Codable, Equatable, CaseIterable {
+    /// The action was applied.
+    case done
+    /// The action failed; the package's active version is untouched (see `code`, `reason`).
+    case failed
+    /// Nothing to do (up to date, not eligible, or not in this device's rollout).
+    case skipped
+}
+
+/// Progress of a sync, for a progress bar or JSON lines.
+public enum SyncEvent: Sendable, Equatable {
+    /// The index was fetched (`changed` false for a 304 / identical bytes).
+    case index(serial: UInt64, changed: Bool)
+    /// Bytes arrived for a package; `total` is what the plan expects to fetch for it.
+    case bytes(id: String, done: Int64, total: Int64)
+    /// A package finished.
+    case package(id: String, outcome: PackageOutcome)
+}
+
+/// What happened to one package.
+public struct PackageResult: Sendable, Codable, Equatable {
+    /// The package id.
+    public var id: String
+    /// What the plan asked for.
+    public var action: PlanAction.Kind
+    /// The version before (absent for an install).
+    public var from: String?
+    /// The version after (absent for a removal).
+    public var to: String?
+    /// How the version was obtained, for installs and updates.
+    public var method: FetchMethod?
+    /// Bytes received over the wire (compressed objects or the bundle, as sent).
+    public var bytesFetched: Int64
+    /// The size of the version's full bundle, for comparison.
+    public var bundleBytes: Int64?
+    /// Wall time spent on the package, seconds.
+    public var seconds: Double
+    /// How it ended.
+    public var outcome: PackageOutcome
+    /// Why: the plan's reason, or the failure's message.
+    public var reason: String
+    /// For a failure: a stable code (`hash-mismatch`, `too-large`, `redirect`, `verification-failed`, …).
+    public var code: String?
+    /// For a bundle placed: `true` when it was extracted while it downloaded, `false` when the
+    /// complete file had to be read again (the download started over, or the streamed read
+    /// refused what the complete file's reader then judged).
+    public var streamed: Bool? = nil
+}
+
+/// What a sync did.
+public struct SyncReport: Sendable, Codable, Equatable {
+    /// The serial of the index the sync acted on.
+    public var serial: UInt64
+    /// Whether the index changed since the last sync.
+    public var indexChanged: Bool
+    /// One result per package the plan named, in plan order.
+    public var packages: [PackageResult]
+    /// Versions the retention gc removed after the sync (`id@version`).
+    public var removedByGC: [String]
+    /// Whether some package failed while others may have been applied.
+    public var hasFailures: Bool { packages.contains { $0.outcome == .failed } }
+}
+
+/// Options of one sync.
+public struct SyncOptions: Sendable {
+    /// Only these packages (all when empty).
+    public var packages: [String] = []
+    /// Overrides the config's app version (for `minClientVersion`).
+    public var appVersion: SemanticVersion?
+    /// Overrides the config's channel.
+    public var channel: String?
+    /// Retries, timeouts and rate floor of HTTP transfers.
+    public var http = HTTPOptions()
+    /// Other versions gc keeps per package after the sync.
+    public var retention = 1
+    /// The clock the index expiry is checked against.
+    public var clock: @Sendable () -> Date = { Date() }
+    /// Told of progress as it happens (from several transfers at once).
+    public var progress: (@Sendable (SyncEvent) -> Void)?
+    /// Where the sync logs what it decided.
+    public var logger = Logger(label: "larder.sync")
+
+    /// The defaults.
+    public init() {}
+}

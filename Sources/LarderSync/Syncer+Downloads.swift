@@ -1,0 +1,195 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFetch
+import LarderStore
+import SystemPackage
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+// The streamed extraction reads a download's part file as it grows: `GrowingPart` (Fetch) has
+// exactly the methods the archive reader's byte source needs. The conformance lives here, where
+// both modules meet, so that neither depends on the other.
+extension GrowingPart: ArchiveByteSource {}
+
+/// Download scheduling: what a plan needs fetched, at most `concurrency` transfers at once, each
+/// bundle extracted into staging while it downloads.
+extension Syncer {
+    struct Fetched {
+        var bundles: [PackageID: FilePath] = [:]
+        /// Bundles extracted while they downloaded, waiting to be checked and placed.
+        var staged: [PackageID: StagedBundle] = [:]
+        /// Object content digest → downloaded gzip file.
+        var objects: [SHA256Digest: FilePath] = [:]
+        var bytes: [PackageID: Int64] = [:]
+        var seconds: [PackageID: Double] = [:]
+        var errors: [PackageID: PackageFailure] = [:]
+        /// Partial downloads of this plan that failed and may be resumed next time.
+        var resumable: Set<String> = []
+    }
+
+    /// Removes everything in `downloads/` but the partial downloads named in `keep` (and their
+    /// saved validators).
+    func pruneDownloads(_ dir: FilePath, keep: Set<String>) {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: dir.string)) ?? []
+        for n in names {
+            let base = n.hasSuffix(".etag") ? String(n.dropLast(5)) : n
+            if !keep.contains(base) { _ = unlink(dir.appending(n).string) }
+        }
+    }
+
+    enum Job: Sendable {
+        /// A bundle, extracted into the staging area while it downloads when there is one.
+        case bundle(PackageID, URL, FilePath, Expectation, StagingArea?)
+        case object(PackageID, SHA256Digest, URL, FilePath, Expectation)
+    }
+
+    /// A finished transfer: its failure, its time, and for a bundle what the extraction that
+    /// followed it produced.
+    struct Transfer: Sendable {
+        let job: Job
+        let failure: PackageFailure?
+        let seconds: Double
+        let extraction: Result<StagedBundle, StoreError>?
+    }
+
+    /// Extracts a bundle into `area` on a thread of its own, reading the part file as the
+    /// download writes it (see `GrowingPart`); the thread blocks while it waits for bytes, which
+    /// no task of the cooperative pool may do.
+    static func extract(_ area: StagingArea, following watch: GrowingPart, size: Int64) async -> Result<StagedBundle, StoreError> {
+        await withCheckedContinuation { continuation in
+            let thread = Thread {
+                continuation.resume(returning: Result { () throws(StoreError) in try area.extract(streaming: watch, size: size) })
+            }
+            thread.name = "larder.extract-stream"
+            thread.start()
+        }
+    }
+
+    /// Downloads bundles and missing objects into `downloads/` with at most `concurrency`
+    /// transfers at once; partial files stay for resume.
+    func download(
+        _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
+        local: [SHA256Digest: FilePath], sandbox: Sandbox, transport: any Transport, base: URL, concurrency: Int
+    ) async -> Fetched {
+        var jobs: [Job] = []
+        var seen: Set<SHA256Digest> = []
+        let downloads = sandbox.layout.downloads
+        for a in changes {
+            guard let list = lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
+            switch cost.method {
+            case .bundle:
+                let part = downloads.appending("\(e.id)-\(e.version)-\(e.bundle.sha256.hex.prefix(16)).zip.part")
+                // Without a staging area the complete file is extracted after the download.
+                let area = try? sandbox.makeStagingArea(id: e.id, version: e.version)
+                jobs.append(.bundle(a.id, url(base, e.bundle.path), part, Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256), area))
+            case .objects:
+                for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
+                    let part = downloads.appending("object-\(f.sha256.hex).gz.part")
+                    // Objects declare no compressed size: gzip of incompressible data grows by a
+                    // few bytes per 16 KiB block, so this bound is generous but firm.
+                    let limit = f.size + f.size / 64 + 1024
+                    jobs.append(.object(a.id, f.sha256, url(base, RepositoryLayout.objectPath(f.sha256)), part, Expectation(size: nil, limit: limit, sha256: nil)))
+                }
+            case .local:
+                break
+            }
+        }
+        let progress = options.progress
+        let totals = Dictionary(changes.map { ($0.id.rawValue, $0.cost?.bytes ?? 0) }, uniquingKeysWith: { a, _ in a })
+        let counter = ByteCounter()
+        var result = Fetched()
+        await withTaskGroup(of: Transfer.self) { group in
+            var next = 0
+            func launch() {
+                guard next < jobs.count else { return }
+                let job = jobs[next]
+                next += 1
+                group.addTask {
+                    let started = Date()
+                    let (id, u, part, exp, area): (PackageID, URL, FilePath, Expectation, StagingArea?) = switch job {
+                    case .bundle(let i, let u, let p, let e, let a): (i, u, p, e, a)
+                    case .object(let i, _, let u, let p, let e): (i, u, p, e, nil)
+                    }
+                    let watch = area.map { _ in GrowingPart(part) }
+                    async let extraction: Result<StagedBundle, StoreError>? = {
+                        guard let area, let watch else { return nil }
+                        return await Self.extract(area, following: watch, size: exp.size ?? exp.limit)
+                    }()
+                    var failure: PackageFailure?
+                    do throws(FetchError) {
+                        try await transport.download(u, to: part, expecting: exp, progress: { n in
+                            let done = counter.add(id.rawValue, n)
+                            progress?(.bytes(id: id.rawValue, done: done, total: totals[id.rawValue] ?? 0))
+                        }, watch: watch)
+                        watch?.transportReturned()
+                    } catch {
+                        failure = .fetch(error)
+                        watch?.fail(error.description)
+                    }
+                    let seconds = Date().timeIntervalSince(started)
+                    return Transfer(job: job, failure: failure, seconds: seconds, extraction: await extraction)
+                }
+            }
+            for _ in 0..<concurrency { launch() }
+            for await done in group {
+                switch done.job {
+                case .bundle(let id, _, let part, _, let area):
+                    if let e = done.failure {
+                        result.errors[id] = e
+                        result.resumable.insert(part.lastComponent?.string ?? "")
+                    } else {
+                        result.bundles[id] = part
+                    }
+                    switch done.extraction {
+                    case .success(let staged) where done.failure == nil:
+                        result.staged[id] = staged
+                    case .failure(let error) where done.failure == nil:
+                        // The complete file is read again, and its verdict is the one reported.
+                        options.logger.info("extraction while downloading failed; reading the complete bundle", metadata: ["id": "\(id)", "error": "\(error)"])
+                        area?.discard()
+                    default:
+                        area?.discard()
+                    }
+                    result.seconds[id, default: 0] += done.seconds
+                case .object(let id, let digest, _, let part, _):
+                    if let e = done.failure {
+                        result.errors[id] = result.errors[id] ?? e
+                        result.resumable.insert(part.lastComponent?.string ?? "")
+                    } else {
+                        result.objects[digest] = part
+                    }
+                    result.seconds[id, default: 0] = max(result.seconds[id, default: 0], done.seconds)
+                }
+                launch()
+            }
+        }
+        for a in changes { result.bytes[a.id] = counter.value(a.id.rawValue) }
+        return result
+    }
+
+}
+
+/// Bytes per package across concurrent transfers.
+final class ByteCounter: @unchecked Sendable {
+    // @unchecked: `counts` is guarded by `lock`.
+    private let lock = NSLock()
+    private var counts: [String: Int64] = [:]
+
+    func add(_ id: String, _ n: Int64) -> Int64 {
+        lock.lock()
+        defer { lock.unlock() }
+        counts[id, default: 0] += n
+        return counts[id] ?? 0
+    }
+
+    func value(_ id: String) -> Int64 {
+        lock.lock()
+        defer { lock.unlock() }
+        return counts[id] ?? 0
+    }
+}
