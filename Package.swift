@@ -151,6 +151,6 @@ let package = Package(
             name: "LarderResolveTests",
             dependencies: ["LarderResolve", "LarderStore", "LarderPublish", "LarderCore", "LarderFileSystem"]
         ),
-        .testTarget(name: "LarderCLITests", dependencies: ["LarderCore"]),
+        .testTarget(name: "LarderCLITests", dependencies: ["LarderCore", "Larder", "larder"]),
     ]
 )

@@ -10,17 +10,16 @@ import SystemPackage
 #endif
 
 /// Writes zip bundles deterministically through libarchive: entries in the order given (callers
-/// pass them sorted by path bytes), files only (directories are implied), every entry with the
-/// same timestamp, mode 0644, uid/gid 0, UTF-8 names flagged as such, deflate for text and
-/// `store` for formats that are already compressed. The same tree gives the same bytes.
+/// pass them sorted by path bytes), files only (directories are implied), no modification time,
+/// mode 0644, uid/gid 0, UTF-8 names flagged as such, deflate for text and `store` for formats
+/// that are already compressed. The same tree gives the same bytes, on any machine, in any time
+/// zone.
 ///
-/// libarchive writes the DOS timestamp of each entry in the process's local time zone, so the
-/// bytes are identical across machines only when packing runs in the same zone; the `larder` CLI
-/// runs in UTC for that reason.
+/// Entries carry no modification time: libarchive would write a set time into the DOS field in
+/// the process's local time zone (so bytes would differ between zones) and into an extended
+/// timestamp. With none set it writes the zip epoch, 1980-01-01 00:00:00, and no extended field,
+/// whatever the zone — without the process's `TZ` being touched.
 public enum ZipWriter {
-    /// The timestamp of every entry: 2000-01-01T00:00:00Z.
-    public static let fixedModificationTime: Int = 946_684_800
-
     /// Extensions whose contents are already compressed; deflating them again wastes time.
     static let storedExtensions: Set<String> = [
         "png", "jpg", "jpeg", "gif", "webp", "avif", "woff", "woff2", "mp3", "mp4", "m4a", "webm", "ogg", "zip", "gz",
@@ -75,7 +74,7 @@ public enum ZipWriter {
             archive_entry_set_filetype(entry, LA.regular)
             archive_entry_set_perm(entry, 0o644)
             archive_entry_set_size(entry, size)
-            archive_entry_set_mtime(entry, time_t(fixedModificationTime), 0)
+            archive_entry_unset_mtime(entry)
             archive_entry_set_uid(entry, 0)
             archive_entry_set_gid(entry, 0)
             if storedExtensions.contains(path.pathExtension) {

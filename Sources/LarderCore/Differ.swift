@@ -40,7 +40,7 @@ extension Rollout {
 }
 
 /// How a version's files would be fetched.
-public enum FetchMethod: String, Codable, Sendable, Equatable {
+public enum FetchMethod: String, Codable, Sendable, Equatable, CaseIterable {
     /// Only the contents the sandbox lacks, one object each.
     case objects
     /// The whole bundle.
@@ -103,7 +103,7 @@ public struct PlanAction: Codable, Sendable, Equatable {
     public var group: [PackageID]
 
     /// The kinds of action.
-    public enum Kind: String, Codable, Sendable, Equatable {
+    public enum Kind: String, Codable, Sendable, Equatable, CaseIterable {
         case install, update, rollback, remove, skip
     }
 }

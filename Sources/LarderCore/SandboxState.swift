@@ -1,7 +1,7 @@
 import Foundation
 
 /// Whether the active version of a package has proven itself.
-public enum Health: String, Codable, Sendable, Equatable {
+public enum Health: String, Codable, Sendable, Equatable, CaseIterable {
     /// Newly activated; rolled back automatically after too many failures or unconfirmed launches.
     case pending
     /// Confirmed healthy by the app (`confirm`), or a fallback restored by a rollback.

@@ -2,34 +2,29 @@ import ArgumentParser
 import Larder
 import SystemPackage
 
-struct Keygen: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Make an Ed25519 key pair for signing a repository.",
-        discussion: """
-            Writes NAME.key (the private key, mode 0600: keep it secret, e.g. in your CI's secret \
-            store) and NAME.pub (give it to devices and to `larder verify --public-key`). Existing \
-            files are never overwritten. Prints the key id and the public key.
-            """)
+extension LarderCommand {
+    struct Keygen: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Make an Ed25519 key pair for signing a repository.",
+            discussion: """
+                Writes NAME.key (the private key, mode 0600: keep it secret, e.g. in your CI's secret \
+                store) and NAME.pub (give it to devices and to `larder verify --public-key`). Existing \
+                files are never overwritten. Prints the key id and the public key.
+                """)
 
-    @Option(name: .long, help: ArgumentHelp("Path prefix of the two files.", valueName: "NAME"))
-    var out: String
+        @Option(name: .long, help: ArgumentHelp("Path prefix of the two files.", valueName: "NAME"))
+        var out: String
 
-    @OptionGroup var output: OutputOptions
+        @OptionGroup var output: OutputOptions
 
-    func run() throws {
-        let report: KeygenReport
-        do {
-            report = try PublisherKeys.generate(out: FilePath(out))
-        } catch {
-            throw Output.failure(command: "keygen", code: "keygen", message: error.description, json: output.json)
-        }
-        if output.json {
-            try Output.json(report)
-        } else {
-            Output.line("key id:      \(report.keyId)")
-            Output.line("public key:  \(report.publicKey)")
-            Output.line("private key: \(report.privateKeyFile) (mode 0600)")
-            Output.line("public file: \(report.publicKeyFile)")
+        func run() throws {
+            let report: KeygenReport
+            do {
+                report = try PublisherKeys.generate(out: FilePath(out))
+            } catch {
+                throw Output.failure(command: "keygen", code: "keygen", message: error.description, json: output.json)
+            }
+            try Output.emit(report, json: output.json)
         }
     }
 }

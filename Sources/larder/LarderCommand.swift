@@ -1,9 +1,10 @@
 import ArgumentParser
 import Larder
 
-/// `larder`: the command tree. Each subcommand parses, calls one library use case and renders
-/// its report; exit codes are documented in `ExitCodes`.
-struct LarderCommand: ParsableCommand {
+/// `larder`: the command tree. Each subcommand (nested in this type) parses, calls one library
+/// use case and renders its report through `Output.emit`; exit codes are decided here, in the
+/// CLI (`ExitStatus`), never by the library.
+struct LarderCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "larder",
         abstract: "Keep offline web packages in step with a signed repository.",
@@ -27,11 +28,13 @@ struct LarderCommand: ParsableCommand {
     )
 }
 
-/// `larder version`.
-struct ShowVersion: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "version", abstract: "Print larder's version.")
+extension LarderCommand {
+    /// `larder version`.
+    struct ShowVersion: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "version", abstract: "Print larder's version.")
 
-    func run() throws { Output.line(Larder.version) }
+        func run() throws { Output.line(Larder.version) }
+    }
 }
 
 /// Options every command shares.

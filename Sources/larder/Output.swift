@@ -2,6 +2,23 @@ import ArgumentParser
 import Foundation
 import Larder
 
+/// A command's result: the document `--json` prints, and the lines of its text form. Every
+/// command renders through this one protocol and `Output.emit`.
+protocol RenderedReport: Encodable {
+    /// The text form, one element per line.
+    var textLines: [String] { get }
+}
+
+/// The exit codes `larder` uses (see `larder --help`); the library never decides them.
+enum ExitStatus {
+    /// The command failed, or found problems.
+    static let failure = ExitCode(1)
+    /// `sync`: some packages failed and the others were applied.
+    static let partial = ExitCode(2)
+    /// A usage error (ArgumentParser's own code for validation failures).
+    static let usage = ExitCode(64)
+}
+
 /// Rendering: stdout carries the result, stderr everything else.
 enum Output {
     /// Writes a line to stdout.
@@ -14,9 +31,14 @@ enum Output {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }
 
-    /// Writes `value` as the canonical JSON document on stdout.
-    static func json<T: Encodable>(_ value: T) throws {
-        FileHandle.standardOutput.write(try ManifestCoding.encode(value))
+    /// Prints a command's result on stdout: the canonical JSON document with `--json`, else its
+    /// text form.
+    static func emit(_ report: some RenderedReport, json: Bool) throws {
+        if json {
+            FileHandle.standardOutput.write(try ManifestCoding.encode(report))
+        } else {
+            for l in report.textLines { line(l) }
+        }
     }
 
     /// Reports a failed command on stderr (and as JSON on stdout with --json) and returns the
@@ -27,11 +49,16 @@ enum Output {
             struct Failure: Encodable {
                 let ok = false
                 let error: Detail
-                struct Detail: Encodable { let code: String; let message: String }
+                struct Detail: Encodable {
+                    let code: String
+                    let message: String
+                }
             }
-            try? Output.json(Failure(error: .init(code: code, message: message)))
+            if let data = try? ManifestCoding.encode(Failure(error: .init(code: code, message: message))) {
+                FileHandle.standardOutput.write(data)
+            }
         }
-        return ExitCode(1)
+        return ExitStatus.failure
     }
 
     /// Formats a byte count for people.
@@ -44,5 +71,28 @@ enum Output {
             u += 1
         }
         return u == 0 ? "\(n) B" : String(format: "%.1f", v) + " " + units[u]
+    }
+}
+
+/// Runs a library call whose typed error carries a code and a message, turning a failure into
+/// the command's error report and exit code 1.
+func reporting<T, E: Error & CustomStringConvertible>(
+    _ command: String, json: Bool, code: (E) -> String, _ body: () throws(E) -> T
+) throws -> T {
+    do {
+        return try body()
+    } catch {
+        throw Output.failure(command: command, code: code(error), message: error.description, json: json)
+    }
+}
+
+/// The async form of `reporting`.
+func reporting<T, E: Error & CustomStringConvertible>(
+    _ command: String, json: Bool, code: (E) -> String, _ body: () async throws(E) -> T
+) async throws -> T {
+    do {
+        return try await body()
+    } catch {
+        throw Output.failure(command: command, code: code(error), message: error.description, json: json)
     }
 }

@@ -3,139 +3,132 @@ import Foundation
 import Larder
 import SystemPackage
 
-struct Pack: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Pack a directory as a new version into a repository and sign the index.",
-        discussion: """
-            Writes packages/ID/VERSION/bundle.zip (deterministic: the same tree gives the same \
-            bytes) and files.json, the objects the repository lacks, and a new index.json \
-            (serial + 1) with its signature. Refuses symlinks and special files, names that are \
-            not UTF-8 NFC or that collide when case and normalisation are ignored, an empty tree, \
-            trees over the limits (manifests/README.md), a version that exists or is not greater \
-            than the newest on its channel.
-            """)
+extension LarderCommand {
+    struct Pack: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Pack a directory as a new version into a repository and sign the index.",
+            discussion: """
+                Writes packages/ID/VERSION/bundle.zip (deterministic: the same tree gives the same \
+                bytes) and files.json, the objects the repository lacks, and a new index.json \
+                (serial + 1) with its signature. Refuses symlinks and special files, names that are \
+                not UTF-8 NFC or that collide when case and normalisation are ignored, an empty tree, \
+                trees over the limits (manifests/README.md), a version that exists or is not greater \
+                than the newest on its channel.
+                """)
 
-    @Argument(help: ArgumentHelp("The directory to pack.", valueName: "DIR"))
-    var directory: String
+        @Argument(help: ArgumentHelp("The directory to pack.", valueName: "DIR"))
+        var directory: String
 
-    @Option(help: "The repository directory (created if missing).")
-    var repo: String
+        @Option(help: "The repository directory (created if missing).")
+        var repo: String
 
-    @Option(help: "Package id: [a-z0-9][a-z0-9._-]{0,63}.")
-    var id: String
+        @Option(help: "Package id: [a-z0-9][a-z0-9._-]{0,63}.")
+        var id: String
 
-    @Option(help: "Version (SemVer 2.0.0).")
-    var version: String
+        @Option(help: "Version (SemVer 2.0.0).")
+        var version: String
 
-    @Option(help: ArgumentHelp("Private key file from `larder keygen`.", valueName: "KEY"))
-    var key: String
+        @Option(help: ArgumentHelp("Private key file from `larder keygen`.", valueName: "KEY"))
+        var key: String
 
-    @Option(name: .customLong("route"), help: ArgumentHelp("A URL prefix the package serves, e.g. https://app.example.com/ (repeatable).", valueName: "URL"))
-    var routes: [String] = []
+        @Option(name: .customLong("route"), help: ArgumentHelp("A URL prefix the package serves, e.g. https://app.example.com/ (repeatable).", valueName: "URL"))
+        var routes: [String] = []
 
-    @Option(help: "File served for directory URLs.")
-    var entry = "index.html"
+        @Option(help: "File served for directory URLs.")
+        var entry = "index.html"
 
-    @Flag(help: "Serve the entry file for extension-less paths (single-page apps).")
-    var spaFallback = false
+        @Flag(help: "Serve the entry file for extension-less paths (single-page apps).")
+        var spaFallback = false
 
-    @Option(help: "Release channel.")
-    var channel = "stable"
+        @Option(help: "Release channel.")
+        var channel = "stable"
 
-    @Option(help: ArgumentHelp("Lowest app version that may install this release.", valueName: "VERSION"))
-    var minClientVersion: String?
+        @Option(help: ArgumentHelp("Lowest app version that may install this release.", valueName: "VERSION"))
+        var minClientVersion: String?
 
-    @Option(help: ArgumentHelp("Share of devices that get this release, 0...100.", valueName: "PERCENT"))
-    var rollout = 100
+        @Option(help: ArgumentHelp("Share of devices that get this release, 0...100.", valueName: "PERCENT"))
+        var rollout = 100
 
-    @Option(help: ArgumentHelp("Salt of the rollout buckets (default ID@VERSION).", valueName: "SALT"))
-    var rolloutSalt: String?
+        @Option(help: ArgumentHelp("Salt of the rollout buckets (default ID@VERSION).", valueName: "SALT"))
+        var rolloutSalt: String?
 
-    @Flag(help: "Mark the release mandatory.")
-    var mandatory = false
+        @Flag(help: "Mark the release mandatory.")
+        var mandatory = false
 
-    @Option(name: .customLong("depends"), help: ArgumentHelp("A dependency, ID@RANGE, e.g. shared-ui@^1.2.0 (repeatable).", valueName: "ID@RANGE"))
-    var dependencies: [String] = []
+        @Option(name: .customLong("depends"), help: ArgumentHelp("A dependency, ID@RANGE, e.g. shared-ui@^1.2.0 (repeatable).", valueName: "ID@RANGE"))
+        var dependencies: [String] = []
 
-    @Option(help: ArgumentHelp("When a file is missing locally: local-then-network or local-only.", valueName: "MODE"))
-    var policy = "local-then-network"
+        @Option(help: ArgumentHelp("When a file is missing locally: local-then-network or local-only.", valueName: "MODE"))
+        var policy = PolicyMode.localThenNetwork
 
-    @Option(name: .customLong("bypass"), help: ArgumentHelp("A path prefix that always goes to the network, e.g. /api/ (repeatable).", valueName: "PREFIX"))
-    var bypass: [String] = []
+        @Option(name: .customLong("bypass"), help: ArgumentHelp("A path prefix that always goes to the network, e.g. /api/ (repeatable).", valueName: "PREFIX"))
+        var bypass: [String] = []
 
-    @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS"))
-    var ttlDays = 30.0
+        @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS"))
+        var ttlDays = 30.0
 
-    @Option(name: .customLong("co-sign"), help: ArgumentHelp("Another private key that also signs the index (during a key rotation; repeatable).", valueName: "KEY"))
-    var coSign: [String] = []
+        @Option(name: .customLong("co-sign"), help: ArgumentHelp("Another private key that also signs the index (during a key rotation; repeatable).", valueName: "KEY"))
+        var coSign: [String] = []
 
-    @Option(help: ArgumentHelp("Stricter file-count limit for this pack (at most the default, \(TreeLimits.standard.maxFiles)).", valueName: "N"))
-    var maxFiles: Int?
+        @Option(help: ArgumentHelp("Stricter file-count limit for this pack (at most the default, \(TreeLimits.standard.maxFiles)).", valueName: "N"))
+        var maxFiles: Int?
 
-    @Option(help: ArgumentHelp("Stricter total-size limit in bytes (at most the default, \(TreeLimits.standard.maxTotalBytes)).", valueName: "BYTES"))
-    var maxTotalSize: Int64?
+        @Option(help: ArgumentHelp("Stricter total-size limit in bytes (at most the default, \(TreeLimits.standard.maxTotalBytes)).", valueName: "BYTES"))
+        var maxTotalSize: Int64?
 
-    @OptionGroup var output: OutputOptions
+        @OptionGroup var output: OutputOptions
 
-    /// The standard limits, tightened by the options (devices accept the standard ones, so a
-    /// pack may be stricter but never looser).
-    var limits: TreeLimits {
-        var l = TreeLimits.standard
-        if let n = maxFiles { l.maxFiles = n }
-        if let b = maxTotalSize { l.maxTotalBytes = b }
-        return l
-    }
-
-    func validate() throws {
-        if let n = maxFiles, !(1...TreeLimits.standard.maxFiles).contains(n) {
-            throw ValidationError("--max-files must be within 1...\(TreeLimits.standard.maxFiles)")
+        /// The standard limits, tightened by the options (devices accept the standard ones, so a
+        /// pack may be stricter but never looser).
+        var limits: TreeLimits {
+            var l = TreeLimits.standard
+            if let n = maxFiles { l.maxFiles = n }
+            if let b = maxTotalSize { l.maxTotalBytes = b }
+            return l
         }
-        if let b = maxTotalSize, !(1...TreeLimits.standard.maxTotalBytes).contains(b) {
-            throw ValidationError("--max-total-size must be within 1...\(TreeLimits.standard.maxTotalBytes)")
-        }
-        guard PolicyMode(rawValue: policy) != nil else {
-            throw ValidationError("--policy must be local-then-network or local-only, not \"\(policy)\"")
-        }
-        guard ttlDays > 0 else { throw ValidationError("--ttl-days must be positive") }
-        for b in bypass where !b.hasPrefix("/") { throw ValidationError("--bypass \"\(b)\" must start with /") }
-    }
 
-    func run() throws {
-        let privateKey: PrivateKey
-        let coSigners: [PrivateKey]
-        do {
-            privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
-            coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
-        } catch {
-            throw Output.failure(command: "pack", code: "key", message: "\(error)", json: output.json)
+        func validate() throws {
+            if let n = maxFiles, !(1...TreeLimits.standard.maxFiles).contains(n) {
+                throw ValidationError("--max-files must be within 1...\(TreeLimits.standard.maxFiles)")
+            }
+            if let b = maxTotalSize, !(1...TreeLimits.standard.maxTotalBytes).contains(b) {
+                throw ValidationError("--max-total-size must be within 1...\(TreeLimits.standard.maxTotalBytes)")
+            }
+            guard ttlDays > 0 else { throw ValidationError("--ttl-days must be positive") }
+            for b in bypass where !b.hasPrefix("/") { throw ValidationError("--bypass \"\(b)\" must start with /") }
         }
-        var request = PackRequest(source: FilePath(directory), repository: FilePath(repo), id: id, version: version)
-        request.routes = routes
-        request.entry = entry
-        request.spaFallback = spaFallback
-        request.channel = channel
-        request.minClientVersion = minClientVersion
-        request.rolloutPercent = rollout
-        request.rolloutSalt = rolloutSalt
-        request.mandatory = mandatory
-        request.dependencies = dependencies
-        request.policy = Policy(mode: PolicyMode(rawValue: policy) ?? .localThenNetwork, bypass: bypass)
-        request.timeToLive = ttlDays * 24 * 3600
-        request.limits = limits
-        let report: PackReport
-        do {
-            report = try Publisher(key: privateKey, coSigners: coSigners).pack(request)
-        } catch {
-            throw Output.failure(command: "pack", code: error.code, message: error.description, json: output.json)
+
+        func run() throws {
+            let privateKey: PrivateKey
+            let coSigners: [PrivateKey]
+            do {
+                privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
+                coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
+            } catch {
+                throw Output.failure(command: "pack", code: "key", message: "\(error)", json: output.json)
+            }
+            var request = PackRequest(source: FilePath(directory), repository: FilePath(repo), id: id, version: version)
+            request.routes = routes
+            request.entry = entry
+            request.spaFallback = spaFallback
+            request.channel = channel
+            request.minClientVersion = minClientVersion
+            request.rolloutPercent = rollout
+            request.rolloutSalt = rolloutSalt
+            request.mandatory = mandatory
+            request.dependencies = dependencies
+            request.policy = Policy(mode: policy, bypass: bypass)
+            request.timeToLive = ttlDays * 24 * 3600
+            request.limits = limits
+            let report: PackReport
+            do {
+                report = try Publisher(key: privateKey, coSigners: coSigners).pack(request)
+            } catch {
+                throw Output.failure(command: "pack", code: error.code, message: error.description, json: output.json)
+            }
+            try Output.emit(report, json: output.json)
         }
-        if output.json {
-            try Output.json(report)
-            return
-        }
-        Output.line("packed \(report.id) \(report.version) (channel \(report.channel)): \(report.fileCount) files, \(Output.bytes(report.totalSize))")
-        Output.line("  bundle  \(report.bundle.path)  \(Output.bytes(report.bundle.size))  sha256 \(report.bundle.sha256)")
-        Output.line("  files   \(report.fileList.path)")
-        Output.line("  objects \(report.objectsWritten) written (\(Output.bytes(report.objectBytesWritten)) gzip), \(report.objectsReused) already present")
-        Output.line("  index   serial \(report.serial), expires \(ManifestCoding.formatRFC3339(report.expires)), signed by \(report.signedBy)")
     }
 }
+
+extension PolicyMode: ExpressibleByArgument {}

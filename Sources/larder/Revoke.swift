@@ -2,84 +2,83 @@ import ArgumentParser
 import Larder
 import SystemPackage
 
-struct Revoke: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Revoke a published version (server-side rollback).",
-        discussion: """
-            Adds VERSION to the package's revoked list in a newly signed index (serial + 1). \
-            Devices running it roll back off it, and no device installs it again. Nothing is \
-            deleted: published files are immutable.
-            """)
+extension LarderCommand {
+    struct Revoke: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Revoke a published version (server-side rollback).",
+            discussion: """
+                Adds VERSION to the package's revoked list in a newly signed index (serial + 1). \
+                Devices running it roll back off it, and no device installs it again. Nothing is \
+                deleted: published files are immutable.
+                """)
 
-    @Argument(help: "Package id.") var id: String
-    @Argument(help: "The version to revoke.") var version: String
-    @Option(help: "The repository directory.") var repo: String
-    @Option(help: ArgumentHelp("Private key file from `larder keygen`.", valueName: "KEY")) var key: String
-    @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS")) var ttlDays = 30.0
-    @Option(name: .customLong("co-sign"), help: ArgumentHelp("Another private key that also signs the index (repeatable).", valueName: "KEY")) var coSign: [String] = []
-    @OptionGroup var output: OutputOptions
+        @Argument(help: "Package id.") var id: String
+        @Argument(help: "The version to revoke.") var version: String
+        @Option(help: "The repository directory.") var repo: String
+        @Option(help: ArgumentHelp("Private key file from `larder keygen`.", valueName: "KEY")) var key: String
+        @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS")) var ttlDays = 30.0
+        @Option(name: .customLong("co-sign"), help: ArgumentHelp("Another private key that also signs the index (repeatable).", valueName: "KEY")) var coSign: [String] = []
+        @OptionGroup var output: OutputOptions
 
-    func validate() throws {
-        guard ttlDays > 0 else { throw ValidationError("--ttl-days must be positive") }
-    }
-
-    func run() throws {
-        let report: RevokeReport
-        do {
-            let privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
-            let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
-            report = try Publisher(key: privateKey, coSigners: coSigners).revoke(
-                id: id, version: version, repository: FilePath(repo), timeToLive: ttlDays * 24 * 3600)
-        } catch let e as PublishError {
-            throw Output.failure(command: "revoke", code: e.code, message: e.description, json: output.json)
-        } catch {
-            throw Output.failure(command: "revoke", code: "key", message: "\(error)", json: output.json)
+        func validate() throws {
+            guard ttlDays > 0 else { throw ValidationError("--ttl-days must be positive") }
         }
-        if output.json {
-            try Output.json(report)
-        } else {
-            Output.line("revoked \(report.id) \(report.version): index serial \(report.serial), signed by \(report.signedBy)")
+
+        func run() throws {
+            let report: RevokeReport
+            do {
+                let privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
+                let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
+                report = try Publisher(key: privateKey, coSigners: coSigners).revoke(
+                    id: id, version: version, repository: FilePath(repo), timeToLive: ttlDays * 24 * 3600)
+            } catch let e as PublishError {
+                throw Output.failure(command: "revoke", code: e.code, message: e.description, json: output.json)
+            } catch {
+                throw Output.failure(command: "revoke", code: "key", message: "\(error)", json: output.json)
+            }
+            try Output.emit(report, json: output.json)
         }
     }
 }
 
-struct RotateKey: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "rotate-key",
-        abstract: "Announce a new trusted key set in a newly signed index (key rotation).",
-        discussion: """
-            Writes an index whose "keys" field names the public keys devices trust from then on, \
-            signed by --key (the current key) and co-signed by --co-sign (normally the new key). A \
-            device adopts the new set only from an index signed by a key it already trusts. Keep \
-            co-signing with the old key (pack/revoke --co-sign) until every device has synced once \
-            after the rotation: a device that never saw the rotation still trusts only the old key.
-            """)
+extension LarderCommand {
+    struct RotateKey: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rotate-key",
+            abstract: "Announce a new trusted key set in a newly signed index (key rotation).",
+            discussion: """
+                Writes an index whose "keys" field names the public keys devices trust from then on, \
+                signed by --key (the current key) and co-signed by --co-sign (normally the new key). A \
+                device adopts the new set only from an index signed by a key it already trusts. Keep \
+                co-signing with the old key (pack/revoke --co-sign) until every device has synced once \
+                after the rotation: a device that never saw the rotation still trusts only the old key.
+                """)
 
-    @Option(help: "The repository directory.") var repo: String
-    @Option(help: ArgumentHelp("The current private key.", valueName: "KEY")) var key: String
-    @Option(name: .customLong("co-sign"), help: ArgumentHelp("A private key that also signs (repeatable).", valueName: "KEY")) var coSign: [String] = []
-    @Option(name: .customLong("new-public-key"), help: ArgumentHelp("A public key of the new trusted set (repeatable).", valueName: "FILE")) var newKeys: [String]
-    @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS")) var ttlDays = 30.0
-    @OptionGroup var output: OutputOptions
+        @Option(help: "The repository directory.") var repo: String
+        @Option(help: ArgumentHelp("The current private key.", valueName: "KEY")) var key: String
+        @Option(name: .customLong("co-sign"), help: ArgumentHelp("A private key that also signs (repeatable).", valueName: "KEY")) var coSign: [String] = []
+        @Option(name: .customLong("new-public-key"), help: ArgumentHelp("A public key of the new trusted set (repeatable).", valueName: "FILE")) var newKeys: [String]
+        @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS")) var ttlDays = 30.0
+        @OptionGroup var output: OutputOptions
 
-    func validate() throws {
-        guard !newKeys.isEmpty else { throw ValidationError("at least one --new-public-key is needed") }
-    }
-
-    func run() throws {
-        let report: Publisher.RotationReport
-        do {
-            let privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
-            let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
-            let keys = try newKeys.map { try PublisherKeys.loadPublicKey(FilePath($0)) }
-            report = try Publisher(key: privateKey, coSigners: coSigners).rotateKeys(
-                to: keys, repository: FilePath(repo), timeToLive: ttlDays * 24 * 3600)
-        } catch let e as PublishError {
-            throw Output.failure(command: "rotate-key", code: e.code, message: e.description, json: output.json)
-        } catch {
-            throw Output.failure(command: "rotate-key", code: "key", message: "\(error)", json: output.json)
+        func validate() throws {
+            guard !newKeys.isEmpty else { throw ValidationError("at least one --new-public-key is needed") }
         }
-        if output.json { return try Output.json(report) }
-        Output.line("index serial \(report.serial) names the trusted keys [\(report.keys.joined(separator: ", "))], signed by [\(report.signedBy.joined(separator: ", "))]")
+
+        func run() throws {
+            let report: Publisher.RotationReport
+            do {
+                let privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
+                let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
+                let keys = try newKeys.map { try PublisherKeys.loadPublicKey(FilePath($0)) }
+                report = try Publisher(key: privateKey, coSigners: coSigners).rotateKeys(
+                    to: keys, repository: FilePath(repo), timeToLive: ttlDays * 24 * 3600)
+            } catch let e as PublishError {
+                throw Output.failure(command: "rotate-key", code: e.code, message: e.description, json: output.json)
+            } catch {
+                throw Output.failure(command: "rotate-key", code: "key", message: "\(error)", json: output.json)
+            }
+            try Output.emit(report, json: output.json)
+        }
     }
 }

@@ -5,80 +5,76 @@ import LarderGateway
 import Logging
 import SystemPackage
 
-struct Serve: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Serve the sandbox's packages over HTTP on loopback (a gateway a browser or web view loads through).",
-        discussion: """
-            Requests are routed by their Host header and path: with Chromium started as \
-            --host-resolver-rules="MAP app.example.com 127.0.0.1:PORT", http://app.example.com/ \
-            loads from the package whose index routes name that host. Requests to the gateway's \
-            own address take the larder:// form /<id>/<path>. Local files are streamed with \
-            Content-Type, ETag, Range (206/416), HEAD and If-None-Match (304); a file the list \
-            names but the disk lacks is served from the fallback version and the failure is \
-            recorded (the automatic-rollback policy applies). What no package serves is \
-            forwarded to the network (--upstream-scheme), or answered 502 with --offline. The \
-            sandbox is re-read when a sync or rollback changes it; no lock is held.
+extension LarderCommand {
+    struct Serve: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Serve the sandbox's packages over HTTP on loopback (a gateway a browser or web view loads through).",
+            discussion: """
+                Requests are routed by their Host header and path: with Chromium started as \
+                --host-resolver-rules="MAP app.example.com 127.0.0.1:PORT", http://app.example.com/ \
+                loads from the package whose index routes name that host. Requests to the gateway's \
+                own address take the larder:// form /<id>/<path>. Local files are streamed with \
+                Content-Type, ETag, Range (206/416), HEAD and If-None-Match (304); a file the list \
+                names but the disk lacks is served from the fallback version and the failure is \
+                recorded (the automatic-rollback policy applies). What no package serves is \
+                forwarded to the network (--upstream-scheme), or answered 502 with --offline. The \
+                sandbox is re-read when a sync or rollback changes it; no lock is held.
 
-            Prints "listening on http://HOST:PORT" once bound, then one line per request: \
-            method, URL, status, outcome (package@version, fallback, passthrough), bytes, time. \
-            Stops on SIGINT or SIGTERM. Exit 1 when the sandbox cannot be read or the address \
-            cannot be bound; 64 for a bad --listen.
-            """)
-    @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
-    @Option(help: ArgumentHelp("Loopback address and port to listen on (port 0: any free port).", valueName: "HOST:PORT"))
-    var listen = "127.0.0.1:8080"
-    @Flag(help: "Answer 502 instead of forwarding what no package serves.") var offline = false
-    @Option(help: ArgumentHelp("Scheme for forwarded requests: https (production origins) or http.", valueName: "SCHEME"))
-    var upstreamScheme = "https"
-    @Option(name: .customLong("scheme"), help: ArgumentHelp("Another custom scheme routed like larder: (repeatable).", valueName: "SCHEME"))
-    var schemes: [String] = []
+                Prints "listening on http://HOST:PORT" once bound, then one line per request: \
+                method, URL, status, outcome (package@version, fallback, passthrough), bytes, time. \
+                Stops on SIGINT or SIGTERM. Exit 1 when the sandbox cannot be read or the address \
+                cannot be bound; 64 for a bad --listen.
+                """)
+        @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
+        @Option(help: ArgumentHelp("Loopback address and port to listen on (port 0: any free port).", valueName: "HOST:PORT"))
+        var listen = "127.0.0.1:8080"
+        @Flag(help: "Answer 502 instead of forwarding what no package serves.") var offline = false
+        @Option(help: ArgumentHelp("Scheme for forwarded requests: https (production origins) or http.", valueName: "SCHEME"))
+        var upstreamScheme = UpstreamScheme.https
+        @Option(name: .customLong("scheme"), help: ArgumentHelp("Another custom scheme routed like larder: (repeatable).", valueName: "SCHEME"))
+        var schemes: [String] = []
 
-    func validate() throws {
-        guard Self.parseListen(listen) != nil else {
-            throw ValidationError("--listen must be a loopback HOST:PORT (127.0.0.1, ::1 or localhost), got \(listen)")
+        func validate() throws {
+            guard Self.parseListen(listen) != nil else {
+                throw ValidationError("--listen must be a loopback HOST:PORT (127.0.0.1, ::1 or localhost), got \(listen)")
+            }
         }
-        guard ["http", "https"].contains(upstreamScheme) else { throw ValidationError("--upstream-scheme is http or https") }
-    }
 
-    static func parseListen(_ text: String) -> (String, Int)? {
-        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
-            return nil
+        static func parseListen(_ text: String) -> (String, Int)? {
+            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
+                return nil
+            }
+            var host = String(text[..<colon])
+            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            guard ["127.0.0.1", "::1", "localhost"].contains(host) else { return nil }
+            return (host, port)
         }
-        var host = String(text[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard ["127.0.0.1", "::1", "localhost"].contains(host) else { return nil }
-        return (host, port)
-    }
 
-    func run() throws {
-        guard let (host, port) = Self.parseListen(listen) else { throw ExitCode(64) }
-        let resolver: Resolver
-        do { resolver = try Resolver(root: FilePath(root), schemes: Set(schemes)) } catch {
-            throw Output.failure(command: "serve", code: error.code, message: error.description, json: false)
-        }
-        let loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: FilePath(root)))
-        let gateway = Gateway(
-            loader: loader, host: host, port: port, network: offline ? .offline : .forward(scheme: upstreamScheme),
-            log: { Output.line($0) })
-        let failure = ErrorBox()
-        let done = DispatchSemaphore(value: 0)
-        Task {
+        func run() async throws {
+            guard let (host, port) = Self.parseListen(listen) else { throw ExitStatus.usage }
+            let resolver: Resolver
+            do { resolver = try Resolver(root: FilePath(root), schemes: Set(schemes)) } catch {
+                throw Output.failure(command: "serve", code: error.code, message: error.description, json: false)
+            }
+            let loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: FilePath(root)))
+            let gateway = Gateway(
+                loader: loader, host: host, port: port, network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue),
+                log: { Output.line($0) })
             do {
                 try await gateway.run { h, p in
                     Output.line("listening on http://\(h.contains(":") ? "[\(h)]" : h):\(p)  (sandbox \(root))")
                 }
-            } catch { failure.set("\(error)") }
-            done.signal()
-        }
-        done.wait()
-        if let message = failure.message {
-            throw Output.failure(command: "serve", code: "serve-failed", message: message, json: false)
+            } catch {
+                throw Output.failure(command: "serve", code: "serve-failed", message: "\(error)", json: false)
+            }
         }
     }
 }
 
-final class ErrorBox: @unchecked Sendable {
-    // @unchecked: written by the task before the semaphore is signalled, read after.
-    var message: String?
-    func set(_ m: String) { message = m }
+/// `serve --upstream-scheme`: how requests no package serves are forwarded.
+enum UpstreamScheme: String, CaseIterable, ExpressibleByArgument {
+    /// Production origins.
+    case https
+    /// Plain http (test origins on loopback).
+    case http
 }

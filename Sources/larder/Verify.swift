@@ -2,79 +2,71 @@ import ArgumentParser
 import Larder
 import SystemPackage
 
-struct Verify: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        abstract: "Check a repository or a single bundle (the CI gate).",
-        discussion: """
-            A repository (a directory with index.json): the signature by a trusted key, the \
-            schema, serial and expiry, the index rules (one entry per package and channel, no \
-            route claimed twice, dependencies present), every bundle, file list and object with \
-            its declared size and sha256, every bundle through the device's strict archive reader \
-            and equal to its file list, every object inflating to its hash, the entry file, and \
-            relative src/href/url() references in HTML and CSS (http(s):, data: and larder: links \
-            are not checked).
-            A bundle (a .zip): the archive rules and its references; with --files, its tree must \
-            equal that file list.
+extension LarderCommand {
+    struct Verify: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Check a repository or a single bundle (the CI gate).",
+            discussion: """
+                A repository (a directory with index.json): the signature by a trusted key, the \
+                schema, serial and expiry, the index rules (one entry per package and channel, no \
+                route claimed twice, dependencies present), every bundle, file list and object with \
+                its declared size and sha256, every bundle through the device's strict archive reader \
+                and equal to its file list, every object inflating to its hash, the entry file, and \
+                relative src/href/url() references in HTML and CSS (http(s):, data: and larder: links \
+                are not checked).
+                A bundle (a .zip): the archive rules and its references; with --files, its tree must \
+                equal that file list.
 
-            Prints one line per problem, then a summary. Exit 0 clean, 1 problems found, 64 usage.
-            """)
+                Prints one line per problem, then a summary. Exit 0 clean, 1 problems found, 64 usage.
+                """)
 
-    @Argument(help: ArgumentHelp("A repository directory or a bundle .zip.", valueName: "PATH"))
-    var path: String
+        @Argument(help: ArgumentHelp("A repository directory or a bundle .zip.", valueName: "PATH"))
+        var path: String
 
-    @Option(name: .customLong("public-key"), help: ArgumentHelp("A trusted public key file (repeatable); required for a repository.", valueName: "FILE"))
-    var publicKeys: [String] = []
+        @Option(name: .customLong("public-key"), help: ArgumentHelp("A trusted public key file (repeatable); required for a repository.", valueName: "FILE"))
+        var publicKeys: [String] = []
 
-    @Flag(help: "Check a repository's structure without its signature.")
-    var skipSignature = false
+        @Flag(help: "Check a repository's structure without its signature.")
+        var skipSignature = false
 
-    @Option(help: ArgumentHelp("For a bundle: the files.json its tree must equal.", valueName: "FILES_JSON"))
-    var files: String?
+        @Option(help: ArgumentHelp("For a bundle: the files.json its tree must equal.", valueName: "FILES_JSON"))
+        var files: String?
 
-    @Option(help: "For a bundle: the entry file name used for directory links.")
-    var entry = "index.html"
+        @Option(help: "For a bundle: the entry file name used for directory links.")
+        var entry = "index.html"
 
-    @OptionGroup var output: OutputOptions
+        @OptionGroup var output: OutputOptions
 
-    func validate() throws {
-        if isRepository && publicKeys.isEmpty && !skipSignature {
-            throw ValidationError("verifying a repository needs at least one --public-key (or --skip-signature)")
-        }
-    }
-
-    var isRepository: Bool { !path.hasSuffix(".zip") }
-
-    func run() throws {
-        var keys: [PublicKey] = []
-        for k in publicKeys {
-            do { keys.append(try PublisherKeys.loadPublicKey(FilePath(k))) } catch {
-                throw Output.failure(command: "verify", code: "key", message: "\(error)", json: output.json)
+        func validate() throws {
+            if isRepository && publicKeys.isEmpty && !skipSignature {
+                throw ValidationError("verifying a repository needs at least one --public-key (or --skip-signature)")
             }
         }
-        let verifier = Verifier(trustedKeys: keys, checkSignature: !skipSignature)
-        let report: VerifyReport
-        if isRepository {
-            report = verifier.verifyRepository(FilePath(path))
-        } else {
-            var list: FileList?
-            if let f = files {
-                do { list = try Larder.loadFileList(FilePath(f)) } catch {
-                    throw Output.failure(command: "verify", code: "file-list", message: "\(error)", json: output.json)
+
+        var isRepository: Bool { !path.hasSuffix(".zip") }
+
+        func run() throws {
+            var keys: [PublicKey] = []
+            for k in publicKeys {
+                do { keys.append(try PublisherKeys.loadPublicKey(FilePath(k))) } catch {
+                    throw Output.failure(command: "verify", code: "key", message: "\(error)", json: output.json)
                 }
             }
-            report = verifier.verifyBundle(FilePath(path), fileList: list, entryName: entry)
+            let verifier = Verifier(trustedKeys: keys, checkSignature: !skipSignature)
+            let report: VerifyReport
+            if isRepository {
+                report = verifier.verifyRepository(FilePath(path))
+            } else {
+                var list: FileList?
+                if let f = files {
+                    do { list = try Larder.loadFileList(FilePath(f)) } catch {
+                        throw Output.failure(command: "verify", code: "file-list", message: "\(error)", json: output.json)
+                    }
+                }
+                report = verifier.verifyBundle(FilePath(path), fileList: list, entryName: entry)
+            }
+            try Output.emit(VerifyOutput(report: report, signatureSkipped: skipSignature && isRepository), json: output.json)
+            if !report.ok { throw ExitStatus.failure }
         }
-        if output.json {
-            try Output.json(report)
-        } else {
-            for p in report.problems { Output.line(p.description) }
-            var summary = "\(report.kind) \(report.path): \(report.problems.count) problem(s); "
-            summary += "\(report.packagesChecked) package(s), \(report.filesChecked) file(s), \(report.objectsChecked) object(s) checked"
-            if let s = report.serial { summary += "; serial \(s)" }
-            if let k = report.signedBy { summary += "; signed by \(k)" }
-            if skipSignature && isRepository { summary += "; signature NOT checked" }
-            Output.line(summary)
-        }
-        if !report.ok { throw ExitCode(1) }
     }
 }

@@ -111,7 +111,8 @@ struct RunResult: CustomStringConvertible {
 /// Runs `executable` with `arguments` in `cwd`, capturing both streams (through files, so a
 /// chatty child can never block on a full pipe), and kills it after `timeout` seconds.
 func runProcess(
-    _ executable: URL, _ arguments: [String], cwd: URL? = nil, timeout: TimeInterval = 60
+    _ executable: URL, _ arguments: [String], cwd: URL? = nil, timeout: TimeInterval = 60,
+    environment: [String: String] = [:]
 ) throws -> RunResult {
     let fm = FileManager.default
     let capture = fm.temporaryDirectory.appendingPathComponent("larder-cli-run-\(UUID().uuidString)")
@@ -127,6 +128,9 @@ func runProcess(
     let process = Process()
     process.executableURL = executable
     process.arguments = arguments
+    if !environment.isEmpty {
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+    }
     if let cwd { process.currentDirectoryURL = cwd }
     process.standardInput = FileHandle.nullDevice
     process.standardOutput = outHandle
@@ -162,9 +166,11 @@ func runProcess(
 
 /// Runs the `larder` CLI. Throws (failing the test) when the binary is missing.
 @discardableResult
-func larder(_ arguments: [String], cwd: URL? = nil, timeout: TimeInterval = 60) throws -> RunResult {
+func larder(
+    _ arguments: [String], cwd: URL? = nil, timeout: TimeInterval = 60, environment: [String: String] = [:]
+) throws -> RunResult {
     let binary = try larderBinary.get()
-    return try runProcess(binary, arguments, cwd: cwd, timeout: timeout)
+    return try runProcess(binary, arguments, cwd: cwd, timeout: timeout, environment: environment)
 }
 
 /// Runs a helper tool found on PATH (python3, zip, bsdtar, gzip) and requires exit 0.

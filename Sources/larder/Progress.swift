@@ -1,0 +1,135 @@
+import ArgumentParser
+import Foundation
+import Larder
+
+/// `sync --progress`: how progress reaches stderr.
+enum ProgressMode: String, CaseIterable, ExpressibleByArgument {
+    /// A bar when stderr is a terminal, nothing otherwise.
+    case auto
+    /// One JSON object per line.
+    case json
+    /// Nothing.
+    case none
+
+    /// What `auto` means here.
+    func resolved(isTerminal: Bool) -> ProgressRenderer.Mode {
+        switch self {
+        case .auto: isTerminal ? .bar : .none
+        case .json: .json
+        case .none: .none
+        }
+    }
+}
+
+/// One line of `--progress json`.
+struct ProgressLine: Encodable, Equatable {
+    /// `index`, `bytes` or `package`.
+    let event: String
+    var serial: UInt64?
+    var changed: Bool?
+    var package: String?
+    var done: Int64?
+    var total: Int64?
+    var overallDone: Int64?
+    var overallTotal: Int64?
+    var outcome: String?
+}
+
+/// Renders sync events on stderr: a one-line bar on a terminal, or JSON lines. Byte events are
+/// throttled to `interval` (a transfer reports every chunk it writes); index and package events
+/// are never dropped, and the last byte counts are flushed before a package's result.
+final class ProgressRenderer: @unchecked Sendable {
+    // @unchecked: `lock` guards every mutable member; events arrive from several transfers.
+
+    /// What is drawn.
+    enum Mode: Equatable {
+        case bar, json, none
+    }
+
+    let mode: Mode
+    private let interval: TimeInterval
+    private let clock: () -> Date
+    private let write: (String) -> Void
+    private let lock = NSLock()
+    private var done: [String: Int64] = [:]
+    private var totals: [String: Int64] = [:]
+    private var last: (id: String, done: Int64, total: Int64)?
+    private var lastEmitted = Date.distantPast
+    private var pending = false
+    private let encoder: JSONEncoder = {
+        let e = JSONEncoder()
+        e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return e
+    }()
+
+    /// A renderer; `write` receives each piece of output (stderr by default).
+    init(
+        mode: Mode, interval: TimeInterval = 0.25, clock: @escaping () -> Date = { Date() },
+        write: @escaping (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }
+    ) {
+        self.mode = mode
+        self.interval = interval
+        self.clock = clock
+        self.write = write
+    }
+
+    /// The handler to give the syncer.
+    var handle: @Sendable (SyncEvent) -> Void { { [self] e in self.render(e) } }
+
+    /// Renders one event.
+    func render(_ e: SyncEvent) {
+        lock.lock()
+        defer { lock.unlock() }
+        switch e {
+        case .index(let serial, let changed):
+            emit(ProgressLine(event: "index", serial: serial, changed: changed), bar: "index \(serial)")
+        case .bytes(let id, let d, let t):
+            done[id] = d
+            totals[id] = t
+            last = (id, d, t)
+            let now = clock()
+            if now.timeIntervalSince(lastEmitted) >= interval {
+                lastEmitted = now
+                emitBytes()
+            } else {
+                pending = true
+            }
+        case .package(let id, let outcome):
+            if pending { emitBytes() }
+            if mode == .json { emit(ProgressLine(event: "package", package: id, outcome: outcome.rawValue), bar: nil) }
+        }
+    }
+
+    /// Flushes the last byte counts and ends the bar's line.
+    func finish() {
+        lock.lock()
+        defer { lock.unlock() }
+        if pending { emitBytes() }
+        if mode == .bar { write("\n") }
+    }
+
+    private func emitBytes() {
+        pending = false
+        guard let (id, d, t) = last else { return }
+        let all = done.values.reduce(0, +)
+        let total = totals.values.reduce(0, +)
+        let pct = total > 0 ? min(100, Int(all * 100 / total)) : 0
+        let bar = String(repeating: "#", count: pct / 4).padding(toLength: 25, withPad: ".", startingAt: 0)
+        emit(
+            ProgressLine(
+                event: "bytes", package: id, done: d, total: t, overallDone: all, overallTotal: total),
+            bar: "\r[\(bar)] \(pct)% \(Output.bytes(all)) of \(Output.bytes(total))")
+    }
+
+    private func emit(_ line: ProgressLine, bar: String?) {
+        switch mode {
+        case .json:
+            guard let data = try? encoder.encode(line) else { return }
+            write(String(decoding: data, as: UTF8.self) + "\n")
+        case .bar:
+            if let bar { write(bar) }
+        case .none:
+            return
+        }
+    }
+}

@@ -1,0 +1,182 @@
+import Foundation
+import Larder
+
+// The text form of every report `larder` prints. The JSON form is the report's own `Encodable`
+// shape (see `Output.emit`); these lines are for people.
+
+extension KeygenReport: RenderedReport {
+    var textLines: [String] {
+        [
+            "key id:      \(keyId)",
+            "public key:  \(publicKey)",
+            "private key: \(privateKeyFile) (mode 0600)",
+            "public file: \(publicKeyFile)",
+        ]
+    }
+}
+
+extension PackReport: RenderedReport {
+    var textLines: [String] {
+        [
+            "packed \(id) \(version) (channel \(channel)): \(fileCount) files, \(Output.bytes(totalSize))",
+            "  bundle  \(bundle.path)  \(Output.bytes(bundle.size))  sha256 \(bundle.sha256)",
+            "  files   \(fileList.path)",
+            "  objects \(objectsWritten) written (\(Output.bytes(objectBytesWritten)) gzip), \(objectsReused) already present",
+            "  index   serial \(serial), expires \(ManifestCoding.formatRFC3339(expires)), signed by \(signedBy)",
+        ]
+    }
+}
+
+extension RevokeReport: RenderedReport {
+    var textLines: [String] { ["revoked \(id) \(version): index serial \(serial), signed by \(signedBy)"] }
+}
+
+extension Publisher.RotationReport: RenderedReport {
+    var textLines: [String] {
+        [
+            "index serial \(serial) names the trusted keys [\(keys.joined(separator: ", "))], signed by [\(signedBy.joined(separator: ", "))]"
+        ]
+    }
+}
+
+/// `verify`'s report with what the text form says about a skipped signature check.
+struct VerifyOutput: RenderedReport {
+    let report: VerifyReport
+    let signatureSkipped: Bool
+
+    func encode(to encoder: Encoder) throws { try report.encode(to: encoder) }
+
+    var textLines: [String] {
+        var summary = "\(report.kind) \(report.path): \(report.problems.count) problem(s); "
+        summary +=
+            "\(report.packagesChecked) package(s), \(report.filesChecked) file(s), \(report.objectsChecked) object(s) checked"
+        if let s = report.serial { summary += "; serial \(s)" }
+        if let k = report.signedBy { summary += "; signed by \(k)" }
+        if signatureSkipped { summary += "; signature NOT checked" }
+        return report.problems.map(\.description) + [summary]
+    }
+}
+
+/// `init`'s config with the sandbox it was written to.
+struct InitOutput: RenderedReport {
+    let config: SyncConfig
+    let root: String
+
+    func encode(to encoder: Encoder) throws { try config.encode(to: encoder) }
+
+    var textLines: [String] {
+        [
+            "initialised \(root): repository \(config.repository), channel \(config.channel), app \(config.appVersion), device \(config.deviceId)"
+        ]
+    }
+}
+
+extension Plan: RenderedReport {
+    var textLines: [String] {
+        guard !actions.isEmpty else { return ["nothing to do"] }
+        return actions.map { a in
+            var line = "\(a.kind.rawValue.padding(toLength: 8, withPad: " ", startingAt: 0)) \(a.id)"
+            if let f = a.from { line += " \(f)" }
+            if let t = a.to, t != a.from { line += a.from == nil ? " \(t)" : " → \(t)" }
+            if let c = a.cost {
+                line +=
+                    "  [\(c.method.rawValue): \(Output.bytes(c.bytes)) in \(c.requests) request(s), \(c.reused) file(s) reused; bundle \(Output.bytes(c.bundleBytes))]"
+            }
+            return line + "  — \(a.reason)"
+        }
+    }
+}
+
+extension SyncReport: RenderedReport {
+    var textLines: [String] {
+        var lines = ["index serial \(serial)\(indexChanged ? "" : " (unchanged)")"]
+        for p in packages {
+            var line = "\(p.id): \(p.action.rawValue)"
+            if let f = p.from { line += " \(f)" }
+            if let t = p.to, t != p.from { line += p.from == nil ? " \(t)" : " → \(t)" }
+            if p.action == .install || p.action == .update {
+                line += " via \(p.method?.rawValue ?? "?")\(p.streamed == true ? " (extracted while downloading)" : "")"
+                line += ", fetched \(Output.bytes(p.bytesFetched))"
+                if let b = p.bundleBytes { line += " of a \(Output.bytes(b)) bundle" }
+                line += String(format: " in %.2f s", p.seconds)
+            }
+            line += ": \(p.outcome.rawValue)"
+            if p.outcome != .done || p.action == .rollback || p.action == .remove { line += " — \(p.reason)" }
+            lines.append(line)
+        }
+        if !removedByGC.isEmpty { lines.append("gc removed \(removedByGC.joined(separator: ", "))") }
+        return lines
+    }
+}
+
+extension InstallReport: RenderedReport {
+    var textLines: [String] {
+        var lines: [String]
+        switch outcome {
+        case .installed, .placed:
+            lines = [
+                "installed \(id) \(version): \(fileCount) files, \(Output.bytes(size)), "
+                    + (verifiedAgainstFileList ? "verified against the file list" : "bundle trusted (no --files)")
+            ]
+        case .activated: lines = ["activated \(id) \(version) (already on disk)"]
+        case .unchanged: lines = ["\(id) \(version) is already installed and active"]
+        }
+        if outcome != .unchanged {
+            lines.append("  active \(version) (pending until confirmed), fallback \(fallback ?? "none")")
+        }
+        return lines
+    }
+}
+
+extension HealthOutcome: RenderedReport {
+    var textLines: [String] { ["\(id) \(active ?? "-") is \(health.rawValue)"] }
+}
+
+extension RollbackReport: RenderedReport {
+    var textLines: [String] { ["rolled back \(id): \(from ?? "-") → \(to)"] }
+}
+
+extension StatusReport: RenderedReport {
+    var textLines: [String] {
+        var lines: [String] = packages.isEmpty ? ["no packages in \(root)"] : []
+        for p in packages {
+            lines.append(
+                "\(p.id): active \(p.active ?? "-") (\(p.health.rawValue)), fallback \(p.fallback ?? "-"), \(Output.bytes(p.diskUse)) on disk"
+            )
+            for v in p.versions {
+                lines.append(
+                    "  \(v.version)  \(v.role.rawValue)\(v.pinned ? ", pinned" : "")  \(v.fileCount) files  \(Output.bytes(v.size))")
+            }
+            for f in p.failed { lines.append("  failed \(f.version): \(f.reason)") }
+            for h in p.history.suffix(10) {
+                var line = "  \(ManifestCoding.formatRFC3339(h.at))  \(h.event.rawValue) \(h.version?.description ?? "")"
+                if let from = h.from { line += " (from \(from))" }
+                if let r = h.reason { line += ": \(r)" }
+                lines.append(line)
+            }
+        }
+        return lines
+    }
+}
+
+extension GCReport: RenderedReport {
+    var textLines: [String] {
+        var lines = [
+            "removed \(removed.isEmpty ? "nothing" : removed.joined(separator: ", "))"
+                + (removed.isEmpty ? "" : ", freed \(Output.bytes(freedBytes))")
+        ]
+        if !keptPinned.isEmpty { lines.append("kept (pinned by a live session): \(keptPinned.joined(separator: ", "))") }
+        return lines
+    }
+}
+
+extension DoctorReport: RenderedReport {
+    var textLines: [String] {
+        problems.map { "problem: \($0)" } + [
+            "verified: \(verifiedVersions.isEmpty ? "none" : verifiedVersions.joined(separator: ", "))",
+            ok
+                ? "ok"
+                : (repaired ? "repaired: state rebuilt from the verified versions" : "\(problems.count) problem(s); run with --repair to rebuild"),
+        ]
+    }
+}
