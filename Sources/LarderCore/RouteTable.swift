@@ -124,8 +124,7 @@ public struct RouteTable: Sendable {
     public func resolve(_ url: String) -> Resolution {
         if let r = url.utf8.withContiguousStorageIfAvailable({ resolve(bytes: $0) }) { return r }
         var copy = url
-        copy.makeContiguousUTF8()
-        return copy.utf8.withContiguousStorageIfAvailable { resolve(bytes: $0) }!
+        return copy.withUTF8 { resolve(bytes: $0) }
     }
 
     private static func lower(_ b: UInt8) -> UInt8 { b >= 65 && b <= 90 ? b | 0x20 : b }
@@ -227,11 +226,13 @@ public struct RouteTable: Sendable {
                 if m == 1 { return (id, path.upperBound) }
                 continue
             }
-            if path.count >= m, prefix.withUnsafeBufferPointer({ memcmp($0.baseAddress!, b.baseAddress! + path.lowerBound, m) == 0 }) {
+            if path.count >= m, prefix.withUnsafeBufferPointer({ bytesEqual(b, from: path.lowerBound, $0, count: m) }) {
                 return (id, path.lowerBound + m - 1)
             }
             // `/app` names the prefix `/app/` as a directory.
-            if path.count == m - 1, prefix.withUnsafeBufferPointer({ memcmp($0.baseAddress!, b.baseAddress! + path.lowerBound, m - 1) == 0 }) {
+            if path.count == m - 1,
+                prefix.withUnsafeBufferPointer({ bytesEqual(b, from: path.lowerBound, $0, count: m - 1) })
+            {
                 return (id, path.upperBound)
             }
         }
@@ -271,9 +272,21 @@ public struct RouteTable: Sendable {
         var bp = bypass
         return bp.withUTF8 { p in
             let m = p.count
-            if r.count >= m, memcmp(p.baseAddress!, b.baseAddress! + r.lowerBound, m) == 0 { return true }
-            return r.count == m - 1 && p.last == UInt8(ascii: "/") && memcmp(p.baseAddress!, b.baseAddress! + r.lowerBound, m - 1) == 0
+            if r.count >= m, bytesEqual(b, from: r.lowerBound, p, count: m) { return true }
+            return r.count == m - 1 && p.last == UInt8(ascii: "/") && bytesEqual(b, from: r.lowerBound, p, count: m - 1)
         }
+    }
+
+    /// Whether the `count` bytes of `b` from `start` equal the first `count` bytes of `p`.
+    ///
+    /// One `memcmp`; the caller keeps both ranges in bounds. No bytes always compare equal; an
+    /// empty buffer (no base address) equals nothing else.
+    private static func bytesEqual(
+        _ b: UnsafeBufferPointer<UInt8>, from start: Int, _ p: UnsafeBufferPointer<UInt8>, count: Int
+    ) -> Bool {
+        guard count > 0 else { return count == 0 }
+        guard let bBase = b.baseAddress, let pBase = p.baseAddress else { return false }
+        return memcmp(pBase, bBase + start, count) == 0
     }
 
     /// The lookup inside one package: bypass prefixes, decoding and dot segments, then the file,
