@@ -12,11 +12,15 @@ public enum Resolution: Sendable, Equatable {
 
 /// A file that serves a URL.
 public struct LocalFile: Sendable, Equatable {
+    /// The package that serves the file.
     public var package: PackageID
+    /// The version of the package the file belongs to.
     public var version: SemanticVersion
     /// The path inside the package.
     public var path: RelativePath
+    /// The Content-Type to send: the file list's `mime`, else the type for the path's extension.
     public var mime: String
+    /// The file's size in bytes, from its file list.
     public var length: Int64
     /// The file's SHA-256 from its file list (quoted for the header).
     public var etag: String
@@ -26,11 +30,17 @@ public struct LocalFile: Sendable, Equatable {
 /// settings the index gave it. Every answer is computed here, once per snapshot (type, ETag), so
 /// a lookup is one dictionary access.
 public struct RoutedPackage: Sendable {
+    /// The package's id, also the host of its `larder://` URLs.
     public var id: PackageID
+    /// The version whose files `files` holds (the active one, or one a session pinned).
     public var version: SemanticVersion
+    /// The route prefixes the index gave the package; the table matches the http(s) ones by prefix.
     public var routes: [RoutePrefix]
+    /// The file served for a directory URL, relative to the directory (`index.html` by default).
     public var entry: String
+    /// Whether an extension-less path with no file of its own is answered with the root entry file.
     public var spaFallback: Bool
+    /// What a path with no file does (not found or pass through), and the prefixes that always pass through.
     public var policy: Policy
     /// Path inside the package → the answer for it.
     public var files: [String: LocalFile]
