@@ -27,15 +27,20 @@ public enum NetworkMode: Sendable, Equatable {
 /// offline. One log line per request names the outcome: package@version, fallback, passthrough.
 @available(macOS 14, iOS 17, tvOS 17, *)
 public struct Gateway: Sendable {
+    /// Resolves and serves each request; what it passes through, the gateway forwards or refuses.
     public let loader: ResourceLoader
+    /// The address to listen on (`127.0.0.1` by default); a Host of `host:port` means the gateway itself.
     public let host: String
+    /// The port to listen on; 0 lets the system choose (`run` reports the bound one).
     public let port: Int
+    /// Whether an unserved request is forwarded to the network or answered 502.
     public let network: NetworkMode
     /// Called once per request with its log line.
     public let log: @Sendable (String) -> Void
     /// Largest request body forwarded, and largest upstream answer relayed.
     public var maxForwardBytes = 64 << 20
 
+    /// A gateway for `loader` on `host:port`; `log` receives one line per request.
     public init(loader: ResourceLoader, host: String = "127.0.0.1", port: Int, network: NetworkMode, log: @escaping @Sendable (String) -> Void) {
         self.loader = loader
         self.host = host
