@@ -73,6 +73,7 @@ public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// What is wrong with the archive, naming the entry concerned and the limit crossed where there is one.
     public var description: String {
         switch self {
         case .unreadable(let d): "not a readable zip archive: \(d)"

@@ -16,6 +16,7 @@ public enum GzipError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Reading or writing a file failed.
     case io(FileSystemError)
 
+    /// What is wrong with the stream (or the file error), for an error message.
     public var description: String {
         switch self {
         case .zlib(let c, let m): "not a valid gzip stream (zlib \(c): \(m))"

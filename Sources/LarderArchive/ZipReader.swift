@@ -28,9 +28,13 @@ public protocol ArchiveConsumer {
 }
 
 extension ArchiveConsumer {
+    /// Ignores the directory (default for consumers that only want files).
     public mutating func directory(_ path: RelativePath) throws {}
+    /// Ignores the start of a file (default).
     public mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws {}
+    /// Ignores the chunk (default).
     public mutating func write(_ chunk: UnsafeRawBufferPointer) throws {}
+    /// Ignores the end of a file (default).
     public mutating func endFile(_ path: RelativePath, size: Int64) throws {}
 }
 

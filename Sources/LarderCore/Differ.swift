@@ -51,6 +51,7 @@ public enum FetchMethod: String, Codable, Sendable, Equatable, CaseIterable {
 
 /// The cost of getting a version one way, compared by `Differ.choose`.
 public struct FetchCost: Codable, Sendable, Equatable {
+    /// How the files would come: the missing objects, the whole bundle, or nothing to fetch.
     public var method: FetchMethod
     /// Bytes to download (for objects, the uncompressed size of the missing contents: an
     /// upper bound, since objects are gzip-compressed).
@@ -89,6 +90,7 @@ public enum SkipReason: String, Codable, Sendable, Equatable {
 public struct PlanAction: Codable, Sendable, Equatable {
     /// `install`, `update`, `rollback`, `remove` or `skip`.
     public var kind: Kind
+    /// The package the action is about.
     public var id: PackageID
     /// The version active now (for update, rollback, remove, skip).
     public var from: SemanticVersion?
@@ -96,6 +98,7 @@ public struct PlanAction: Codable, Sendable, Equatable {
     public var to: SemanticVersion?
     /// How the files would be fetched (install, update).
     public var cost: FetchCost?
+    /// Why the package is left as it is (set for `skip` only).
     public var skip: SkipReason?
     /// Why, in a sentence.
     public var reason: String
@@ -110,6 +113,7 @@ public struct PlanAction: Codable, Sendable, Equatable {
 
 /// The ordered result of planning.
 public struct Plan: Codable, Sendable, Equatable {
+    /// Every action, skips included, in the stable order `Differ.plan` gives them.
     public var actions: [PlanAction]
 
     /// Creates a plan.

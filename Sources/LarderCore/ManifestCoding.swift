@@ -9,6 +9,7 @@ public enum ManifestError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The document is larger than readers accept.
     case tooLarge(document: String, size: Int, limit: Int)
 
+    /// Names the document, what is wrong with it, and for a schema mismatch that larder needs an upgrade.
     public var description: String {
         switch self {
         case .malformed(let doc, let detail):

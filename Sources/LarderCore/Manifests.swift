@@ -30,6 +30,7 @@ public struct BlobRef: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey { case path, size, sha256 }
 
+    /// Decodes a reference, refusing a size outside `0...maxDeclaredSize`.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         path = try c.decode(String.self, forKey: .path)
@@ -64,6 +65,7 @@ public struct Policy: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey { case mode, bypass }
 
+    /// Decodes a policy; a missing `mode` is `localThenNetwork`, a missing `bypass` is empty.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         mode = try c.decodeIfPresent(PolicyMode.self, forKey: .mode) ?? .localThenNetwork
@@ -102,7 +104,9 @@ public struct Dependency: Codable, Sendable, Equatable {
 
 /// One package release as the index publishes it.
 public struct PackageEntry: Codable, Sendable, Equatable {
+    /// The package this release belongs to.
     public var id: PackageID
+    /// The version this entry publishes.
     public var version: SemanticVersion
     /// URL prefixes served by this package besides the implied `larder://<id>/`.
     public var routes: [String]
@@ -110,6 +114,7 @@ public struct PackageEntry: Codable, Sendable, Equatable {
     public var entry: String
     /// Whether extension-less paths fall back to the entry file (single-page apps).
     public var spaFallback: Bool
+    /// What a URL under the routes does with no local file, and which prefixes always pass through.
     public var policy: Policy
     /// The full bundle (zip).
     public var bundle: BlobRef
@@ -119,11 +124,14 @@ public struct PackageEntry: Codable, Sendable, Equatable {
     public var minClientVersion: SemanticVersion?
     /// Release channel (default `stable`).
     public var channel: String
+    /// The share of devices that install this release (default: every device, empty salt).
     public var rollout: Rollout
     /// Whether the app should apply this release before showing the package.
     public var mandatory: Bool
     /// Published versions that clients must not run (they roll back off them).
     public var revoked: [SemanticVersion]
+    /// Packages this release needs, each within its version range; the differ skips the release when
+    /// one of them will not be available.
     public var dependencies: [Dependency]
 
     /// Creates an entry with the format's defaults for everything optional.
@@ -155,6 +163,7 @@ public struct PackageEntry: Codable, Sendable, Equatable {
             mandatory, revoked, dependencies
     }
 
+    /// Decodes an entry, giving every absent optional field the format's default.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         id = try c.decode(PackageID.self, forKey: .id)
@@ -176,6 +185,7 @@ public struct PackageEntry: Codable, Sendable, Equatable {
 
 /// The repository index (`index.json`): what every device polls.
 public struct RepositoryIndex: Codable, Sendable, Equatable {
+    /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
     public var schemaVersion: Int
     /// Grows with every publication; devices refuse a lower one (rollback attack).
     public var serial: UInt64
@@ -199,8 +209,11 @@ public struct RepositoryIndex: Codable, Sendable, Equatable {
 
 /// One file of a package version.
 public struct FileEntry: Codable, Sendable, Equatable {
+    /// The file's path inside the package.
     public var path: RelativePath
+    /// The file's exact length in bytes.
     public var size: Int64
+    /// SHA-256 of the file's bytes.
     public var sha256: SHA256Digest
     /// Optional MIME type overriding the resolver's table.
     public var mime: String?
@@ -215,6 +228,8 @@ public struct FileEntry: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey { case path, size, sha256, mime }
 
+    /// Decodes an entry, refusing a size outside `0...maxDeclaredSize` and a `mime` that is not a
+    /// media type.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         path = try c.decode(RelativePath.self, forKey: .path)
@@ -249,9 +264,13 @@ public struct FileEntry: Codable, Sendable, Equatable {
 
 /// `packages/<id>/<version>/files.json`: every file of a version, sorted by path bytes.
 public struct FileList: Codable, Sendable, Equatable {
+    /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
     public var schemaVersion: Int
+    /// The package this list belongs to.
     public var id: PackageID
+    /// The version whose files this lists.
     public var version: SemanticVersion
+    /// Every file of the version, sorted by path in UTF-8 byte order.
     public var files: [FileEntry]
 
     /// Creates a file list; `files` is sorted by path.
@@ -348,6 +367,7 @@ public struct SignatureEntry: Codable, Sendable, Equatable {
         self.signature = signature
     }
 
+    /// Decodes an entry, refusing a key id that is not 16 lowercase hex digits.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         keyID = try c.decode(String.self, forKey: .keyID)
@@ -363,7 +383,9 @@ public struct SignatureEntry: Codable, Sendable, Equatable {
 /// `index.json.sig`: detached signatures over the exact bytes of `index.json` (several during a
 /// key rotation).
 public struct SignatureFile: Codable, Sendable, Equatable {
+    /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
     public var schemaVersion: Int
+    /// One signature per signing key over the same bytes; never empty once decoded.
     public var signatures: [SignatureEntry]
 
     /// Creates a signature file.
@@ -374,6 +396,7 @@ public struct SignatureFile: Codable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey { case schemaVersion, signatures }
 
+    /// Decodes a signature file, refusing one with no signatures.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)

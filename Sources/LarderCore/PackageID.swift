@@ -21,9 +21,12 @@ public struct PackageID: Hashable, Sendable, Comparable, Codable, CustomStringCo
         return u.dropFirst().allSatisfy { lowerOrDigit($0) || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D }
     }
 
+    /// The id text, as written in documents and directory names.
     public var description: String { rawValue }
+    /// Orders ids by their text (byte order: ids are ASCII).
     public static func < (l: PackageID, r: PackageID) -> Bool { l.rawValue < r.rawValue }
 
+    /// Decodes an id from a JSON string, refusing text that does not match the grammar.
     public init(from decoder: Decoder) throws {
         let c = try decoder.singleValueContainer()
         let text = try c.decode(String.self)
@@ -34,6 +37,7 @@ public struct PackageID: Hashable, Sendable, Comparable, Codable, CustomStringCo
         self = id
     }
 
+    /// Encodes the id as its text, a JSON string.
     public func encode(to encoder: Encoder) throws {
         var c = encoder.singleValueContainer()
         try c.encode(rawValue)

@@ -28,6 +28,7 @@ public enum PercentDecoding {
 
     /// Why a text was refused.
     public struct Refusal: Error, Equatable, Sendable {
+        /// What was wrong, as a noun phrase for a sentence (`a bad percent escape`, `an encoded slash`).
         public let message: String
     }
 

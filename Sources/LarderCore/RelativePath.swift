@@ -35,6 +35,7 @@ public enum PathProblem: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// What is wrong with the name, in a clause for an error message (`the name contains a backslash`).
     public var description: String {
         switch self {
         case .notUTF8: "the name is not valid UTF-8"
@@ -146,6 +147,7 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
         return last[last.index(after: dot)...].lowercased()
     }
 
+    /// The path text: `/`-separated, without a leading `/`.
     public var description: String { string }
 
     /// Byte order of the UTF-8 form, so every platform sorts file lists alike.
@@ -153,6 +155,7 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
         l.string.utf8.lexicographicallyPrecedes(r.string.utf8)
     }
 
+    /// Decodes a path from a JSON string, refusing an invalid one with its `PathProblem` in the message.
     public init(from decoder: Decoder) throws {
         let c = try decoder.singleValueContainer()
         let text = try c.decode(String.self)
@@ -163,6 +166,7 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
         }
     }
 
+    /// Encodes the path as its text, a JSON string.
     public func encode(to encoder: Encoder) throws {
         var c = encoder.singleValueContainer()
         try c.encode(string)

@@ -9,15 +9,24 @@ public struct RepositoryLayout: Sendable {
     /// A layout rooted at `root`.
     public init(root: FilePath) { self.root = root }
 
+    /// File name of the signed index at the repository root.
     public static let indexName = "index.json"
+    /// File name of the index's detached signatures, next to the index.
     public static let signatureName = "index.json.sig"
+    /// Suffix of the index and signature a publication writes before renaming them into place.
     public static let pendingSuffix = ".pending"
 
+    /// The signed index, `<root>/index.json`.
     public var index: FilePath { root.appending(Self.indexName) }
+    /// The index's signatures, `<root>/index.json.sig`.
     public var signature: FilePath { root.appending(Self.signatureName) }
+    /// The next index while a publication is under way, `<root>/index.json.pending`.
     public var pendingIndex: FilePath { root.appending(Self.indexName + Self.pendingSuffix) }
+    /// The next signatures while a publication is under way, `<root>/index.json.sig.pending`.
     public var pendingSignature: FilePath { root.appending(Self.signatureName + Self.pendingSuffix) }
+    /// The directory of package versions (bundles and file lists), `<root>/packages`.
     public var packages: FilePath { root.appending("packages") }
+    /// The objects, one gzip-compressed file per content named by its SHA-256, `<root>/objects`.
     public var objects: FilePath { root.appending("objects") }
 
     /// `packages/<id>/<version>` relative to the root.

@@ -1,12 +1,14 @@
 /// The head of a response the resource loader sends for a local file, decided from the request
 /// alone (pure, no I/O): status, headers, and which bytes of the file form the body.
 public struct ResponsePlan: Sendable, Equatable {
+    /// The HTTP status: 200, 206, 304, 405 or 416.
     public var status: Int
     /// Header name → value, in a stable order.
     public var headers: [(String, String)]
     /// The byte range of the file to send (empty for HEAD, 304 and 416).
     public var body: Range<Int64>
 
+    /// Equal when status, body range and headers (names, values and order) are.
     public static func == (l: ResponsePlan, r: ResponsePlan) -> Bool {
         l.status == r.status && l.body == r.body && l.headers.map { "\($0.0): \($0.1)" } == r.headers.map { "\($0.0): \($0.1)" }
     }

@@ -12,11 +12,15 @@ public enum Resolution: Sendable, Equatable {
 
 /// A file that serves a URL.
 public struct LocalFile: Sendable, Equatable {
+    /// The package that serves the file.
     public var package: PackageID
+    /// The version of the package the file belongs to.
     public var version: SemanticVersion
     /// The path inside the package.
     public var path: RelativePath
+    /// The Content-Type to send: the file list's `mime`, else the type for the path's extension.
     public var mime: String
+    /// The file's size in bytes, from its file list.
     public var length: Int64
     /// The file's SHA-256 from its file list (quoted for the header).
     public var etag: String
@@ -26,11 +30,17 @@ public struct LocalFile: Sendable, Equatable {
 /// settings the index gave it. Every answer is computed here, once per snapshot (type, ETag), so
 /// a lookup is one dictionary access.
 public struct RoutedPackage: Sendable {
+    /// The package's id, also the host of its `larder://` URLs.
     public var id: PackageID
+    /// The version whose files `files` holds (the active one, or one a session pinned).
     public var version: SemanticVersion
+    /// The route prefixes the index gave the package; the table matches the http(s) ones by prefix.
     public var routes: [RoutePrefix]
+    /// The file served for a directory URL, relative to the directory (`index.html` by default).
     public var entry: String
+    /// Whether an extension-less path with no file of its own is answered with the root entry file.
     public var spaFallback: Bool
+    /// What a path with no file does (not found or pass through), and the prefixes that always pass through.
     public var policy: Policy
     /// Path inside the package → the answer for it.
     public var files: [String: LocalFile]
@@ -124,8 +134,7 @@ public struct RouteTable: Sendable {
     public func resolve(_ url: String) -> Resolution {
         if let r = url.utf8.withContiguousStorageIfAvailable({ resolve(bytes: $0) }) { return r }
         var copy = url
-        copy.makeContiguousUTF8()
-        return copy.utf8.withContiguousStorageIfAvailable { resolve(bytes: $0) }!
+        return copy.withUTF8 { resolve(bytes: $0) }
     }
 
     private static func lower(_ b: UInt8) -> UInt8 { b >= 65 && b <= 90 ? b | 0x20 : b }
@@ -227,11 +236,13 @@ public struct RouteTable: Sendable {
                 if m == 1 { return (id, path.upperBound) }
                 continue
             }
-            if path.count >= m, prefix.withUnsafeBufferPointer({ memcmp($0.baseAddress!, b.baseAddress! + path.lowerBound, m) == 0 }) {
+            if path.count >= m, prefix.withUnsafeBufferPointer({ bytesEqual(b, from: path.lowerBound, $0, count: m) }) {
                 return (id, path.lowerBound + m - 1)
             }
             // `/app` names the prefix `/app/` as a directory.
-            if path.count == m - 1, prefix.withUnsafeBufferPointer({ memcmp($0.baseAddress!, b.baseAddress! + path.lowerBound, m - 1) == 0 }) {
+            if path.count == m - 1,
+                prefix.withUnsafeBufferPointer({ bytesEqual(b, from: path.lowerBound, $0, count: m - 1) })
+            {
                 return (id, path.upperBound)
             }
         }
@@ -271,9 +282,21 @@ public struct RouteTable: Sendable {
         var bp = bypass
         return bp.withUTF8 { p in
             let m = p.count
-            if r.count >= m, memcmp(p.baseAddress!, b.baseAddress! + r.lowerBound, m) == 0 { return true }
-            return r.count == m - 1 && p.last == UInt8(ascii: "/") && memcmp(p.baseAddress!, b.baseAddress! + r.lowerBound, m - 1) == 0
+            if r.count >= m, bytesEqual(b, from: r.lowerBound, p, count: m) { return true }
+            return r.count == m - 1 && p.last == UInt8(ascii: "/") && bytesEqual(b, from: r.lowerBound, p, count: m - 1)
         }
+    }
+
+    /// Whether the `count` bytes of `b` from `start` equal the first `count` bytes of `p`.
+    ///
+    /// One `memcmp`; the caller keeps both ranges in bounds. No bytes always compare equal; an
+    /// empty buffer (no base address) equals nothing else.
+    private static func bytesEqual(
+        _ b: UnsafeBufferPointer<UInt8>, from start: Int, _ p: UnsafeBufferPointer<UInt8>, count: Int
+    ) -> Bool {
+        guard count > 0 else { return count == 0 }
+        guard let bBase = b.baseAddress, let pBase = p.baseAddress else { return false }
+        return memcmp(pBase, bBase + start, count) == 0
     }
 
     /// The lookup inside one package: bypass prefixes, decoding and dot segments, then the file,

@@ -62,6 +62,7 @@ public struct RoutePrefix: Hashable, Sendable, CustomStringConvertible {
         return .success(RoutePrefix(scheme: scheme, host: host, port: port, path: path))
     }
 
+    /// The normalised route, `scheme://host[:port]/path/`, as `init?(_:)` accepts it back.
     public var description: String {
         "\(scheme)://\(host)\(port.map { ":\($0)" } ?? "")\(path)"
     }

@@ -58,12 +58,15 @@ public struct SHA256Digest: Hashable, Sendable, Codable, CustomStringConvertible
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// The 64 lowercase hex digits, as written in documents.
     public var description: String { hex }
 
+    /// Orders digests by their raw bytes (the same order as their hex text).
     public static func < (lhs: SHA256Digest, rhs: SHA256Digest) -> Bool {
         lhs.bytes.lexicographicallyPrecedes(rhs.bytes)
     }
 
+    /// Decodes a digest from a JSON string of 64 lowercase hex digits, refusing anything else.
     public init(from decoder: Decoder) throws {
         let container = try decoder.singleValueContainer()
         let text = try container.decode(String.self)
@@ -74,6 +77,7 @@ public struct SHA256Digest: Hashable, Sendable, Codable, CustomStringConvertible
         self = value
     }
 
+    /// Encodes the digest as its 64 lowercase hex digits, a JSON string.
     public func encode(to encoder: Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(hex)

@@ -6,8 +6,11 @@
 /// ones are equal. Build metadata is kept for display but ignored by `==`, `<` and hashing,
 /// because it carries no precedence.
 public struct SemanticVersion: Sendable, Hashable, Comparable, CustomStringConvertible, Codable {
+    /// The MAJOR number (incompatible changes).
     public let major: UInt64
+    /// The MINOR number (compatible additions).
     public let minor: UInt64
+    /// The PATCH number (compatible fixes).
     public let patch: UInt64
     /// Dot-separated pre-release identifiers (empty for a release).
     public let prerelease: [String]
@@ -69,6 +72,7 @@ public struct SemanticVersion: Sendable, Hashable, Comparable, CustomStringConve
     /// Whether this is a pre-release version.
     public var isPrerelease: Bool { !prerelease.isEmpty }
 
+    /// The version text, `MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]`, which `init?(_:)` parses back.
     public var description: String {
         var s = "\(major).\(minor).\(patch)"
         if !prerelease.isEmpty { s += "-" + prerelease.joined(separator: ".") }
@@ -76,10 +80,12 @@ public struct SemanticVersion: Sendable, Hashable, Comparable, CustomStringConve
         return s
     }
 
+    /// Equal in precedence: same core and pre-release identifiers; build metadata is ignored.
     public static func == (lhs: SemanticVersion, rhs: SemanticVersion) -> Bool {
         lhs.major == rhs.major && lhs.minor == rhs.minor && lhs.patch == rhs.patch && lhs.prerelease == rhs.prerelease
     }
 
+    /// Hashes what `==` compares (core and pre-release identifiers), never the build metadata.
     public func hash(into hasher: inout Hasher) {
         hasher.combine(major)
         hasher.combine(minor)
@@ -87,6 +93,7 @@ public struct SemanticVersion: Sendable, Hashable, Comparable, CustomStringConve
         hasher.combine(prerelease)
     }
 
+    /// SemVer precedence (§11), as described on the type.
     public static func < (lhs: SemanticVersion, rhs: SemanticVersion) -> Bool {
         if lhs.major != rhs.major { return lhs.major < rhs.major }
         if lhs.minor != rhs.minor { return lhs.minor < rhs.minor }
@@ -109,6 +116,7 @@ public struct SemanticVersion: Sendable, Hashable, Comparable, CustomStringConve
         return lhs.prerelease.count < rhs.prerelease.count
     }
 
+    /// Decodes a version from a JSON string, refusing text outside the SemVer 2.0.0 grammar.
     public init(from decoder: Decoder) throws {
         let container = try decoder.singleValueContainer()
         let text = try container.decode(String.self)
@@ -119,6 +127,7 @@ public struct SemanticVersion: Sendable, Hashable, Comparable, CustomStringConve
         self = v
     }
 
+    /// Encodes the version as its text, build metadata included, a JSON string.
     public func encode(to encoder: Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(description)
@@ -192,9 +201,12 @@ public struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible
         }
     }
 
+    /// Equal when the texts (single-spaced) are; equivalent ranges written differently are not equal.
     public static func == (lhs: VersionRange, rhs: VersionRange) -> Bool { lhs.description == rhs.description }
+    /// Hashes the text, as `==` compares it.
     public func hash(into hasher: inout Hasher) { hasher.combine(description) }
 
+    /// Decodes a range from a JSON string, refusing one with a comparator it does not understand.
     public init(from decoder: Decoder) throws {
         let container = try decoder.singleValueContainer()
         let text = try container.decode(String.self)
@@ -205,6 +217,7 @@ public struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible
         self = r
     }
 
+    /// Encodes the range as its text, a JSON string.
     public func encode(to encoder: Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(description)

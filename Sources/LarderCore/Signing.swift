@@ -12,6 +12,7 @@ public enum SigningError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The signature file cannot be read as one (the detail says why).
     case badSignatureFile(detail: String)
 
+    /// Names the key file, the key ids or the signature file involved and what went wrong, for a person.
     public var description: String {
         switch self {
         case .badKeyFile(let path, let detail):
@@ -82,10 +83,15 @@ public struct PrivateKey: Sendable {
 
 /// The on-disk form of key files: `{"type": "ed25519-private" | "ed25519-public", "keyId": …, "key": base64}`.
 public struct KeyFile: Codable, Sendable, Equatable {
+    /// `type` of a file holding a private key's 32-byte seed.
     public static let privateType = "ed25519-private"
+    /// `type` of a file holding a public key's 32 raw bytes.
     public static let publicType = "ed25519-public"
+    /// `ed25519-private` or `ed25519-public`.
     public var type: String
+    /// The key id (first 16 hex digits of the public key's SHA-256), for both kinds of file.
     public var keyId: String
+    /// The key bytes, base64: the seed for a private key, the raw key for a public one.
     public var key: String
 
     /// The file for a public key.

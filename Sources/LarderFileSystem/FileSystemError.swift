@@ -17,5 +17,6 @@ public struct FileSystemError: Error, Sendable, Equatable, CustomStringConvertib
         self.errno = errno
     }
 
+    /// `<operation> <path>: <errno description>`, as in `rename /a/b: No such file or directory`.
     public var description: String { "\(operation) \(path): \(errno)" }
 }

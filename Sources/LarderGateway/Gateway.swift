@@ -27,15 +27,20 @@ public enum NetworkMode: Sendable, Equatable {
 /// offline. One log line per request names the outcome: package@version, fallback, passthrough.
 @available(macOS 14, iOS 17, tvOS 17, *)
 public struct Gateway: Sendable {
+    /// Resolves and serves each request; what it passes through, the gateway forwards or refuses.
     public let loader: ResourceLoader
+    /// The address to listen on (`127.0.0.1` by default); a Host of `host:port` means the gateway itself.
     public let host: String
+    /// The port to listen on; 0 lets the system choose (`run` reports the bound one).
     public let port: Int
+    /// Whether an unserved request is forwarded to the network or answered 502.
     public let network: NetworkMode
     /// Called once per request with its log line.
     public let log: @Sendable (String) -> Void
     /// Largest request body forwarded, and largest upstream answer relayed.
     public var maxForwardBytes = 64 << 20
 
+    /// A gateway for `loader` on `host:port`; `log` receives one line per request.
     public init(loader: ResourceLoader, host: String = "127.0.0.1", port: Int, network: NetworkMode, log: @escaping @Sendable (String) -> Void) {
         self.loader = loader
         self.host = host
@@ -77,13 +82,13 @@ public struct Gateway: Sendable {
         let started = Date()
         let method = request.method.rawValue
         let target = request.head.path ?? "/"
-        let authority = request.head.authority ?? request.headers[HTTPField.Name("Host")!] ?? ""
+        let authority = request.head.authority ?? request.headers[named: "Host"] ?? ""
         let urls = Self.candidates(authority: authority, target: target, gatewayHost: host, ownPort: ownPort)
         var passReason = ""
         for url in urls {
             let req = LoadRequest(
-                method: method, url: url, range: request.headers[HTTPField.Name("Range")!],
-                ifNoneMatch: request.headers[HTTPField.Name("If-None-Match")!], cors: url.hasPrefix("larder:"))
+                method: method, url: url, range: request.headers[.range],
+                ifNoneMatch: request.headers[.ifNoneMatch], cors: url.hasPrefix("larder:"))
             switch loader.load(req) {
             case .response(let r):
                 log(line(method, url, r.status, "\(r.outcome)", r.header("Content-Length"), started))
@@ -100,7 +105,7 @@ public struct Gateway: Sendable {
         }
         var forwardURL = url
         if scheme == "http", forwardURL.hasPrefix("https://") { forwardURL = "http://" + forwardURL.dropFirst(8) }
-        if request.headers[HTTPField.Name("X-Larder-Gateway")!] != nil || Self.isSelf(authority, ownPort: ownPort, host: host) {
+        if request.headers[named: "X-Larder-Gateway"] != nil || Self.isSelf(authority, ownPort: ownPort, host: host) {
             log(line(method, forwardURL, 508, "passthrough refused (a loop back to this gateway)", nil, started))
             return Self.text(508, "larder gateway: the request would loop back to this gateway\n")
         }
@@ -143,7 +148,7 @@ public struct Gateway: Sendable {
                 else { continue }
                 headers[field] = value
             }
-            headers[HTTPField.Name("Content-Length")!] = "\(data.count)"
+            headers[.contentLength] = "\(data.count)"
             log(line(method, url, http.statusCode, "passthrough (\(reason))", "\(data.count)", started))
             return Response(
                 status: HTTPResponse.Status(code: http.statusCode), headers: headers,
@@ -163,7 +168,7 @@ public struct Gateway: Sendable {
     static func response(_ r: LoadResponse, head: Bool) -> Response {
         var headers = HTTPFields()
         for (k, v) in r.headers { if let name = HTTPField.Name(k) { headers[name] = v } }
-        headers[HTTPField.Name("X-Larder-Outcome")!] = "\(r.outcome)"
+        if let name = HTTPField.Name("X-Larder-Outcome") { headers[name] = "\(r.outcome)" }
         let status = HTTPResponse.Status(code: r.status)
         if head || r.status == 304 || r.status == 405 || r.status == 416 {
             r.close()
@@ -182,14 +187,23 @@ public struct Gateway: Sendable {
 
     static func text(_ status: Int, _ message: String) -> Response {
         var headers = HTTPFields()
-        headers[HTTPField.Name("Content-Type")!] = "text/plain; charset=utf-8"
-        headers[HTTPField.Name("Cache-Control")!] = "no-store"
+        headers[.contentType] = "text/plain; charset=utf-8"
+        headers[.cacheControl] = "no-store"
         return Response(status: HTTPResponse.Status(code: status), headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: message)))
     }
 
     func line(_ method: String, _ url: String, _ status: Int, _ outcome: String, _ length: String?, _ started: Date) -> String {
         let ms = Int(Date().timeIntervalSince(started) * 1000)
         return "\(method) \(url) \(status) \(outcome) \(length.map { "\($0)B" } ?? "-") \(ms)ms"
+    }
+}
+
+extension HTTPFields {
+    /// The value of the field `name`, several fields joined with commas as `self[name]` does.
+    ///
+    /// `nil` when there is none. For names without a usable HTTPTypes constant (custom ones, Host).
+    fileprivate subscript(named name: String) -> String? {
+        HTTPField.Name(name).flatMap { self[$0] }
     }
 }
 

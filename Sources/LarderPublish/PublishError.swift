@@ -74,6 +74,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// What was refused or failed, naming the path, id or value concerned and, where there is one, the fix.
     public var description: String {
         switch self {
         case .notADirectory(let p): "\(p) is not a directory"

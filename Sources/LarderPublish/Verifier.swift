@@ -6,11 +6,15 @@ import SystemPackage
 
 /// One problem `verify` found. `code` is stable; `package`, `version` and `file` locate it.
 public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertible {
+    /// A stable machine-readable code, like `index-serial` or the archive reader's code.
     public var code: String
+    /// The package id concerned, if any.
     public var package: String?
+    /// The version concerned (of `package`), if any.
     public var version: String?
     /// Repository-relative path of the document, or the path inside a bundle.
     public var file: String?
+    /// What is wrong, in a sentence for a person.
     public var message: String
 
     /// Creates a problem.
@@ -22,6 +26,7 @@ public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertib
         self.message = message
     }
 
+    /// `<package>@<version> <file>: [<code>] <message>`, leaving out the parts that are not known.
     public var description: String {
         var where_: [String] = []
         if let p = package { where_.append(version.map { "\(p)@\($0)" } ?? p) }
@@ -34,14 +39,21 @@ public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertib
 public struct VerifyReport: Sendable, Codable, Equatable {
     /// `repository` or `bundle`.
     public var kind: String
+    /// The repository root or bundle file verified.
     public var path: String
+    /// The index's serial, once the index was read (repositories only).
     public var serial: UInt64?
+    /// The id of the trusted key whose signature verified, when the signature was checked and valid.
     public var signedBy: String?
     /// Whether the index signature was checked (false with --skip-signature, and for bundles).
     public var signatureChecked = false
+    /// Index entries checked (one per package and channel), or 1 for a bundle.
     public var packagesChecked: Int
+    /// Files named by the file lists checked, or the files in the bundle.
     public var filesChecked: Int
+    /// Distinct objects checked (repositories only).
     public var objectsChecked: Int
+    /// Every problem found, in the order found; empty when all is well.
     public var problems: [VerifyProblem]
     /// Whether nothing was found.
     public var ok: Bool { problems.isEmpty }
@@ -50,6 +62,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         case kind, path, serial, signedBy, signatureChecked, packagesChecked, filesChecked, objectsChecked, problems, ok
     }
 
+    /// Encodes every field and `ok`, so the JSON output carries the verdict.
     public func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(kind, forKey: .kind)
@@ -64,6 +77,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         try c.encode(ok, forKey: .ok)
     }
 
+    /// Decodes a report (`ok` follows from `problems`); a missing `signatureChecked` is false.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         kind = try c.decode(String.self, forKey: .kind)
@@ -93,6 +107,7 @@ public struct Verifier: Sendable {
     public var trustedKeys: [PublicKey]
     /// Skip the signature check (structure only); `verify` without keys must say so.
     public var checkSignature: Bool
+    /// The limits bundles are read with; an object may inflate to at most `maxFileBytes`.
     public var limits: TreeLimits
     let now: @Sendable () -> Date
 

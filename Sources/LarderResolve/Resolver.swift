@@ -22,9 +22,11 @@ import SystemPackage
 public final class Resolver: @unchecked Sendable {
     // @unchecked: `current`, `seenToken` and `rebuilding` are guarded by `lock`; the rest is
     // immutable.
+    /// The sandbox's root directory.
     public let root: FilePath
     /// Custom schemes routed like `larder:` (lower case).
     public let schemes: Set<String>
+    /// The sandbox's file layout under `root` (state file, generation word, version trees).
     public let layout: SandboxLayout
     private let watch: GenerationWatch
     private let lock = NSLock()
@@ -112,7 +114,9 @@ public final class Resolver: @unchecked Sendable {
 /// A set of pinned package versions over a live resolver (see `Resolver.session(pinning:)`).
 public final class ResolverSession: @unchecked Sendable {
     // @unchecked: `cache` is guarded by `lock`.
+    /// The live resolver; packages the session does not pin resolve through it as the sandbox changes.
     public let resolver: Resolver
+    /// One lease per pinned package, in the order pinned; `release()` gives them all back.
     public let leases: [PinLease]
     let pinned: [RoutedPackage]
     private let lock = NSLock()

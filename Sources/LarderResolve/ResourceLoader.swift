@@ -12,7 +12,9 @@ import SystemPackage
 
 /// A request as every front-end (the HTTP gateway, the WebKit scheme handler) hands it over.
 public struct LoadRequest: Sendable {
+    /// The HTTP method; the loader answers `GET` and `HEAD`, anything else with 405.
     public var method: String
+    /// The URL as the page asked for it: `larder://<id>/<path>`, another custom scheme, or http(s).
     public var url: String
     /// The `Range` header, if any.
     public var range: String?
@@ -21,6 +23,7 @@ public struct LoadRequest: Sendable {
     /// Add `Access-Control-Allow-Origin: *` (custom-scheme fetches).
     public var cors: Bool
 
+    /// A request with the headers it carried (none by default).
     public init(method: String = "GET", url: String, range: String? = nil, ifNoneMatch: String? = nil, cors: Bool = false) {
         self.method = method
         self.url = url
@@ -39,6 +42,8 @@ public enum LoadOutcome: Sendable, Equatable, CustomStringConvertible {
     /// Inside a package's routes, no such file, and the policy forbids the network (404).
     case notFound(reason: String)
 
+    /// `<id>@<version>`, the failed version for a fallback, or `not found: <reason>` (the gateway's log
+    /// and `X-Larder-Outcome` header).
     public var description: String {
         switch self {
         case .local(let p, let v): "\(p)@\(v)"
@@ -52,8 +57,11 @@ public enum LoadOutcome: Sendable, Equatable, CustomStringConvertible {
 public final class LoadResponse: @unchecked Sendable {
     // @unchecked: the body's file descriptor is used by one reader at a time (the front-end's
     // writing task), as every front-end does.
+    /// The HTTP status: 200, 206, 304, 404, 405 or 416.
     public let status: Int
+    /// Header name and value pairs, in the order to send them.
     public let headers: [(String, String)]
+    /// Which version served the response (or the fallback that did), or why nothing was found.
     public let outcome: LoadOutcome
     private var body: Body
 
@@ -132,6 +140,7 @@ public final class LoadResponse: @unchecked Sendable {
 public enum LoadError: Error, CustomStringConvertible {
     case shortFile(expected: Int64, at: Int64)
 
+    /// Where the file ended and the offset the response needed to reach, for an error message.
     public var description: String {
         switch self {
         case .shortFile(let expected, let at): "the file ended at byte \(at) of \(expected)"
@@ -150,6 +159,7 @@ public enum LoadResult: Sendable {
 
 /// Where the loader reports a missing or unreadable file of an active version.
 public protocol FailureReporting: Sendable {
+    /// Records that `version` of `package` has a listed file missing or unreadable; must not block.
     func report(package: PackageID, version: SemanticVersion, reason: String)
 }
 
@@ -159,11 +169,15 @@ public protocol FailureReporting: Sendable {
 /// rollback policy) and the fallback version serves the path if it has it; with no local copy
 /// the answer is passthrough. It never answers an empty 200.
 public struct ResourceLoader: Sendable {
+    /// Resolves URLs to files of the sandbox (with its current snapshot, or a session's pins).
     public let resolver: Resolver
+    /// Hears of listed files missing or unreadable in an active version; `nil` tells nobody.
     public let reporter: (any FailureReporting)?
+    /// The `Cache-Control` value of every response served from a file (`no-cache` by default).
     public let cacheControl: String
     let logger: Logger
 
+    /// A loader over `resolver`; `reporter` hears of broken files, `logger` gets a warning for each.
     public init(
         resolver: Resolver, reporter: (any FailureReporting)? = nil, cacheControl: String = "no-cache",
         logger: Logger = Logger(label: "larder.loader")
@@ -287,18 +301,23 @@ struct OpenProblem: Error {
 /// only while that version is still the active one.
 public final class StoreFailureReporter: FailureReporting, @unchecked Sendable {
     // @unchecked: `last` is only touched on `queue`.
+    /// The root of the sandbox the failures are recorded in.
     public let root: FilePath
+    /// The shortest time between two reports of one package version, in seconds.
     public let interval: Double
     let logger: Logger
     private let queue = DispatchQueue(label: "larder.failure-reporter")
     private var last: [String: Date] = [:]
 
+    /// A reporter for the sandbox at `root`, recording each version at most once per `interval` seconds.
     public init(root: FilePath, interval: Double = 1, logger: Logger = Logger(label: "larder.loader")) {
         self.root = root
         self.interval = interval
         self.logger = logger
     }
 
+    /// Queues the report and returns at once; the queue records it (the store may roll back) while
+    /// `version` is still the active one.
     public func report(package: PackageID, version: SemanticVersion, reason: String) {
         queue.async { [self] in
             let key = "\(package)@\(version)"

@@ -25,17 +25,22 @@
     /// ```
     public final class LarderSchemeHandler: NSObject, WKURLSchemeHandler, @unchecked Sendable {
         // @unchecked: `active` is only touched on the main thread.
+        /// Answers every request, from a background queue.
         public let loader: ResourceLoader
+        /// The pinned versions this handler's web view keeps; `nil` follows the sandbox as it changes.
         public let session: ResolverSession?
         private let queue = DispatchQueue(label: "larder.webkit", qos: .userInitiated, attributes: .concurrent)
         /// Tasks started and neither stopped nor finished.
         private var active = Set<ObjectIdentifier>()
 
+        /// A handler over `loader`, resolving with `session`'s pinned versions when one is given.
         public init(loader: ResourceLoader, session: ResolverSession? = nil) {
             self.loader = loader
             self.session = session
         }
 
+        /// Starts loading the task's URL on the background queue and delivers head, chunks and end on the
+        /// main thread while the task is not stopped.
         public func webView(_ webView: WKWebView, start task: any WKURLSchemeTask) {
             let request = task.request
             active.insert(ObjectIdentifier(task))
@@ -71,6 +76,7 @@
             }
         }
 
+        /// Stops deliveries to the task (WebKit calls it on the main thread).
         public func webView(_ webView: WKWebView, stop task: any WKURLSchemeTask) {
             // Called on the main thread, as every delivery below runs: after this, none reaches
             // the task.

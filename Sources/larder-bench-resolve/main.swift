@@ -47,6 +47,13 @@ func paths(_ p: Int) -> [String] {
 
 func id(_ p: Int) -> String { String(format: "pkg-%03d", p) }
 
+/// Ends the benchmark with exit status 1 and `message` on stderr (a generated name or URL that
+/// does not parse is a bug of this program, not a result).
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("bench-resolve: \(message)\n".utf8))
+    exit(1)
+}
+
 /// Half the packages live under a shared CDN host, half on their own host.
 func base(_ p: Int) -> String { p % 2 == 0 ? "https://cdn.example.com/\(id(p))/" : "https://\(id(p)).example.com/" }
 
@@ -56,16 +63,19 @@ if !FileManager.default.fileExists(atPath: root.appending("state.json").string) 
     let sandbox = try Sandbox.open(root)
     var entries: [PackageEntry] = []
     for p in 0..<packageCount {
-        let staging = try sandbox.makeStagingArea(id: PackageID(id(p))!, version: SemanticVersion("1.0.\(p)")!)
+        guard let packageID = PackageID(id(p)) else { fail("\(id(p)) is not a package id") }
+        guard let version = SemanticVersion("1.0.\(p)") else { fail("1.0.\(p) is not a version") }
+        let staging = try sandbox.makeStagingArea(id: packageID, version: version)
         var files: [FileEntry] = []
         for path in paths(p) {
             let data = Data("\(id(p)) \(path)\n".utf8)
             let url = URL(fileURLWithPath: staging.tree.appending(path).string)
             try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
             try data.write(to: url)
-            files.append(FileEntry(path: RelativePath(path)!, size: Int64(data.count), sha256: SHA256Digest.of(data)))
+            guard let relative = RelativePath(path) else { fail("\(path) is not a relative path") }
+            files.append(FileEntry(path: relative, size: Int64(data.count), sha256: SHA256Digest.of(data)))
         }
-        let list = FileList(id: PackageID(id(p))!, version: SemanticVersion("1.0.\(p)")!, files: files)
+        let list = FileList(id: packageID, version: version, files: files)
         _ = try sandbox.install(assembled: staging, list: list, activate: true)
         let blob = BlobRef(path: "unused", size: 1, sha256: SHA256Digest.of(Data()))
         entries.append(PackageEntry(
@@ -88,7 +98,10 @@ for p in 0..<packageCount {
 }
 // A fixed shuffle (by each URL's SHA-256), so that packages interleave as in a real page load.
 urls = urls.map { ($0, SHA256Digest.of(Data($0.utf8)).hex) }.sorted { $0.1 < $1.1 }.map(\.0)
-let parsed = urls.map { URL(string: $0)! }
+let parsed = urls.map { url -> URL in
+    guard let u = URL(string: url) else { fail("\(url) is not a URL") }
+    return u
+}
 for (i, u) in parsed.enumerated() { keys[(u.host ?? "") + u.path] = i }
 
 let resolver = try Resolver(root: root)
