@@ -131,26 +131,44 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // Test support, not a product: temporary-directory trait, sample repository, process
+        // runner, binary locator, recording and failing transports.
+        .target(
+            name: "LarderTestSupport",
+            dependencies: [
+                "LarderCore", "LarderFetch", "LarderPublish",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
         .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
-        .testTarget(name: "LarderArchiveTests", dependencies: ["LarderArchive", "LarderCore", "LarderFileSystem"]),
+        .testTarget(
+            name: "LarderArchiveTests", dependencies: ["LarderArchive", "LarderCore", "LarderFileSystem", "LarderTestSupport"]
+        ),
         .testTarget(
             name: "LarderPublishTests",
-            dependencies: ["LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem", "Larder"]
+            dependencies: ["LarderTestSupport", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem", "Larder"]
         ),
         .testTarget(
             name: "LarderStoreTests",
-            dependencies: ["LarderStore", "LarderArchive", "LarderCore", "LarderFileSystem", "LarderPublish"]
+            dependencies: ["LarderTestSupport", "LarderStore", "LarderArchive", "LarderCore", "LarderFileSystem", "LarderPublish"]
         ),
         .testTarget(
             name: "LarderSyncTests",
-            dependencies: [
+            dependencies: ["LarderTestSupport", 
                 "LarderSync", "LarderFetch", "LarderStore", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem",
             ]
         ),
         .testTarget(
             name: "LarderResolveTests",
-            dependencies: ["LarderResolve", "LarderStore", "LarderPublish", "LarderCore", "LarderFileSystem"]
+            dependencies: ["LarderTestSupport", "LarderResolve", "LarderStore", "LarderPublish", "LarderCore", "LarderFileSystem"]
         ),
-        .testTarget(name: "LarderCLITests", dependencies: ["LarderCore", "Larder", "larder"]),
+        .testTarget(
+            name: "LarderCLITests",
+            dependencies: [
+                "LarderCore", "Larder", "larder", "LarderTestSupport",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
     ]
 )

@@ -19,23 +19,38 @@ enum ExitStatus {
     static let usage = ExitCode(64)
 }
 
+/// Where a command's output goes: stdout and stderr, or a capture in an in-process test.
+struct OutputSink: Sendable {
+    /// Receives what goes to stdout.
+    let out: @Sendable (Data) -> Void
+    /// Receives what goes to stderr.
+    let err: @Sendable (Data) -> Void
+
+    /// The process's own stdout and stderr.
+    static let standard = OutputSink(
+        out: { FileHandle.standardOutput.write($0) }, err: { FileHandle.standardError.write($0) })
+}
+
 /// Rendering: stdout carries the result, stderr everything else.
 enum Output {
+    /// The sink of the running command (tests run commands in-process with a capture).
+    @TaskLocal static var sink = OutputSink.standard
+
     /// Writes a line to stdout.
     static func line(_ text: String) {
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+        sink.out(Data((text + "\n").utf8))
     }
 
     /// Writes a line to stderr.
     static func diagnostic(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        sink.err(Data((text + "\n").utf8))
     }
 
     /// Prints a command's result on stdout: the canonical JSON document with `--json`, else its
     /// text form.
     static func emit(_ report: some RenderedReport, json: Bool) throws {
         if json {
-            FileHandle.standardOutput.write(try ManifestCoding.encode(report))
+            sink.out(try ManifestCoding.encode(report))
         } else {
             for l in report.textLines { line(l) }
         }
@@ -55,7 +70,7 @@ enum Output {
                 }
             }
             if let data = try? ManifestCoding.encode(Failure(error: .init(code: code, message: message))) {
-                FileHandle.standardOutput.write(data)
+                sink.out(data)
             }
         }
         return ExitStatus.failure

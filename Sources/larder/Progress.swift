@@ -65,7 +65,7 @@ final class ProgressRenderer: @unchecked Sendable {
     /// A renderer; `write` receives each piece of output (stderr by default).
     init(
         mode: Mode, interval: TimeInterval = 0.25, clock: @escaping () -> Date = { Date() },
-        write: @escaping (String) -> Void = { FileHandle.standardError.write(Data($0.utf8)) }
+        write: @escaping (String) -> Void = { [sink = Output.sink] in sink.err(Data($0.utf8)) }
     ) {
         self.mode = mode
         self.interval = interval

@@ -1,47 +1,37 @@
 import Foundation
+import LarderTestSupport
+import SystemPackage
 import Testing
 
-/// The package root, found from this file's path.
-let packageRoot = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-
-/// A fresh temporary directory, removed by the caller with `cleanup()`.
-struct TempDir {
-    let url: URL
-    init() throws {
-        url = FileManager.default.temporaryDirectory.appendingPathComponent("larder-test-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-    var path: String { url.path }
-    func cleanup() { try? FileManager.default.removeItem(at: url) }
-}
-
-/// Runs a program, failing the test when it cannot start or exits non-zero.
+/// Runs a program, failing the test when it cannot start or exits non-zero; returns its stdout.
 @discardableResult
 func run(_ program: String, _ args: [String], cwd: URL? = nil) throws -> Data {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    p.arguments = [program] + args
-    if let cwd { p.currentDirectoryURL = cwd }
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle.nullDevice
-    try p.run()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    try #require(p.terminationStatus == 0, "\(program) \(args) exited \(p.terminationStatus)")
-    return data
+    try runTool(program, args, cwd: cwd).stdoutData
 }
 
 /// The zips made by scripts/fixtures/make-zips.py, with the outcome each must have.
-struct ZipFixtures {
-    let dir: TempDir
+/// They are generated once per test process into a temporary directory, read into memory, and
+/// the directory is removed at once; `path(_:)` writes one into the current test's directory.
+struct ZipFixtures: Sendable {
     let expected: [String: String]
+    let bytes: [String: Data]
 
     init() throws {
-        dir = try TempDir()
-        let script = packageRoot.appendingPathComponent("scripts/fixtures/make-zips.py").path
-        let json = try run("python3", [script, dir.path])
-        expected = try JSONDecoder().decode([String: String].self, from: json)
+        (expected, bytes) = try withTemporaryDirectory("zip-fixtures") { dir in
+            let script = TestPaths.packageRoot.appendingPathComponent("scripts/fixtures/make-zips.py").path
+            let json = try run("python3", [script, dir.path])
+            let expected = try JSONDecoder().decode([String: String].self, from: json)
+            var bytes: [String: Data] = [:]
+            for name in expected.keys { bytes[name] = try Data(contentsOf: dir.appending(name)) }
+            return (expected, bytes)
+        }
+    }
+
+    /// The fixture `name` as a file in the current test's temporary directory.
+    func path(_ name: String) throws -> FilePath {
+        guard let data = bytes[name] else { throw TestSupportError("no fixture \(name)") }
+        let url = try TemporaryDirectory.forCurrentTest().appending("fixture-\(name)")
+        if !FileManager.default.fileExists(atPath: url.path) { try data.write(to: url) }
+        return FilePath(url.path)
     }
 }

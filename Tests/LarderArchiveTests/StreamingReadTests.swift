@@ -1,6 +1,7 @@
 import Foundation
 import LarderArchive
 import LarderCore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -41,7 +42,7 @@ final class ChunkedSource: ArchiveByteSource {
     }
 }
 
-@Suite("Streamed zip reading")
+@Suite("Streamed zip reading", .temporaryDirectory("zip"))
 struct StreamingReadTests {
     /// Every fixture: what the reader of a complete file accepts, a streamed read accepts with the
     /// same listing; what it refuses, a streamed read refuses too.
@@ -49,7 +50,7 @@ struct StreamingReadTests {
     func streamedReadAgreesWithFileRead(seed: UInt64) throws {
         let fx = try ZipReaderTests.fixtures.get()
         for (name, expected) in fx.expected.sorted(by: { $0.key < $1.key }) {
-            let path = FilePath(fx.dir.url.appendingPathComponent(name).path)
+            let path = try fx.path(name)
             let source = try ChunkedSource(path, seed: seed)
             var consumer = ValidatingConsumer()
             var reader = ZipReader()
@@ -73,7 +74,7 @@ struct StreamingReadTests {
     /// The entry hidden between two others is found by the structure check, whichever reader.
     @Test func hiddenEntryIsRefused() throws {
         let fx = try ZipReaderTests.fixtures.get()
-        let path = FilePath(fx.dir.url.appendingPathComponent("hidden-entry.zip").path)
+        let path = try fx.path("hidden-entry.zip")
         #expect(throws: ArchiveError.self) { try ZipReader().validate(path) }
         let source = try ChunkedSource(path, seed: 7)
         var consumer = ValidatingConsumer()
@@ -90,7 +91,7 @@ struct StreamingReadTests {
     /// never asks for the complete file.
     @Test func aFailingSourceStopsTheRead() throws {
         let fx = try ZipReaderTests.fixtures.get()
-        let path = FilePath(fx.dir.url.appendingPathComponent("infozip.zip").path)
+        let path = try fx.path("infozip.zip")
         let size = try Data(contentsOf: URL(fileURLWithPath: path.string)).count
         let source = try ChunkedSource(path, seed: 3, failAfter: 40)
         var consumer = ValidatingConsumer()

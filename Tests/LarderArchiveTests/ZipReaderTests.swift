@@ -1,10 +1,11 @@
 import Foundation
 import LarderArchive
 import LarderCore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
-@Suite("Hardened zip reader")
+@Suite("Hardened zip reader", .temporaryDirectory("zip"))
 struct ZipReaderTests {
     /// One generation of the fixtures for the whole suite.
     static let fixtures = Result { try ZipFixtures() }
@@ -18,7 +19,7 @@ struct ZipReaderTests {
         }
         #expect(fx.expected.count >= 25)
         for (name, expected) in fx.expected.sorted(by: { $0.key < $1.key }) {
-            let path = FilePath(fx.dir.url.appendingPathComponent(name).path)
+            let path = try fx.path(name)
             let outcome: Result<ArchiveListing, ArchiveError>
             do throws(ArchiveError) { outcome = .success(try ZipReader().validate(path)) } catch { outcome = .failure(error) }
             switch outcome {
@@ -42,9 +43,9 @@ struct ZipReaderTests {
     /// that changes it is noticed.
     @Test func libarchiveNameNormalisation() throws {
         let fx = try Self.fixtures.get()
-        let nfd = try ZipReader().validate(FilePath(fx.dir.url.appendingPathComponent("nfd-flagged.zip").path))
+        let nfd = try ZipReader().validate(try fx.path("nfd-flagged.zip"))
         #expect(nfd.files.contains { $0.path.string == "caf\u{e9}.txt" })
-        let fifo = try ZipReader().validate(FilePath(fx.dir.url.appendingPathComponent("fifo-as-regular.zip").path))
+        let fifo = try ZipReader().validate(try fx.path("fifo-as-regular.zip"))
         #expect(fifo.files.contains { $0.path.string == "pipe" && $0.size == 0 })
     }
 
@@ -53,7 +54,7 @@ struct ZipReaderTests {
     @Test func parallelHashingAgrees() throws {
         let fx = try Self.fixtures.get()
         for (name, expected) in fx.expected where expected == "ok" {
-            let path = FilePath(fx.dir.url.appendingPathComponent(name).path)
+            let path = try fx.path(name)
             var inline = ZipReader()
             inline.parallelHashing = false
             var parallel = ZipReader()
@@ -70,13 +71,12 @@ struct ZipReaderTests {
     @Test func mutatedArchivesNeverCrash() throws {
         let fx = try Self.fixtures.get()
         var rng = SplitMix(seed: 0x1A2D_E12)
-        let tmp = try TempDir()
-        defer { tmp.cleanup() }
+        let tmp = try TemporaryDirectory.forCurrentTest()
         let target = tmp.url.appendingPathComponent("m.zip")
         var outcomes = [String: Int]()
         var streamedAccepted = 0
         for name in ["python-deflated.zip", "python-zip64.zip", "infozip-stream.zip", "bsdtar.zip"] {
-            let original = [UInt8](try Data(contentsOf: fx.dir.url.appendingPathComponent(name)))
+            let original = [UInt8](fx.bytes[name] ?? Data())
             for _ in 0..<400 {
                 var bytes = original
                 for _ in 0..<Int(rng.next() % 4 + 1) {
@@ -115,8 +115,9 @@ struct ZipReaderTests {
         let cases = ["dotdot.zip": "../x", "symlink.zip": "link", "absolute.zip": "/tmp/x", "duplicate.zip": "index.html",
                      "case-collision.zip": "INDEX.html"]
         for (name, entry) in cases {
+            let path = try fx.path(name)
             do throws(ArchiveError) {
-                _ = try ZipReader().validate(FilePath(fx.dir.url.appendingPathComponent(name).path))
+                _ = try ZipReader().validate(path)
                 Issue.record("\(name) must be refused")
             } catch {
                 #expect(error.description.contains(entry), "\(name): \(error.description)")
@@ -126,7 +127,7 @@ struct ZipReaderTests {
 
     @Test func limitsAreApplied() throws {
         let fx = try Self.fixtures.get()
-        let path = FilePath(fx.dir.url.appendingPathComponent("python-deflated.zip").path)
+        let path = try fx.path("python-deflated.zip")
         var few = TreeLimits.standard
         few.maxFiles = 2
         #expect(throws: ArchiveError.tooManyFiles(limit: 2)) { try ZipReader(limits: few).validate(path) }
@@ -154,7 +155,7 @@ struct ZipReaderTests {
             mutating func endFile(_ path: RelativePath, size: Int64) throws { ended.append((path, size)) }
         }
         var c = Collect()
-        let listing = try ZipReader().read(FilePath(fx.dir.url.appendingPathComponent("bsdtar.zip").path), into: &c)
+        let listing = try ZipReader().read(try fx.path("bsdtar.zip"), into: &c)
         #expect(c.data["index.html"] == Data("<h1>hi</h1>".utf8))
         #expect(c.ended.count == 3)
         for (path, size) in c.ended { #expect(Int64(c.data[path.string]?.count ?? -1) == size) }
@@ -170,7 +171,7 @@ struct ZipReaderTests {
         }
         var f = Failing()
         #expect(throws: ArchiveError.self) {
-            try ZipReader().read(FilePath(fx.dir.url.appendingPathComponent("infozip.zip").path), into: &f)
+            try ZipReader().read(try fx.path("infozip.zip"), into: &f)
         }
     }
 }
@@ -188,7 +189,7 @@ struct SplitMix {
     }
 }
 
-@Suite("Deterministic writer and gzip")
+@Suite("Deterministic writer and gzip", .temporaryDirectory("zip"))
 struct WriterTests {
     func makeTree(_ dir: URL) throws -> [(path: RelativePath, source: FilePath)] {
         let files = ["index.html": "<h1>x</h1>", "img/a.png": String(repeating: "p", count: 5000), "z/é.txt": "e",
@@ -204,8 +205,7 @@ struct WriterTests {
     }
 
     @Test func sameTreeSameBytes() throws {
-        let tmp = try TempDir()
-        defer { tmp.cleanup() }
+        let tmp = try TemporaryDirectory.forCurrentTest()
         let files = try makeTree(tmp.url.appendingPathComponent("src"))
         let a = FilePath(tmp.url.appendingPathComponent("a.zip").path)
         let b = FilePath(tmp.url.appendingPathComponent("b.zip").path)
@@ -232,8 +232,7 @@ struct WriterTests {
     /// inflate call fills it exactly) and odd sizes around it.
     @Test(arguments: [0, 1, 262_143, 262_144, 262_145, 524_288, 1_048_576])
     func gzipBufferBoundaries(_ size: Int) throws {
-        let tmp = try TempDir()
-        defer { tmp.cleanup() }
+        let tmp = try TemporaryDirectory.forCurrentTest()
         let src = tmp.url.appendingPathComponent("in.bin")
         let data = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 / 97) })
         try data.write(to: src)
@@ -244,8 +243,7 @@ struct WriterTests {
     }
 
     @Test func gzipRoundTrip() throws {
-        let tmp = try TempDir()
-        defer { tmp.cleanup() }
+        let tmp = try TemporaryDirectory.forCurrentTest()
         let src = tmp.url.appendingPathComponent("in.bin")
         var data = Data()
         for i in 0..<300_000 { data.append(UInt8(truncatingIfNeeded: i * 7 / 3)) }

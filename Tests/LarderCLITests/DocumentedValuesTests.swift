@@ -1,5 +1,6 @@
 import Foundation
 import Larder
+import LarderTestSupport
 import Testing
 
 @testable import larder

@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -12,175 +13,29 @@ import Testing
 // that craft fixtures) with a timeout, and gives each test its own scratch directory. Every
 // fixture is generated here, on the fly; nothing hostile is committed to the repository.
 
-/// A failure of the harness itself (missing binary, timeout, a fixture tool that failed). Thrown
-/// errors fail the test that hit them, with this message.
-struct HarnessError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
-}
+/// A failure of the harness itself (a fixture tool that failed, a missing file).
+typealias HarnessError = TestSupportError
 
-// MARK: - Locating the binary
-
-/// The package root: three levels above this file (`<root>/Tests/LarderCLITests/Harness.swift`).
-let packageRoot: URL = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+/// The package root.
+let packageRoot: URL = TestPaths.packageRoot
 
 /// `Examples/sample-app`, the good tree most tests pack.
-let sampleApp: URL = packageRoot.appendingPathComponent("Examples/sample-app")
-
-/// Where the `larder` executable is, or why it could not be found. Computed once.
-let larderBinary: Result<URL, HarnessError> = locateLarder()
-
-private func isExecutable(_ url: URL) -> Bool {
-    var st = stat()
-    guard stat(url.path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return false }
-    return access(url.path, X_OK) == 0
-}
-
-private func modificationTime(_ url: URL) -> Date {
-    (try? FileManager.default.attributesOfItem(atPath: url.path)[.modificationDate] as? Date) ?? .distantPast
-}
-
-/// Looks for `larder`: `$LARDER_BIN`; next to the test bundle (the build products directory);
-/// then `<package>/.build*/**/debug/larder`, the most recently built one.
-private func locateLarder() -> Result<URL, HarnessError> {
-    var tried: [String] = []
-    if let env = ProcessInfo.processInfo.environment["LARDER_BIN"], !env.isEmpty {
-        let url = URL(fileURLWithPath: env)
-        if isExecutable(url) { return .success(url) }
-        return .failure(HarnessError("LARDER_BIN=\(env) is not an executable file"))
-    }
-    // The xctest bundle (an executable on Linux, a directory on macOS) sits in the products dir.
-    var productDirs: [URL] = []
-    let arg0 = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
-    productDirs.append(arg0.deletingLastPathComponent())
-    let bundle = Bundle.main.bundleURL.standardizedFileURL
-    productDirs.append(bundle)
-    productDirs.append(bundle.deletingLastPathComponent())
-    for b in Bundle.allBundles where b.bundleURL.pathExtension == "xctest" {
-        productDirs.append(b.bundleURL.deletingLastPathComponent())
-    }
-    // macOS: <products>/X.xctest/Contents/MacOS/X.
-    var walk = arg0
-    for _ in 0..<4 {
-        walk = walk.deletingLastPathComponent()
-        if walk.pathExtension == "xctest" { productDirs.append(walk.deletingLastPathComponent()) }
-    }
-    for dir in productDirs {
-        let candidate = dir.appendingPathComponent("larder")
-        tried.append(candidate.path)
-        if isExecutable(candidate) { return .success(candidate) }
-    }
-    // Fallback: any scratch directory of this package.
-    var found: [URL] = []
-    let fm = FileManager.default
-    if let scratch = try? fm.contentsOfDirectory(atPath: packageRoot.path) {
-        for s in scratch where s.hasPrefix(".build") {
-            let base = packageRoot.appendingPathComponent(s)
-            var candidates = [base.appendingPathComponent("debug/larder")]
-            if let triples = try? fm.contentsOfDirectory(atPath: base.path) {
-                candidates += triples.map { base.appendingPathComponent("\($0)/debug/larder") }
-            }
-            for c in candidates {
-                tried.append(c.path)
-                if isExecutable(c) { found.append(c) }
-            }
-        }
-    }
-    if let newest = found.max(by: { modificationTime($0) < modificationTime($1) }) { return .success(newest) }
-    return .failure(HarnessError(
-        "the larder executable was not found; build it first (swift build --scratch-path .build-cli) or set LARDER_BIN. Looked at: "
-            + tried.joined(separator: ", ")))
-}
+let sampleApp: URL = TestPaths.sampleApp
 
 // MARK: - Running processes
-
-/// The outcome of one process run.
-struct RunResult: CustomStringConvertible {
-    var status: Int32
-    var stdout: String
-    var stderr: String
-    var stdoutData: Data
-
-    /// Both streams, for messages that may land on either.
-    var output: String { stdout + "\n" + stderr }
-
-    var description: String { "exit \(status)\n--- stdout\n\(stdout)--- stderr\n\(stderr)" }
-}
-
-/// Runs `executable` with `arguments` in `cwd`, capturing both streams (through files, so a
-/// chatty child can never block on a full pipe), and kills it after `timeout` seconds.
-func runProcess(
-    _ executable: URL, _ arguments: [String], cwd: URL? = nil, timeout: TimeInterval = 60,
-    environment: [String: String] = [:]
-) throws -> RunResult {
-    let fm = FileManager.default
-    let capture = fm.temporaryDirectory.appendingPathComponent("larder-cli-run-\(UUID().uuidString)")
-    try fm.createDirectory(at: capture, withIntermediateDirectories: true)
-    defer { try? fm.removeItem(at: capture) }
-    let outURL = capture.appendingPathComponent("stdout")
-    let errURL = capture.appendingPathComponent("stderr")
-    _ = fm.createFile(atPath: outURL.path, contents: nil)
-    _ = fm.createFile(atPath: errURL.path, contents: nil)
-    let outHandle = try FileHandle(forWritingTo: outURL)
-    let errHandle = try FileHandle(forWritingTo: errURL)
-
-    let process = Process()
-    process.executableURL = executable
-    process.arguments = arguments
-    if !environment.isEmpty {
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-    }
-    if let cwd { process.currentDirectoryURL = cwd }
-    process.standardInput = FileHandle.nullDevice
-    process.standardOutput = outHandle
-    process.standardError = errHandle
-    let done = DispatchSemaphore(value: 0)
-    process.terminationHandler = { _ in done.signal() }
-    do {
-        try process.run()
-    } catch {
-        try? outHandle.close()
-        try? errHandle.close()
-        throw HarnessError("cannot start \(executable.path): \(error)")
-    }
-    var timedOut = false
-    if done.wait(timeout: .now() + timeout) == .timedOut {
-        timedOut = true
-        process.terminate()
-        if done.wait(timeout: .now() + 5) == .timedOut { kill(process.processIdentifier, SIGKILL) }
-        _ = done.wait(timeout: .now() + 5)
-    }
-    try? outHandle.close()
-    try? errHandle.close()
-    let out = (try? Data(contentsOf: outURL)) ?? Data()
-    let err = (try? Data(contentsOf: errURL)) ?? Data()
-    let result = RunResult(
-        status: timedOut ? -1 : process.terminationStatus,
-        stdout: String(decoding: out, as: UTF8.self), stderr: String(decoding: err, as: UTF8.self), stdoutData: out)
-    if timedOut {
-        throw HarnessError("\(executable.lastPathComponent) \(arguments.joined(separator: " ")) timed out after \(timeout)s\n\(result)")
-    }
-    return result
-}
 
 /// Runs the `larder` CLI. Throws (failing the test) when the binary is missing.
 @discardableResult
 func larder(
     _ arguments: [String], cwd: URL? = nil, timeout: TimeInterval = 60, environment: [String: String] = [:]
 ) throws -> RunResult {
-    let binary = try larderBinary.get()
-    return try runProcess(binary, arguments, cwd: cwd, timeout: timeout, environment: environment)
+    try LarderBinary.run(arguments, cwd: cwd, timeout: timeout, environment: environment)
 }
 
 /// Runs a helper tool found on PATH (python3, zip, bsdtar, gzip) and requires exit 0.
 @discardableResult
 func tool(_ name: String, _ arguments: [String], cwd: URL? = nil) throws -> RunResult {
-    let result = try runProcess(URL(fileURLWithPath: "/usr/bin/env"), [name] + arguments, cwd: cwd, timeout: 60)
-    guard result.status == 0 else {
-        throw HarnessError("fixture tool \(name) \(arguments.joined(separator: " ")) failed: \(result)")
-    }
-    return result
+    try runTool(name, arguments, cwd: cwd, timeout: 60)
 }
 
 /// Runs a Python 3 script (arguments reach it as sys.argv[1...]).
@@ -191,20 +46,9 @@ func python(_ script: String, _ arguments: [String] = [], cwd: URL? = nil) throw
 
 // MARK: - Scratch directories
 
-/// Runs `body` with a fresh empty directory (temporaryDirectory + UUID) and removes it after.
+/// Runs `body` with a fresh empty directory and removes it after.
 func withSandbox<T>(_ body: (URL) throws -> T) throws -> T {
-    let fm = FileManager.default
-    let dir = fm.temporaryDirectory.appendingPathComponent("larder-cli-\(UUID().uuidString)", isDirectory: true)
-    try fm.createDirectory(at: dir, withIntermediateDirectories: true)
-    defer { removeTree(dir) }
-    return try body(dir.resolvingSymlinksInPath())
-}
-
-/// Removes a tree, including directories whose permissions or odd names upset FileManager.
-func removeTree(_ url: URL) {
-    if (try? FileManager.default.removeItem(at: url)) == nil {
-        _ = try? runProcess(URL(fileURLWithPath: "/bin/rm"), ["-rf", url.path], timeout: 30)
-    }
+    try withTemporaryDirectory("cli") { dir in try body(dir.url) }
 }
 
 // MARK: - Files

@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderTestSupport
 import Testing
 
 @Suite("larder keygen")

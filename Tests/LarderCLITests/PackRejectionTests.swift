@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderTestSupport
 import Testing
 
 /// Whether `haystack` contains `needle` byte for byte (String.contains compares canonically

@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderTestSupport
 import Testing
 
 /// A small site: nested directories, relative links in HTML and CSS, a binary file.

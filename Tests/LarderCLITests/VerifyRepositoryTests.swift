@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderTestSupport
 import Testing
 
 /// The stdout line reporting `[code]`, if any.

@@ -4,21 +4,22 @@ import LarderFileSystem
 import LarderCore
 import LarderPublish
 import SystemPackage
+import LarderTestSupport
 import Testing
 
 /// The package root, found from this file's path.
-let packageRoot = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+let packageRoot = TestPaths.packageRoot
 
 /// A temporary workspace with a copy of the sample app, a key and a repository path.
 struct Workspace {
+    let temporary: TemporaryDirectory
     let root: URL
     let key = PrivateKey()
 
     init() throws {
-        root = FileManager.default.temporaryDirectory.appendingPathComponent("larder-publish-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("Examples/sample-app"), to: app)
+        temporary = try TemporaryDirectory("publish")
+        root = temporary.url
+        try FileManager.default.copyItem(at: TestPaths.sampleApp, to: app)
     }
 
     var app: URL { root.appendingPathComponent("app") }
@@ -54,7 +55,7 @@ struct Workspace {
 
     func verify() -> VerifyReport { Verifier(trustedKeys: [key.publicKey]).verifyRepository(repoPath) }
 
-    func cleanup() { try? FileManager.default.removeItem(at: root) }
+    func cleanup() { temporary.remove() }
 }
 
 @Suite("Publisher")
@@ -330,12 +331,7 @@ struct VerifierTests {
         defer { ws.cleanup() }
         let bundle = ws.repo.appendingPathComponent("packages/sample-app/1.0.0/bundle.zip")
         let script = "import zipfile,sys\nwith zipfile.ZipFile(sys.argv[1],'w') as z:\n z.writestr('index.html','<h1>x</h1>')\n z.writestr('../x','escape')\n"
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["python3", "-c", script, bundle.path]
-        try p.run()
-        p.waitUntilExit()
-        try #require(p.terminationStatus == 0)
+        try runTool("python3", ["-c", script, bundle.path])
         let d = try Data(contentsOf: bundle)
         var idx = try ws.index()
         idx.packages[0].bundle = BlobRef(path: idx.packages[0].bundle.path, size: Int64(d.count), sha256: SHA256Digest.of(d))

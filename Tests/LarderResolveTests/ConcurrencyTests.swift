@@ -3,28 +3,15 @@ import LarderCore
 import LarderResolve
 import LarderStore
 import SystemPackage
+import LarderTestSupport
 import Testing
-
-/// The built `larder` binary: $LARDER_BIN, else the debug build next to the package.
-func larderBinary() -> String {
-    if let b = ProcessInfo.processInfo.environment["LARDER_BIN"], !b.isEmpty { return b }
-    return packageRoot.appendingPathComponent(".build/debug/larder").path
-}
 
 /// Runs `larder` with `args`; returns stdout, failing the test on a non-zero exit.
 @discardableResult
 func larder(_ args: [String]) throws -> String {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: larderBinary())
-    p.arguments = args
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle.nullDevice
-    try p.run()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    #expect(p.terminationStatus == 0, "larder \(args.joined(separator: " ")) exited \(p.terminationStatus)")
-    return String(decoding: data, as: UTF8.self)
+    let r = try LarderBinary.run(args, timeout: 120)
+    #expect(r.status == 0, "larder \(args.joined(separator: " ")) exited \(r.status): \(r.stderr)")
+    return r.stdout
 }
 
 /// What the resolving threads saw.

@@ -5,6 +5,7 @@ import LarderPublish
 import LarderResolve
 import LarderStore
 import SystemPackage
+import LarderTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -13,44 +14,43 @@ import Testing
     import Darwin
 #endif
 
-let packageRoot = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+let packageRoot = TestPaths.packageRoot
 
 /// A repository with the sample app packed under `https://app.example.com/` (and a second
 /// package under `/docs/`), and a sandbox that installs from it directly (no sync: the resolver
 /// only needs the state, the file lists and the cached index).
 final class ResolveEnv: @unchecked Sendable {
-    let dir: URL
-    let repo: URL
+    let temporary: TemporaryDirectory
+    let repository: SampleRepository
     let root: FilePath
-    let key = PrivateKey()
 
     init() throws {
-        let base = FileManager.default.isWritableFile(atPath: "/dev/shm") ? URL(fileURLWithPath: "/dev/shm") : FileManager.default.temporaryDirectory
-        dir = base.appendingPathComponent("larder-resolve-test-\(UUID().uuidString)")
-        repo = dir.appendingPathComponent("repo")
-        root = FilePath(dir.appendingPathComponent("sandbox").path)
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        temporary = try TemporaryDirectory("resolve")
+        repository = SampleRepository(in: temporary.url)
+        root = FilePath(temporary.appending("sandbox").path)
     }
 
-    func cleanup() { try? FileManager.default.removeItem(at: dir) }
+    var dir: URL { temporary.url }
+    var repo: URL { repository.url }
+    var key: PrivateKey { repository.key }
+
+    func cleanup() { temporary.remove() }
 
     /// Packs `version` of `id` (the sample app, with `catalog.json` naming the version), with
     /// routes and policy by package.
     func publish(_ version: String, id: String = "sample-app") throws {
-        let src = dir.appendingPathComponent("src-\(id)-\(version)")
-        try? FileManager.default.removeItem(at: src)
-        try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("Examples/sample-app"), to: src)
-        try Data("{\"version\": \"\(version)\", \"items\": []}\n".utf8).write(to: src.appendingPathComponent("data/catalog.json"))
-        var r = PackRequest(source: FilePath(src.path), repository: FilePath(repo.path), id: id, version: version)
-        if id == "sample-app" {
-            r.routes = ["https://app.example.com/"]
-            r.policy = Policy(mode: .localThenNetwork, bypass: ["/api/"])
-        } else {
-            r.routes = ["https://app.example.com/docs/"]
-            r.policy = Policy(mode: .localOnly)
+        let catalog = "{\"version\": \"\(version)\", \"items\": []}\n"
+        try repository.publish(
+            version, id: id, edit: { try Data(catalog.utf8).write(to: $0.appendingPathComponent("data/catalog.json")) }
+        ) { r in
+            if id == "sample-app" {
+                r.routes = ["https://app.example.com/"]
+                r.policy = Policy(mode: .localThenNetwork, bypass: ["/api/"])
+            } else {
+                r.routes = ["https://app.example.com/docs/"]
+                r.policy = Policy(mode: .localOnly)
+            }
         }
-        _ = try Publisher(key: key).pack(r)
     }
 
     func bundle(_ id: String, _ version: String) -> FilePath {

@@ -5,6 +5,7 @@ import LarderPublish
 import LarderStore
 import Logging
 import SystemPackage
+import LarderTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -18,9 +19,8 @@ import Testing
 // test process into a temporary directory that is read into memory and deleted at once. Each test
 // then writes the bytes it needs into its own temporary directory and removes it.
 
-/// The package root, found from this file's path.
-let packageRoot = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+/// The package root.
+let packageRoot = TestPaths.packageRoot
 
 let sampleID = "sample-app"
 let otherID = "other-app"
@@ -29,50 +29,19 @@ let sampleVersions = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0"]
 func pid(_ text: String) -> PackageID { PackageID(text)! }
 func ver(_ text: String) -> SemanticVersion { SemanticVersion(text)! }
 
-/// Where temporary directories go: $LARDER_TEST_TMPDIR, else /dev/shm when it is a writable
-/// directory (a memory file system: the store's fsync and syncfs calls cost nothing there, which
-/// keeps this suite fast on a busy disk; durability is the crash tests' business), else the
-/// system's temporary directory.
-let temporaryBase: URL = {
-    if let dir = ProcessInfo.processInfo.environment["LARDER_TEST_TMPDIR"], !dir.isEmpty {
-        return URL(fileURLWithPath: dir)
-    }
-    var isDir: ObjCBool = false
-    if FileManager.default.fileExists(atPath: "/dev/shm", isDirectory: &isDir), isDir.boolValue,
-        FileManager.default.isWritableFile(atPath: "/dev/shm")
-    {
-        return URL(fileURLWithPath: "/dev/shm")
-    }
-    return FileManager.default.temporaryDirectory
-}()
-
-/// A fresh temporary directory (UUID name), removed with `cleanup()`.
+/// A fresh temporary directory (see `TemporaryDirectory` for where), removed with `cleanup()`.
 struct TempDir {
-    let url: URL
-    init(_ label: String = "store") throws {
-        url = temporaryBase.appendingPathComponent("larder-\(label)-test-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
-    }
-    var path: String { url.path }
-    func cleanup() { try? FileManager.default.removeItem(at: url) }
+    let dir: TemporaryDirectory
+    init(_ label: String = "store") throws { dir = try TemporaryDirectory(label) }
+    var url: URL { dir.url }
+    var path: String { dir.path }
+    func cleanup() { dir.remove() }
 }
 
 /// Runs a program through /usr/bin/env, failing when it cannot start or exits non-zero.
 @discardableResult
 func run(_ program: String, _ args: [String]) throws -> Data {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-    p.arguments = [program] + args
-    let out = Pipe()
-    p.standardOutput = out
-    p.standardError = FileHandle.nullDevice
-    try p.run()
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    guard p.terminationStatus == 0 else {
-        throw FixtureError("\(program) \(args) exited \(p.terminationStatus)")
-    }
-    return data
+    try runTool(program, args).stdoutData
 }
 
 struct FixtureError: Error, CustomStringConvertible {
@@ -106,7 +75,7 @@ final class TestClock: @unchecked Sendable {
 /// Releases of the sample app packed by `Publisher` into a throw-away repository: bundle.zip and
 /// files.json of `sample-app` at every `sampleVersions` and of `other-app` 1.0.0 and 1.1.0, each
 /// version with its own data/catalog.json.
-struct SampleRepository: Sendable {
+struct SampleReleases: Sendable {
     struct Release: Sendable {
         let bundle: Data
         let listBytes: Data
@@ -115,36 +84,33 @@ struct SampleRepository: Sendable {
 
     let releases: [String: Release]
 
-    static let shared: Result<SampleRepository, any Error> = Result { try make() }
+    static let shared: Result<SampleReleases, any Error> = Result { try make() }
 
-    static func get() throws -> SampleRepository { try shared.get() }
+    static func get() throws -> SampleReleases { try shared.get() }
 
     func release(_ version: String, id: String = sampleID) throws -> Release {
         try #require(releases["\(id)@\(version)"], "no release \(id)@\(version) was packed")
     }
 
-    private static func make() throws -> SampleRepository {
+    private static func make() throws -> SampleReleases {
         let tmp = try TempDir("publish")
         defer { tmp.cleanup() }
-        let app = tmp.url.appendingPathComponent("app")
-        try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("Examples/sample-app"), to: app)
-        let repo = FilePath(tmp.url.appendingPathComponent("repo").path)
-        let publisher = Publisher(key: PrivateKey())
+        let repository = SampleRepository(in: tmp.url)
+        let repo = repository.path
         var out: [String: Release] = [:]
         for (id, versions) in [(sampleID, sampleVersions), (otherID, Array(sampleVersions.prefix(2)))] {
             for v in versions {
                 let catalog = "{\"id\": \"\(id)\", \"version\": \"\(v)\", \"items\": []}\n"
-                try Data(catalog.utf8).write(to: app.appendingPathComponent("data/catalog.json"))
-                var request = PackRequest(source: FilePath(app.path), repository: repo, id: id, version: v)
-                request.routes = ["https://\(id).example.com/"]
-                let report = try publisher.pack(request)
+                let report = try repository.publish(
+                    v, id: id, edit: { app in try Data(catalog.utf8).write(to: app.appendingPathComponent("data/catalog.json")) }
+                ) { $0.routes = ["https://\(id).example.com/"] }
                 let bundle = try Data(contentsOf: URL(fileURLWithPath: repo.appending(report.bundle.path).string))
                 let listBytes = try Data(contentsOf: URL(fileURLWithPath: repo.appending(report.fileList.path).string))
                 let list = try ManifestCoding.decode(FileList.self, from: listBytes, document: "files.json")
                 out["\(id)@\(v)"] = Release(bundle: bundle, listBytes: listBytes, list: list)
             }
         }
-        return SampleRepository(releases: out)
+        return SampleReleases(releases: out)
     }
 }
 
@@ -232,12 +198,12 @@ final class StoreEnv {
 
     /// The packed bundle of a sample release, written into `bundles/`.
     func bundle(_ version: String, id: String = sampleID) throws -> FilePath {
-        try write(try SampleRepository.get().release(version, id: id).bundle, named: "\(id)-\(version).zip")
+        try write(try SampleReleases.get().release(version, id: id).bundle, named: "\(id)-\(version).zip")
     }
 
     /// The files.json of a sample release.
     func list(_ version: String, id: String = sampleID) throws -> FileList {
-        try SampleRepository.get().release(version, id: id).list
+        try SampleReleases.get().release(version, id: id).list
     }
 
     /// Installs a sample release (verified against its files.json unless `withList` is false).

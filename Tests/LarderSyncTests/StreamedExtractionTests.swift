@@ -105,8 +105,7 @@ struct StreamedExtractionTests {
     /// The sample app plus 4 MiB of incompressible files, so that the extraction's batches
     /// (1 MiB) reach the disk while the second half of the bundle has not arrived.
     func publishLarge(_ env: SyncEnv, _ version: String) throws {
-        let src = env.dir.appendingPathComponent("src-sample-app-\(version)")
-        try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("Examples/sample-app"), to: src)
+        let src = try env.repository.source("sample-app", version)
         let big = src.appendingPathComponent("media")
         try FileManager.default.createDirectory(at: big, withIntermediateDirectories: true)
         var rng = SystemRandomNumberGenerator()

@@ -7,43 +7,36 @@ import LarderStore
 import LarderFetch
 import LarderSync
 import SystemPackage
+import LarderTestSupport
 import Testing
 
-let packageRoot = URL(fileURLWithPath: #filePath)
-    .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+let packageRoot = TestPaths.packageRoot
 
 /// A repository (file://), its key, and a sandbox initialised to follow it.
 final class SyncEnv: @unchecked Sendable {
-    let dir: URL
-    let key = PrivateKey()
+    let temporary: TemporaryDirectory
+    let repository: SampleRepository
     var clock = Date()
 
     init() throws {
-        let base = FileManager.default.fileExists(atPath: "/dev/shm") ? URL(fileURLWithPath: "/dev/shm") : FileManager.default.temporaryDirectory
-        dir = base.appendingPathComponent("larder-sync-test-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        temporary = try TemporaryDirectory("sync")
+        repository = SampleRepository(in: temporary.url)
     }
 
-    var repo: URL { dir.appendingPathComponent("repo") }
+    var dir: URL { temporary.url }
+    var key: PrivateKey { repository.key }
+    var repo: URL { repository.url }
     var root: FilePath { FilePath(dir.appendingPathComponent("sandbox").path) }
 
-    func cleanup() { try? FileManager.default.removeItem(at: dir) }
+    func cleanup() { temporary.remove() }
 
-    /// Copies the sample app, applies `edit` to catalog.json's version line, packs it.
+    /// Packs a copy of the sample app whose catalogue names `catalog` (default: the version).
     @discardableResult
     func publish(_ version: String, id: String = "sample-app", catalog: String? = nil, deps: [String] = [], ttl: TimeInterval = 30 * 86400, at: Date? = nil) throws -> PackReport {
-        let src = dir.appendingPathComponent("src-\(id)-\(version)")
-        if !FileManager.default.fileExists(atPath: src.path) {
-            try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("Examples/sample-app"), to: src)
+        try repository.publish(version, id: id, edit: SampleRepository.setCatalogVersion(catalog ?? version), at: at ?? clock) {
+            $0.dependencies = deps
+            $0.timeToLive = ttl
         }
-        let cat = src.appendingPathComponent("data/catalog.json")
-        let text = try String(contentsOf: cat, encoding: .utf8).replacingOccurrences(of: "\"version\": \"1.0.0\"", with: "\"version\": \"\(catalog ?? version)\"")
-        try Data(text.utf8).write(to: cat)
-        var r = PackRequest(source: FilePath(src.path), repository: FilePath(repo.path), id: id, version: version)
-        r.dependencies = deps
-        r.timeToLive = ttl
-        let when = at ?? clock
-        return try Publisher(key: key, now: { when }).pack(r)
     }
 
     func initialise(keys: [PublicKey]? = nil) throws {

@@ -1,0 +1,83 @@
+import Foundation
+import LarderCore
+import LarderFetch
+import SystemPackage
+
+/// One call a transport received.
+public enum TransportCall: Sendable, Equatable {
+    /// `document(url, etag:)`.
+    case document(url: String, etag: String?)
+    /// `download(url, to:)`.
+    case download(url: String)
+}
+
+/// A transport that records every call and hands it to another (a real `FileTransport` by
+/// default), so a test can assert how many requests a sync made and in which order.
+public final class RecordingTransport: Transport, @unchecked Sendable {
+    // @unchecked: `calls` is guarded by `lock`; `inner` is immutable and Sendable.
+    private let inner: any Transport
+    private let lock = NSLock()
+    private var recorded: [TransportCall] = []
+
+    /// Records and forwards to `inner`.
+    public init(_ inner: any Transport = FileTransport()) { self.inner = inner }
+
+    /// The calls so far, in order.
+    public var calls: [TransportCall] {
+        lock.lock()
+        defer { lock.unlock() }
+        return recorded
+    }
+
+    private func record(_ c: TransportCall) {
+        lock.lock()
+        recorded.append(c)
+        lock.unlock()
+    }
+
+    /// Records, then forwards.
+    public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
+        record(.document(url: url.absoluteString, etag: etag))
+        return try await inner.document(url, etag: etag, maxBytes: maxBytes)
+    }
+
+    /// Records, then forwards.
+    public func download(
+        _ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?
+    ) async throws(FetchError) {
+        record(.download(url: url.absoluteString))
+        try await inner.download(url, to: part, expecting: expecting, progress: progress, watch: watch)
+    }
+}
+
+/// A transport that fails: every request whose URL ends with one of `failing`'s keys gets that
+/// key's error; any other request is forwarded to `inner` — or, without one, fails loudly as a
+/// call the test did not expect.
+public struct FailingTransport: Transport {
+    private let failing: [String: FetchError]
+    private let inner: (any Transport)?
+
+    /// Fails the requests whose URL ends with a key of `failing`; forwards the rest to `inner`.
+    public init(failing: [String: FetchError], forwardingTo inner: (any Transport)? = nil) {
+        self.failing = failing
+        self.inner = inner
+    }
+
+    private func check(_ url: URL) throws(FetchError) -> any Transport {
+        for (suffix, error) in failing where url.absoluteString.hasSuffix(suffix) { throw error }
+        guard let inner else { throw .io("unexpected request in a test: \(url.absoluteString)") }
+        return inner
+    }
+
+    /// Fails or forwards.
+    public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
+        try await check(url).document(url, etag: etag, maxBytes: maxBytes)
+    }
+
+    /// Fails or forwards.
+    public func download(
+        _ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?
+    ) async throws(FetchError) {
+        try await check(url).download(url, to: part, expecting: expecting, progress: progress, watch: watch)
+    }
+}
