@@ -9,6 +9,7 @@ public struct IndexIssue: Sendable, Equatable, CustomStringConvertible {
     /// What is wrong, for a person.
     public let message: String
 
+    /// The `message`, which starts with `<id> <version>: `.
     public var description: String { message }
 }
 

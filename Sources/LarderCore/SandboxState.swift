@@ -37,10 +37,13 @@ public enum HistoryEvent: String, Codable, Sendable, Equatable, CaseIterable {
 public struct HistoryEntry: Codable, Sendable, Equatable {
     /// What happened.
     public var event: HistoryEvent
+    /// The version the event concerns; nil when there is none (every event Larder records names one).
     public var version: SemanticVersion?
     /// The version that was active before, for activations and rollbacks.
     public var from: SemanticVersion?
+    /// Why, for a person (a failure's message, `installed with --force`, …); nil when none was given.
     public var reason: String?
+    /// When it happened, by the sandbox's clock in whole seconds.
     public var at: Date
 
     /// Creates an entry.
@@ -56,10 +59,13 @@ public struct HistoryEntry: Codable, Sendable, Equatable {
 /// A version present in the sandbox (its tree under `packages/<id>/<version>/`, its verified
 /// file list under `lists/<id>/<version>.json`).
 public struct InstalledVersion: Codable, Sendable, Equatable {
+    /// The version on disk.
     public var version: SemanticVersion
+    /// The number of files in its verified file list.
     public var fileCount: Int
     /// Sum of the file sizes.
     public var size: Int64
+    /// When it was placed on disk (or, for a tree found only on disk, when `doctor` recorded it).
     public var installedAt: Date
 
     /// Creates a record.
@@ -73,8 +79,11 @@ public struct InstalledVersion: Codable, Sendable, Equatable {
 
 /// A version that was rolled back off; it is never installed again automatically.
 public struct FailedVersion: Codable, Sendable, Equatable {
+    /// The version rolled back off, or revoked by the repository while not active.
     public var version: SemanticVersion
+    /// Why, for a person: the rollback's or the revocation's reason.
     public var reason: String
+    /// When it was recorded as failed.
     public var at: Date
 
     /// Creates a record.
@@ -104,9 +113,11 @@ public struct HealthPolicy: Sendable, Equatable, Codable {
 
 /// Everything the sandbox knows about one package.
 public struct PackageState: Codable, Sendable, Equatable {
+    /// The version served; nil before the first activation, or after its tree went missing.
     public var active: SemanticVersion?
     /// The last known good version, restored by a rollback.
     public var fallback: SemanticVersion?
+    /// Whether the active version is still pending or confirmed (a new package starts `confirmed`).
     public var health: Health
     /// Failures reported since the active version was activated.
     public var failures: Int
@@ -114,6 +125,7 @@ public struct PackageState: Codable, Sendable, Equatable {
     public var launches: Int
     /// Versions on disk, in installation order.
     public var versions: [InstalledVersion]
+    /// Versions rolled back off or revoked; `install` refuses them without `force`.
     public var failed: [FailedVersion]
     /// The most recent state changes, oldest first (bounded by `historyLimit`).
     public var history: [HistoryEntry]
@@ -213,9 +225,11 @@ public struct AcceptedIndex: Codable, Sendable, Equatable {
     public var serial: UInt64
     /// SHA-256 of the exact bytes accepted.
     public var sha256: SHA256Digest
+    /// When the accepted index expires, as it declares (signed).
     public var expires: Date
     /// The server's ETag, for the next conditional GET.
     public var etag: String?
+    /// When this sandbox accepted it, by the sync's clock.
     public var acceptedAt: Date
 
     /// Creates a record.
@@ -230,9 +244,11 @@ public struct AcceptedIndex: Codable, Sendable, Equatable {
 
 /// `state.json`: the sandbox's single source of truth, replaced atomically.
 public struct SandboxState: Codable, Sendable, Equatable {
+    /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
     public var schemaVersion: Int
     /// Grows with every write, so readers notice a change cheaply.
     public var generation: UInt64
+    /// Each package's state, keyed by package id text (read it through `subscript(id:)`).
     public var packages: [String: PackageState]
     /// The last accepted index (absent before the first sync).
     public var index: AcceptedIndex?

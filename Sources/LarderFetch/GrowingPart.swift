@@ -27,9 +27,11 @@ public final class GrowingPart: @unchecked Sendable {
 
     /// Why the stream ended without the complete archive.
     public struct Abandoned: Error, CustomStringConvertible {
+        /// Why: the transfer's failure, a restart, or a read error naming the path.
         public let description: String
     }
 
+    /// The part file followed.
     public let path: FilePath
     private let condition = NSCondition()
     private var available: Int64 = 0
@@ -87,6 +89,7 @@ public final class GrowingPart: @unchecked Sendable {
 
     // MARK: the reader's side
 
+    /// Reads the next bytes, waiting for them: 0 at the end, `Abandoned` if the transfer failed or restarted.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let base = buffer.baseAddress else { return 0 }
         condition.lock()
@@ -126,6 +129,7 @@ public final class GrowingPart: @unchecked Sendable {
         }
     }
 
+    /// Waits for the transfer to end: the path when the file is complete, else throws `Abandoned`.
     public func complete() throws -> FilePath {
         condition.lock()
         while phase == .running { condition.wait() }

@@ -23,6 +23,7 @@ public struct HTTPOptions: Sendable {
     public var stallTimeout: Double = 20
     /// Minimum average rate (bytes/s) over `floorWindow` seconds.
     public var minimumRate: Double = 2048
+    /// Seconds over which the average rate is measured against `minimumRate`.
     public var floorWindow: Double = 15
     /// Plain http to hosts other than loopback.
     public var allowInsecureHTTP = false
@@ -61,6 +62,7 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
         }
     }
 
+    /// GETs a document whole (with If-None-Match for `etag`), retrying 429, 5xx and lost connections.
     public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
         try checkScheme(url)
         var attempt = 0
@@ -80,6 +82,7 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
         }
     }
 
+    /// GETs into `part`, resuming with Range and If-Range and retrying within `deadline`, then verifies it.
     public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
         try checkScheme(url)
         let file = PartFileBox(try PartFile(part, url: url.absoluteString, expecting: expecting, watch: watch))

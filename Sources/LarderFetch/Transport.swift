@@ -22,7 +22,9 @@ public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
     case redirect(url: String, detail: String)
     /// Plain http to a non-loopback host without the explicit flag.
     case insecure(url: String)
+    /// The URL's scheme (the text, empty when there is none) is not https, http or file.
     case unsupportedScheme(String)
+    /// The part file, or a `file://` source, could not be read or written; the text names the path.
     case io(String)
 
     /// A stable machine-readable code.
@@ -42,6 +44,7 @@ public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// The URL concerned and what was wrong, for a person.
     public var description: String {
         switch self {
         case .status(let u, let c): "\(u): the server answered \(c)"
@@ -63,6 +66,7 @@ public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
 public struct FetchedDocument: Sendable, Equatable {
     /// The body; empty when `notModified`.
     public var data: Data
+    /// The ETag to send next time (`file://`: the quoted SHA-256 of the bytes); nil when there is none.
     public var etag: String?
     /// The server answered 304 to our If-None-Match.
     public var notModified: Bool
@@ -81,6 +85,7 @@ public struct Expectation: Sendable, Equatable {
     public var size: Int64?
     /// Upper bound when the size is not declared (objects).
     public var limit: Int64
+    /// The content's SHA-256, checked when the download ends; nil to skip the check (objects).
     public var sha256: SHA256Digest?
 
     /// Creates an expectation.
@@ -130,6 +135,7 @@ public struct FileTransport: Transport {
     /// Creates one.
     public init() {}
 
+    /// Reads the file at the URL's path whole; `notModified` when `etag` is still its ETag.
     public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
         let path = url.path
         guard let attrs = try? FileManager.default.attributesOfItem(atPath: path) else {
@@ -143,6 +149,7 @@ public struct FileTransport: Transport {
         return FetchedDocument(data: data, etag: tag, notModified: false)
     }
 
+    /// Copies the file at the URL's path into `part`, after the bytes `part` already holds, then verifies it.
     public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
         guard let input = FileHandle(forReadingAtPath: url.path) else { throw .status(url: url.absoluteString, code: 404) }
         defer { try? input.close() }

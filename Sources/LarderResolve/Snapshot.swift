@@ -7,8 +7,11 @@ import SystemPackage
 /// One immutable view of a sandbox for resolving: the route table of a state, the state's
 /// generation, and the state itself (for fallback versions). Built without taking the lock.
 public final class Snapshot: Sendable {
+    /// The routes of the active versions, from their file lists and the index's serving settings.
     public let table: RouteTable
+    /// The generation of the state it was read from (`SandboxState.generation`).
     public let generation: UInt64
+    /// The state it was read from (used to find fallback versions).
     public let state: SandboxState
     /// The serving settings of the last accepted index, by package id (this device's channel).
     let settings: [PackageID: PackageEntry]

@@ -32,11 +32,17 @@ public enum ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
 /// trusted, which channel and app version this device has, and its random device id (made once,
 /// kept across re-inits; it decides rollout buckets).
 public struct SyncConfig: Codable, Sendable, Equatable {
+    /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
     public var schemaVersion: Int
+    /// The repository's base URL (`https://`, `http://` or `file://`); `initialise` ends it with `/`.
     public var repository: String
+    /// The public keys an index's signature is checked against; a verified index may rotate them.
     public var trustedKeys: [KeyFile]
+    /// The release channel this device follows (`SyncOptions.channel` overrides it).
     public var channel: String
+    /// The app's version, compared with each release's `minClientVersion`.
     public var appVersion: SemanticVersion
+    /// A random id (32 hex digits from `initialise`), kept across re-inits; it decides rollout buckets.
     public var deviceId: String
     /// Plain http to hosts other than loopback.
     public var allowInsecureHTTP: Bool

@@ -15,7 +15,9 @@ import SystemPackage
 /// expires. Released by `release()` or when the lease is deallocated.
 public final class PinLease: @unchecked Sendable {
     // @unchecked: the only mutable field is `released`, guarded by `lock`.
+    /// The package whose version is held.
     public let id: PackageID
+    /// The version gc keeps while the lease is held.
     public let version: SemanticVersion
     let path: FilePath
     private let lock = NSLock()

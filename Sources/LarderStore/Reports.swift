@@ -21,9 +21,13 @@ public struct InstallReport: Sendable, Codable, Equatable {
     public var version: String
     /// What happened to it.
     public var outcome: InstallOutcome
+    /// The version active before the install; nil when there was none.
     public var previous: String?
+    /// The fallback version after the install; nil when there is none.
     public var fallback: String?
+    /// The number of files in the version.
     public var fileCount: Int
+    /// The version's files' total size, in bytes.
     public var size: Int64
     /// Whether the file list was given (verified against) or computed from the bundle (trusted).
     public var verifiedAgainstFileList: Bool
@@ -39,13 +43,17 @@ public struct HealthOutcome: Sendable, Codable, Equatable {
     public var health: Health
     /// Set when the event rolled the package back automatically.
     public var rolledBackTo: String?
+    /// The version rolled back off, set together with `rolledBackTo`.
     public var rolledBackFrom: String?
 }
 
 /// What a rollback did.
 public struct RollbackReport: Sendable, Codable, Equatable {
+    /// The package id.
     public var id: String
+    /// The version that was active before the rollback.
     public var from: String?
+    /// The version active now.
     public var to: String
 }
 
@@ -63,59 +71,84 @@ public struct PackageStatus: Sendable, Codable, Equatable {
 
     /// One version on disk.
     public struct Version: Sendable, Codable, Equatable {
+        /// The version, as SemVer text.
         public var version: String
+        /// The number of files in it.
         public var fileCount: Int
+        /// Its files' total size, in bytes.
         public var size: Int64
+        /// When it was placed on disk.
         public var installedAt: Date
+        /// Whether a live session pins it, so that gc keeps it.
         public var pinned: Bool
         /// What the version is to its package.
         public var role: Role
     }
+    /// The package id.
     public var id: String
+    /// The version served; nil when there is none.
     public var active: String?
+    /// The version a rollback restores; nil when there is none.
     public var fallback: String?
     /// The active version while it is not confirmed.
     public var pending: String?
     /// The active version's health.
     public var health: Health
+    /// Failures reported since the active version was activated or confirmed.
     public var failures: Int
+    /// Unconfirmed launches of the active version (counted while it is pending).
     public var launches: Int
+    /// The versions on disk, in installation order.
     public var versions: [Version]
+    /// The total size of the versions on disk, in bytes.
     public var diskUse: Int64
+    /// Versions rolled back off or revoked, never installed again automatically.
     public var failed: [FailedVersion]
+    /// The most recent state changes, oldest first (at most `PackageState.historyLimit`).
     public var history: [HistoryEntry]
 }
 
 /// `status` of a whole sandbox.
 public struct StatusReport: Sendable, Codable, Equatable {
+    /// The sandbox directory.
     public var root: String
+    /// The generation of the state read (it grows with every state write).
     public var generation: UInt64
+    /// One entry per package, sorted by id.
     public var packages: [PackageStatus]
 }
 
 /// What `gc` removed and kept.
 public struct GCReport: Sendable, Codable, Equatable {
+    /// The versions deleted, as `id@version`.
     public var removed: [String]
     /// Versions gc would have removed but a live session pins.
     public var keptPinned: [String]
+    /// The deleted versions' total file size, in bytes.
     public var freedBytes: Int64
 }
 
 /// What `doctor` found and, with repair, did.
 public struct DoctorReport: Sendable, Codable, Equatable {
+    /// Each problem found, as `id@version: …` or `state.json: …`; empty when all is well.
     public var problems: [String]
+    /// The versions on disk that match their file lists, as `id@version`.
     public var verifiedVersions: [String]
+    /// Whether `repair` rebuilt the state (only done when there were problems).
     public var repaired: Bool
+    /// Whether no problem was found; encoded as `ok` alongside the stored fields.
     public var ok: Bool { problems.isEmpty }
 
     enum CodingKeys: String, CodingKey { case problems, verifiedVersions, repaired, ok }
 
+    /// Creates a report.
     public init(problems: [String], verifiedVersions: [String], repaired: Bool) {
         self.problems = problems
         self.verifiedVersions = verifiedVersions
         self.repaired = repaired
     }
 
+    /// Decodes a report; an `ok` in the input is ignored, since it follows from `problems`.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         problems = try c.decode([String].self, forKey: .problems)
@@ -123,6 +156,7 @@ public struct DoctorReport: Sendable, Codable, Equatable {
         repaired = try c.decode(Bool.self, forKey: .repaired)
     }
 
+    /// Encodes the stored fields and the derived `ok`.
     public func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(problems, forKey: .problems)

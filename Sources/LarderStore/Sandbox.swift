@@ -23,17 +23,22 @@ public final class Sandbox {
     public struct Options: Sendable {
         /// How long a writer waits for another writer's lock.
         public var lockTimeout: Double = 10
+        /// The thresholds of the automatic rollback (3 failures, 3 unconfirmed launches by default).
         public var healthPolicy: HealthPolicy = .standard
+        /// The bounds the archive reader enforces on a bundle being installed.
         public var limits: TreeLimits = .standard
         /// Open even when state.json is unreadable (for `doctor`).
         public var allowCorruptState = false
+        /// The time written into state.json, rounded down to whole seconds; tests inject one.
         public var clock: @Sendable () -> Date = { Date() }
+        /// Where the store logs what it does (recovery, installs).
         public var logger = Logger(label: "larder.store")
 
         /// The defaults.
         public init() {}
     }
 
+    /// The paths of the sandbox's files and directories.
     public let layout: SandboxLayout
     /// The state as last written.
     public internal(set) var state: SandboxState

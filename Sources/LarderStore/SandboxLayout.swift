@@ -18,24 +18,35 @@ import SystemPackage
 /// <root>/pins/<id>/<version>/<lease>   live sessions that keep a version from deletion
 /// ```
 public struct SandboxLayout: Sendable {
+    /// The sandbox directory; every other path is under it.
     public let root: FilePath
 
     /// A layout rooted at `root`.
     public init(root: FilePath) { self.root = root }
 
+    /// `.lock`: the writers' lock file (flock); readers never take it.
     public var lock: FilePath { root.appending(".lock") }
+    /// `state.json`: the sandbox state, replaced atomically.
     public var state: FilePath { root.appending("state.json") }
+    /// `config.json`: the repository, trusted keys, channel and device id.
     public var config: FilePath { root.appending("config.json") }
     /// The last accepted repository index, byte for byte as it was verified.
     public var acceptedIndex: FilePath { root.appending("repository-index.json") }
     /// The signature file of `acceptedIndex`.
     public var acceptedSignature: FilePath { root.appending("repository-index.json.sig") }
+    /// `generation`: the last state's generation as 8 bytes, for readers to notice a change.
     public var generation: FilePath { root.appending("generation") }
+    /// `packages/`: the extracted trees, as `<id>/<version>/`.
     public var packages: FilePath { root.appending("packages") }
+    /// `lists/`: the verified file list of each tree, as `<id>/<version>.json`.
     public var lists: FilePath { root.appending("lists") }
+    /// `staging/`: extractions in progress; emptied by recovery.
     public var staging: FilePath { root.appending("staging") }
+    /// `downloads/`: partial downloads kept for resume.
     public var downloads: FilePath { root.appending("downloads") }
+    /// `trash/`: trees being deleted; emptied by recovery.
     public var trash: FilePath { root.appending("trash") }
+    /// `pins/`: the leases of live sessions, as `<id>/<version>/<lease>`.
     public var pins: FilePath { root.appending("pins") }
 
     /// `packages/<id>/<version>`: the id and version are validated types, so the path stays

@@ -6,6 +6,7 @@ import SystemPackage
 /// A sandbox opened for reading: takes no lock and never blocks on writers (state.json is
 /// replaced atomically, so a read sees the old state or the new one).
 public struct SandboxReader: Sendable {
+    /// The paths of the sandbox read.
     public let layout: SandboxLayout
 
     /// A reader of the sandbox at `root`.

@@ -10,7 +10,9 @@ import SystemPackage
 /// `Sandbox.install(staged:…)` makes the result part of the sandbox. An area left behind by a
 /// crash is emptied by the next `Sandbox.open`.
 public struct StagingArea: Sendable {
+    /// The package whose version is staged.
     public let id: PackageID
+    /// The version staged.
     public let version: SemanticVersion
     /// The directory (removed by `discard()`); the tree is extracted into its `tree/`.
     public let directory: FilePath

@@ -11,10 +11,15 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case corruptState(detail: String)
     /// state.json is missing while versions are on disk.
     case missingState
+    /// The text is not a valid package id.
     case badID(String)
+    /// The text is not a SemVer 2.0.0 version.
     case badVersion(String)
+    /// The sandbox has no such package, or no active version of it.
     case unknownPackage(String)
+    /// The version is not on disk in this sandbox.
     case notInstalled(id: String, version: String)
+    /// A rollback named no version and the package has no fallback on disk.
     case noFallback(id: String)
     /// The version was rolled back off before; installing it again needs `force`.
     case previouslyFailed(id: String, version: String, reason: String)
@@ -22,7 +27,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case archive(ArchiveError)
     /// The bundle's tree differs from the file list.
     case verification(id: String, version: String, problems: [String])
+    /// The file list does not fit the install (another id or version), or the bundle was not downloaded.
     case fileList(String)
+    /// A file-system call failed; the error names the operation, path and errno.
     case io(FileSystemError)
     /// The sandbox handle was closed (its lock released); open it again.
     case closed
@@ -60,6 +67,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// What was wrong and, where there is one, what to do (`doctor --repair`, `--force`, …).
     public var description: String {
         switch self {
         case .locked(let pid, let waited):

@@ -10,6 +10,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     case fetch(FetchError)
     /// The index is not signed by a trusted key (or the check itself failed).
     case signature(SigningError)
+    /// The signed index cannot be decoded (malformed, too large, or another schema version).
     case manifest(ManifestError)
     /// The index's serial is lower than one this sandbox accepted: a replayed old index.
     case rollbackAttack(serial: UInt64, accepted: UInt64)
@@ -17,6 +18,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     case serialReused(serial: UInt64)
     /// The index expired: nothing new is installed (what is installed keeps serving).
     case expired(String)
+    /// The sandbox could not be opened, read or written (locked, corrupt state, I/O).
     case store(StoreError)
 
     /// A stable machine-readable code.
@@ -33,6 +35,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// What stopped the sync, for a person.
     public var description: String {
         switch self {
         case .config(let e): e.description
