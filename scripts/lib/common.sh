@@ -97,10 +97,15 @@ larder_bin() {
 # (Debian's nginx-light would otherwise start a system nginx on port 80 during the install, and
 # the install would fail where port 80 is taken.) A package that brings a new nginx service is
 # also disabled at boot. Everything the scripts need from Debian is installed through here.
+# Whether dpkg lists the package $1 as installed.
+deb_installed() {
+  [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
+}
+
 ensure_packages() {
   local missing=() p
   for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    deb_installed "$p" || missing+=("$p")
   done
   [ ${#missing[@]} -gt 0 ] || return 0
   command -v apt-get >/dev/null || die "apt-get not found; install ${missing[*]} by hand"
@@ -110,7 +115,7 @@ ensure_packages() {
     sudo=sudo
   fi
   local had_nginx=""
-  dpkg-query -W -f='${Status}' nginx-common 2>/dev/null | grep -q "install ok installed" && had_nginx=1
+  deb_installed nginx-common && had_nginx=1
   warn "installing ${missing[*]}"
   # A subshell, so that its traps (removing the temporary policy) are its own.
   (
@@ -133,8 +138,7 @@ ensure_packages() {
       exit 1
     fi
   ) || die "apt-get install ${missing[*]} failed"
-  if [ -z "$had_nginx" ] && dpkg-query -W -f='${Status}' nginx-common 2>/dev/null | grep -q "install ok installed" &&
-    command -v systemctl >/dev/null; then
+  if [ -z "$had_nginx" ] && deb_installed nginx-common && command -v systemctl >/dev/null; then
     $sudo systemctl disable --quiet nginx.service 2>/dev/null || true
   fi
 }
