@@ -1,0 +1,219 @@
+# shellcheck shell=bash
+# What Larder's shell scripts share. A script sources it by its own location:
+#
+#   . "$(cd "$(dirname "$0")" && pwd)/lib/common.sh"          (scripts/X)
+#   . "$(cd "$(dirname "$0")/.." && pwd)/lib/common.sh"       (scripts/integration/X)
+#
+# and gets:
+#   LARDER_CHECKOUT                 the repository root
+#   LARDER_SCRIPT                   the script's name, which prefixes warn/die (set it before
+#                                   sourcing to choose another)
+#   PYTHON                          a Python 3 interpreter: $PYTHON, else python3; choose_python
+#                                   makes it one that has python_modules
+#   say / warn / die                a line on stdout / "<script>: ..." on stderr / the same, exit 1
+#   larder_bin [debug|release]      the larder binary: $LARDER_BIN, else built from this checkout
+#   swift_product_bin PRODUCT [debug|release]   builds one product and prints its path
+#   swift_build [debug|release]     builds the whole package
+#   swift_bin_dir [debug|release]   SwiftPM's bin directory
+#   ensure_packages PKG...          installs the missing Debian packages (no service started)
+#   ensure_python_modules           installs python_modules' Debian packages if no Python has them
+#   scratch_dir PREFIX              a new directory on /dev/shm when writable, else $TMPDIR or /tmp
+#   free_port                       a free TCP port on 127.0.0.1
+#   serve_port LOG                  the port `larder serve` (writing LOG) listens on, once it does
+#
+# Builds print the compiler's output on stderr as it comes, so stdout stays the script's result;
+# a failed build stops the script with the compiler's errors above the last line.
+# Scripts in Python get the same from scripts/lib/larder_scripts.py (which calls larder_bin and
+# ensure_packages from here).
+
+LARDER_CHECKOUT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+LARDER_SCRIPT=${LARDER_SCRIPT:-$(basename "$0")}
+
+say() { printf '%s\n' "$*"; }
+warn() { printf '%s: %s\n' "$LARDER_SCRIPT" "$*" >&2; }
+die() {
+  warn "$@"
+  exit 1
+}
+
+# ---- building
+
+# Sets the caller's `flags` (declared local there) to the swift build flags of a mode.
+_swift_flags() {
+  case "${1:-debug}" in
+    debug) flags=() ;;
+    release) flags=(-c release) ;;
+    *) die "unknown build mode '$1' (debug or release)" ;;
+  esac
+}
+
+# The bin directory of a build in this checkout.
+swift_bin_dir() {
+  local flags
+  _swift_flags "${1:-debug}"
+  (cd "$LARDER_CHECKOUT" && swift build ${flags[@]+"${flags[@]}"} --show-bin-path) ||
+    die "swift build --show-bin-path failed"
+}
+
+# Builds the whole package (every product and what the tests need), output on stderr.
+swift_build() {
+  local flags
+  _swift_flags "${1:-debug}"
+  (cd "$LARDER_CHECKOUT" && swift build ${flags[@]+"${flags[@]}"} >&2) ||
+    die "swift build${flags[*]:+ ${flags[*]}} failed (the compiler's output is above)"
+}
+
+# Builds one product (output on stderr) and prints the path of its executable.
+swift_product_bin() {
+  local product=$1 mode=${2:-debug} flags
+  _swift_flags "$mode"
+  local cmd="swift build${flags[*]:+ ${flags[*]}} --product $product"
+  warn "building $product ($cmd${_build_hint:-})"
+  (cd "$LARDER_CHECKOUT" && swift build ${flags[@]+"${flags[@]}"} --product "$product" >&2) ||
+    die "$cmd failed (the compiler's output is above)"
+  local dir
+  dir=$(swift_bin_dir "$mode") || exit 1
+  printf '%s/%s\n' "$dir" "$product"
+}
+
+# The larder binary to run: $LARDER_BIN when set (it must be executable), else built here in the
+# given mode (default debug). Prints its path.
+larder_bin() {
+  if [ -n "${LARDER_BIN:-}" ]; then
+    [ -x "$LARDER_BIN" ] || die "LARDER_BIN=$LARDER_BIN is not an executable"
+    printf '%s\n' "$LARDER_BIN"
+    return
+  fi
+  local _build_hint="; set LARDER_BIN to use a built one"
+  swift_product_bin larder "${1:-debug}"
+}
+
+# ---- Debian packages
+
+# Installs with apt-get those of the named Debian packages dpkg does not list as installed, as
+# root or through sudo. Nothing installed here starts a service: while apt-get runs,
+# /usr/sbin/policy-rc.d answers 101 ("action forbidden") to every start request, unless such a
+# policy already exists (a container's, or the administrator's), which is then left as it is.
+# (Debian's nginx-light would otherwise start a system nginx on port 80 during the install, and
+# the install would fail where port 80 is taken.) A package that brings a new nginx service is
+# also disabled at boot. Everything the scripts need from Debian is installed through here.
+# Whether dpkg lists the package $1 as installed.
+deb_installed() {
+  [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
+}
+
+ensure_packages() {
+  local missing=() p
+  for p in "$@"; do
+    deb_installed "$p" || missing+=("$p")
+  done
+  [ ${#missing[@]} -gt 0 ] || return 0
+  command -v apt-get >/dev/null || die "apt-get not found; install ${missing[*]} by hand"
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || die "need root or sudo to install ${missing[*]}"
+    sudo=sudo
+  fi
+  local had_nginx=""
+  deb_installed nginx-common && had_nginx=1
+  warn "installing ${missing[*]}"
+  # A subshell, so that its traps (removing the temporary policy) are its own.
+  (
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+      trap '$sudo rm -f "$policy"' EXIT
+      trap 'exit 130' INT TERM HUP
+      printf '#!/bin/sh\n# Written by Larder (scripts/lib/common.sh) for one apt-get install: start no service.\nexit 101\n' |
+        $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy" || exit 1
+    fi
+    apt=(${sudo:+"$sudo"} env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300)
+    # apt-get's chatter (debconf's notes included) is shown only when it fails.
+    log=$(mktemp)
+    if "${apt[@]}" update -qq >"$log" 2>&1 &&
+      "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >"$log" 2>&1; then
+      rm -f "$log"
+    else
+      cat "$log" >&2
+      rm -f "$log"
+      exit 1
+    fi
+  ) || die "apt-get install ${missing[*]} failed"
+  if [ -z "$had_nginx" ] && deb_installed nginx-common && command -v systemctl >/dev/null; then
+    $sudo systemctl disable --quiet nginx.service 2>/dev/null || true
+  fi
+}
+
+# ---- Python
+
+# The modules beyond the standard library that the scripts import (scripts/check-manifests), and
+# the Debian packages that provide them. No pip: Debian 12 refuses `pip install` outside a
+# virtual environment (PEP 668).
+python_modules=(jsonschema cryptography)
+python_module_packages=(python3-jsonschema python3-cryptography)
+
+# Whether the interpreter $1 imports every module in python_modules.
+python_has_modules() {
+  local imports
+  imports=$(IFS=,; printf 'import %s' "${python_modules[*]}")
+  [ -n "$1" ] && "$1" -c "$imports" >/dev/null 2>&1
+}
+
+# Sets and exports PYTHON: $PYTHON if it has python_modules, else python3 on PATH if it has
+# them (a pyenv or a virtual environment may), else Debian's /usr/bin/python3 if it has them.
+# When none has them, PYTHON is $PYTHON or python3 (enough for the standard library) and the
+# status is 1.
+choose_python() {
+  local p
+  for p in "${PYTHON:-}" "$(command -v python3 || true)" /usr/bin/python3; do
+    if [ -x "$p" ] || command -v "$p" >/dev/null 2>&1; then
+      if python_has_modules "$p"; then
+        PYTHON=$(command -v "$p")
+        export PYTHON
+        return 0
+      fi
+    fi
+  done
+  PYTHON=${PYTHON:-python3}
+  export PYTHON
+  return 1
+}
+
+# Makes sure an interpreter with python_modules exists (installing python_module_packages for
+# Debian's python3 when none has them) and sets PYTHON to it; dies naming what is missing.
+ensure_python_modules() {
+  choose_python && return 0
+  ensure_packages "${python_module_packages[@]}"
+  choose_python ||
+    die "no Python 3 imports all of ${python_modules[*]} (python3 on PATH: $(command -v python3 || echo none)," \
+      "/usr/bin/python3 after installing ${python_module_packages[*]}); run scripts/bootstrap"
+}
+
+# Until a script needs python_modules (and calls choose_python or ensure_python_modules), any
+# Python 3 will do.
+PYTHON=${PYTHON:-python3}
+
+# ---- places
+
+# A new directory for scratch work: on /dev/shm when it is writable (tmpfs), else in $TMPDIR or
+# /tmp. Prints its path.
+scratch_dir() {
+  local base=/dev/shm
+  [ -w "$base" ] || base=${TMPDIR:-/tmp}
+  mktemp -d "$base/$1.XXXXXX"
+}
+
+# A TCP port that was free on 127.0.0.1 a moment ago.
+free_port() {
+  "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Waits up to 10 s for `larder serve`'s "listening on http://127.0.0.1:PORT" line in the log
+# file $1, then prints PORT (nothing if it never came).
+serve_port() {
+  local _
+  for _ in $(seq 100); do
+    grep -q "^listening on" "$1" 2>/dev/null && break
+    sleep 0.1
+  done
+  sed -n 's/^listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$1"
+}
