@@ -66,7 +66,7 @@ extension Sandbox {
     /// Renames a tree into trash (atomic disappearance), removes its list, then deletes it.
     func removeTree(_ id: PackageID, _ version: SemanticVersion, keepList: Bool = false) throws(StoreError) {
         let tree = layout.tree(id, version)
-        let trashed = layout.trash.appending("\(id)@\(version)-\(UInt32.random(in: 0...UInt32.max))")
+        let trashed = layout.newTrashEntry(id, version)
         if AtomicFile.exists(tree) {
             if rename(tree.string, trashed.string) != 0 {
                 throw .io(FileSystemError("rename", tree, Errno(rawValue: errno)))

@@ -59,9 +59,9 @@ extension Sandbox {
     /// that nothing else shares, removed by the next recovery if abandoned.
     package func makeStagingArea(id: PackageID, version: SemanticVersion) throws(StoreError) -> StagingArea {
         try requireWritable()
-        let dir = layout.staging.appending("\(id)@\(version)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
-        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(dir.appending("tree")) }
-        return StagingArea(id: id, version: version, directory: dir, limits: options.limits)
+        let area = StagingArea(id: id, version: version, directory: layout.newStagingDirectory(id, version), limits: options.limits)
+        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(area.tree) }
+        return area
     }
 
     /// The install of both kinds: the state's checks (a failed version, a vanished tree, a

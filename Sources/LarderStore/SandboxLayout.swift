@@ -1,6 +1,12 @@
 import LarderCore
 import SystemPackage
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// The sandbox directory (see README, "Sandbox"):
 ///
 /// ```
@@ -58,6 +64,27 @@ public struct SandboxLayout: Sendable {
     /// `lists/<id>/<version>.json`.
     public func list(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
         lists.appending(id.rawValue).appending("\(version).json")
+    }
+
+    /// `downloads/<id>-<version>-<sha256 prefix>.zip.part`: a bundle being downloaded (kept for
+    /// Range resume; the digest prefix keeps a re-published version from resuming the old bytes).
+    public func bundlePart(_ id: PackageID, _ version: SemanticVersion, sha256: SHA256Digest) -> FilePath {
+        downloads.appending("\(id)-\(version)-\(sha256.hex.prefix(16)).zip.part")
+    }
+
+    /// `downloads/object-<sha256>.gz.part`: a content object being downloaded.
+    public func objectPart(_ sha256: SHA256Digest) -> FilePath {
+        downloads.appending("object-\(sha256.hex).gz.part")
+    }
+
+    /// A fresh name under `staging/` for one version (pid and a random number make it unique).
+    public func newStagingDirectory(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
+        staging.appending("\(id)@\(version)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+    }
+
+    /// A fresh name under `trash/` for a tree being deleted.
+    public func newTrashEntry(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
+        trash.appending("\(id)@\(version)-\(UInt32.random(in: 0...UInt32.max))")
     }
 
     /// `pins/<id>/<version>`.

@@ -78,18 +78,17 @@ extension Syncer {
     ) async -> Fetched {
         var jobs: [Job] = []
         var seen: Set<SHA256Digest> = []
-        let downloads = sandbox.layout.downloads
         for a in changes {
             guard let list = lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
             switch cost.method {
             case .bundle:
-                let part = downloads.appending("\(e.id)-\(e.version)-\(e.bundle.sha256.hex.prefix(16)).zip.part")
+                let part = sandbox.layout.bundlePart(e.id, e.version, sha256: e.bundle.sha256)
                 // Without a staging area the complete file is extracted after the download.
                 let area = try? sandbox.makeStagingArea(id: e.id, version: e.version)
                 jobs.append(.bundle(a.id, url(base, e.bundle.path), part, Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256), area))
             case .objects:
                 for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
-                    let part = downloads.appending("object-\(f.sha256.hex).gz.part")
+                    let part = sandbox.layout.objectPart(f.sha256)
                     // Objects declare no compressed size: gzip of incompressible data grows by a
                     // few bytes per 16 KiB block, so this bound is generous but firm.
                     let limit = f.size + f.size / 64 + 1024
