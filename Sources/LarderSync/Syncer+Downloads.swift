@@ -76,28 +76,7 @@ extension Syncer {
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
         local: [SHA256Digest: FilePath], sandbox: Sandbox, transport: any Transport, base: URL, concurrency: Int
     ) async -> Fetched {
-        var jobs: [Job] = []
-        var seen: Set<SHA256Digest> = []
-        for a in changes {
-            guard let list = lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
-            switch cost.method {
-            case .bundle:
-                let part = sandbox.layout.bundlePart(e.id, e.version, sha256: e.bundle.sha256)
-                // Without a staging area the complete file is extracted after the download.
-                let area = try? sandbox.makeStagingArea(id: e.id, version: e.version)
-                jobs.append(.bundle(a.id, url(base, e.bundle.path), part, Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256), area))
-            case .objects:
-                for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
-                    let part = sandbox.layout.objectPart(f.sha256)
-                    // Objects declare no compressed size: gzip of incompressible data grows by a
-                    // few bytes per 16 KiB block, so this bound is generous but firm.
-                    let limit = f.size + f.size / 64 + 1024
-                    jobs.append(.object(a.id, f.sha256, url(base, RepositoryLayout.objectPath(f.sha256)), part, Expectation(size: nil, limit: limit, sha256: nil)))
-                }
-            case .local:
-                break
-            }
-        }
+        let jobs = self.jobs(changes, entries: entries, lists: lists, local: local, sandbox: sandbox, base: base)
         let progress = options.progress
         let totals = Dictionary(changes.map { ($0.id.rawValue, $0.cost?.bytes ?? 0) }, uniquingKeysWith: { a, _ in a })
         let counter = ByteCounter()
@@ -109,66 +88,115 @@ extension Syncer {
                 let job = jobs[next]
                 next += 1
                 group.addTask {
-                    let started = Date()
-                    let (id, u, part, exp, area): (PackageID, URL, FilePath, Expectation, StagingArea?) = switch job {
-                    case .bundle(let i, let u, let p, let e, let a): (i, u, p, e, a)
-                    case .object(let i, _, let u, let p, let e): (i, u, p, e, nil)
+                    await Self.transfer(job, transport: transport) { id, n in
+                        let done = counter.add(id.rawValue, n)
+                        progress?(.bytes(id: id.rawValue, done: done, total: totals[id.rawValue] ?? 0))
                     }
-                    let watch = area.map { _ in GrowingPart(part) }
-                    async let extraction: Result<StagedBundle, StoreError>? = {
-                        guard let area, let watch else { return nil }
-                        return await Self.extract(area, following: watch, size: exp.size ?? exp.limit)
-                    }()
-                    var failure: PackageFailure?
-                    do throws(FetchError) {
-                        try await transport.download(u, to: part, expecting: exp, progress: { n in
-                            let done = counter.add(id.rawValue, n)
-                            progress?(.bytes(id: id.rawValue, done: done, total: totals[id.rawValue] ?? 0))
-                        }, watch: watch)
-                        watch?.transportReturned()
-                    } catch {
-                        failure = .fetch(error)
-                        watch?.fail(error.description)
-                    }
-                    let seconds = Date().timeIntervalSince(started)
-                    return Transfer(job: job, failure: failure, seconds: seconds, extraction: await extraction)
                 }
             }
             for _ in 0..<concurrency { launch() }
             for await done in group {
-                switch done.job {
-                case .bundle(let id, _, let part, _, let area):
-                    if let e = done.failure {
-                        result.errors[id] = e
-                        result.resumable.insert(part.lastComponent?.string ?? "")
-                    } else {
-                        result.bundles[id] = part
-                    }
-                    switch done.extraction {
-                    case .success(let staged) where done.failure == nil:
-                        result.staged[id] = staged
-                    case .failure(let error) where done.failure == nil:
-                        // The complete file is read again, and its verdict is the one reported.
-                        options.logger.info("extraction while downloading failed; reading the complete bundle", metadata: ["id": "\(id)", "error": "\(error)"])
-                        area?.discard()
-                    default:
-                        area?.discard()
-                    }
-                    result.seconds[id, default: 0] += done.seconds
-                case .object(let id, let digest, _, let part, _):
-                    if let e = done.failure {
-                        result.errors[id] = result.errors[id] ?? e
-                        result.resumable.insert(part.lastComponent?.string ?? "")
-                    } else {
-                        result.objects[digest] = part
-                    }
-                    result.seconds[id, default: 0] = max(result.seconds[id, default: 0], done.seconds)
-                }
+                record(done, into: &result)
                 launch()
             }
         }
         for a in changes { result.bytes[a.id] = counter.value(a.id.rawValue) }
         return result
+    }
+
+    /// The transfers a set of changes needs: a bundle each (with a staging area to extract into
+    /// while it downloads, when one can be made), or each missing object once.
+    func jobs(
+        _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
+        local: [SHA256Digest: FilePath], sandbox: Sandbox, base: URL
+    ) -> [Job] {
+        var jobs: [Job] = []
+        var seen: Set<SHA256Digest> = []
+        for a in changes {
+            guard let list = lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
+            switch cost.method {
+            case .bundle:
+                let part = sandbox.layout.bundlePart(e.id, e.version, sha256: e.bundle.sha256)
+                // Without a staging area the complete file is extracted after the download.
+                let area = try? sandbox.makeStagingArea(id: e.id, version: e.version)
+                let expected = Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256)
+                jobs.append(.bundle(a.id, url(base, e.bundle.path), part, expected, area))
+            case .objects:
+                for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
+                    // Objects declare no compressed size: gzip of incompressible data grows by a
+                    // few bytes per 16 KiB block, so this bound is generous but firm.
+                    let expected = Expectation(size: nil, limit: f.size + f.size / 64 + 1024, sha256: nil)
+                    jobs.append(
+                        .object(
+                            a.id, f.sha256, url(base, RepositoryLayout.objectPath(f.sha256)),
+                            sandbox.layout.objectPart(f.sha256), expected))
+                }
+            case .local:
+                break
+            }
+        }
+        return jobs
+    }
+
+    /// Runs one transfer; a bundle's extraction follows the part file as it grows.
+    static func transfer(
+        _ job: Job, transport: any Transport, progress: @escaping @Sendable (PackageID, Int64) -> Void
+    ) async -> Transfer {
+        let started = Date()
+        let (id, u, part, exp, area): (PackageID, URL, FilePath, Expectation, StagingArea?) =
+            switch job {
+            case .bundle(let i, let u, let p, let e, let a): (i, u, p, e, a)
+            case .object(let i, _, let u, let p, let e): (i, u, p, e, nil)
+            }
+        let watch = area.map { _ in GrowingPart(part) }
+        async let extraction: Result<StagedBundle, StoreError>? = {
+            guard let area, let watch else { return nil }
+            return await extract(area, following: watch, size: exp.size ?? exp.limit)
+        }()
+        var failure: PackageFailure?
+        do throws(FetchError) {
+            try await transport.download(u, to: part, expecting: exp, progress: { n in progress(id, n) }, watch: watch)
+            watch?.transportReturned()
+        } catch {
+            failure = .fetch(error)
+            watch?.fail(error.description)
+        }
+        let seconds = Date().timeIntervalSince(started)
+        return Transfer(job: job, failure: failure, seconds: seconds, extraction: await extraction)
+    }
+
+    /// Files a finished transfer's outcome: the part file, or the failure and the part to resume.
+    func record(_ done: Transfer, into result: inout Fetched) {
+        switch done.job {
+        case .bundle(let id, _, let part, _, let area):
+            if let e = done.failure {
+                result.errors[id] = e
+                result.resumable.insert(part.lastComponent?.string ?? "")
+            } else {
+                result.bundles[id] = part
+            }
+            switch done.extraction {
+            case .success(let staged) where done.failure == nil:
+                result.staged[id] = staged
+            case .failure(let error) where done.failure == nil:
+                // The complete file is read again, and its verdict is the one reported.
+                options.logger.info(
+                    "extraction while downloading failed; reading the complete bundle",
+                    metadata: ["id": "\(id)", "error": "\(error)"])
+                area?.discard()
+            default:
+                area?.discard()
+            }
+            result.seconds[id, default: 0] += done.seconds
+        case .object(let id, let digest, _, let part, _):
+            if let e = done.failure {
+                result.errors[id] = result.errors[id] ?? e
+                result.resumable.insert(part.lastComponent?.string ?? "")
+            } else {
+                result.objects[digest] = part
+            }
+            result.seconds[id, default: 0] = max(result.seconds[id, default: 0], done.seconds)
+        }
     }
 
 }
