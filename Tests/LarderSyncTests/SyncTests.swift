@@ -44,11 +44,11 @@ final class SyncEnv: @unchecked Sendable {
                                       appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
     }
 
-    func sync() async throws(SyncError) -> SyncReport {
+    func sync(transport: (any Transport)? = nil) async throws(SyncError) -> SyncReport {
         var o = SyncOptions()
         let now = clock
         o.clock = { now }
-        return try await Syncer(root: root, options: o).sync()
+        return try await Syncer(root: root, options: o, transport: transport).sync()
     }
 
     func state() throws -> SandboxState { try SandboxReader(root: root).state() }
@@ -89,6 +89,67 @@ struct SyncTests {
         #expect(third.packages.first?.action == .rollback)
         #expect(try env.active() == "1.0.0")
         #expect(try env.state().packages["sample-app"]?.hasFailed(SemanticVersion("2.0.0")!) == true)
+    }
+
+    @Test("a no-change sync is one conditional request; an update fetches the list and only the missing objects")
+    func requestsMade() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise()
+        let first = RecordingTransport()
+        _ = try await env.sync(transport: first)
+        #expect(first.calls.first == .document(url: env.repo.appendingPathComponent("index.json").absoluteString, etag: nil))
+        #expect(first.calls.filter { if case .download = $0 { true } else { false } }.count == 1, "\(first.calls)")
+
+        let again = RecordingTransport()
+        let unchanged = try await env.sync(transport: again)
+        #expect(!unchanged.indexChanged)
+        #expect(again.calls.count == 1, "\(again.calls)")
+        if case .document(let url, let etag) = again.calls.first {
+            #expect(url.hasSuffix("/index.json") && etag != nil)
+        } else {
+            Issue.record("the one request is not the index: \(again.calls)")
+        }
+
+        try env.publish("1.1.0")
+        let update = RecordingTransport()
+        let r = try await env.sync(transport: update)
+        #expect(r.packages.first?.method == .objects && r.packages.first?.outcome == .done, "\(r)")
+        let downloads = update.calls.compactMap { if case .download(let u) = $0 { u } else { nil } }
+        // One file of the sample app changes from version to version (data/catalog.json).
+        #expect(downloads.count == 1 && downloads.allSatisfy { $0.contains("/objects/") }, "\(downloads)")
+        let documents = update.calls.compactMap { if case .document(let u, _) = $0 { u } else { nil } }
+        #expect(documents.map { URL(string: $0)?.lastPathComponent ?? "" } == ["index.json", "index.json.sig", "files.json"])
+    }
+
+    @Test("a failed object download fails its package with the transport's code; the next sync resumes and succeeds")
+    func failedObject() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise()
+        _ = try await env.sync()
+        try env.publish("1.1.0")
+        // Every object 1.1.0 adds answers 503; the index, signature and list come through.
+        let objects = FailingTransport(
+            failing: Dictionary(uniqueKeysWithValues: try changedObjects(env).map { ($0, FetchError.status(url: $0, code: 503)) }),
+            forwardingTo: FileTransport())
+        let r = try await env.sync(transport: objects)
+        #expect(r.hasFailures && r.packages.first?.code == "http-status", "\(r)")
+        #expect(try env.active() == "1.0.0")
+        let healed = try await env.sync()
+        #expect(try !healed.hasFailures && env.active() == "1.1.0", "\(healed)")
+    }
+
+    /// The object paths (`objects/<aa>/<sha256>`) of contents 1.1.0 has and 1.0.0 lacks.
+    func changedObjects(_ env: SyncEnv) throws -> [String] {
+        func list(_ v: String) throws -> FileList {
+            try ManifestCoding.decode(
+                FileList.self, from: AtomicFile.read(try env.repository.fileList("sample-app", v)), document: "files.json")
+        }
+        let old = Set(try list("1.0.0").files.map(\.sha256))
+        return try list("1.1.0").files.filter { !old.contains($0.sha256) }.map { RepositoryLayout.objectPath($0.sha256) }
     }
 
     @Test func untrustedAndTamperedIndex() async throws {
