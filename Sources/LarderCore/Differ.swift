@@ -139,84 +139,121 @@ public enum Differ {
         index: RepositoryIndex, state: SandboxState, context: ClientContext,
         fileLists: [PackageID: FileList] = [:], localContents: Set<SHA256Digest> = []
     ) -> Plan {
-        var actions: [PlanAction] = []
         let entries = Dictionary(
             index.packages.filter { $0.channel == context.channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        let otherChannel = Set(index.packages.map(\.id)).subtracting(entries.keys)
-
-        // Packages installed here but gone from the index (on every channel).
-        for key in state.packages.keys.sorted() {
-            guard let id = PackageID(key), let pkg = state.packages[key], let active = pkg.active else { continue }
-            if !index.packages.contains(where: { $0.id == id }) {
-                actions.append(PlanAction(
-                    kind: .remove, id: id, from: active, to: nil, cost: nil, skip: nil,
-                    reason: "\(id) is no longer in the index", group: [id]))
-            }
-        }
-
+        var actions = removals(index: index, state: state)
         var candidates: [PackageID: PlanAction] = [:]
         for id in entries.keys.sorted() {
             guard let e = entries[id] else { continue }
-            let pkg = state[id]
-            func skip(_ r: SkipReason, _ text: String) {
-                candidates[id] = PlanAction(kind: .skip, id: id, from: pkg.active, to: e.version, cost: nil, skip: r, reason: text, group: [id])
-            }
-            // Revocation: roll back off a revoked active version when something good is on disk.
-            if let active = pkg.active, e.revoked.contains(active) {
-                let good = pkg.versions.map(\.version).filter { $0 != active && !e.revoked.contains($0) && !pkg.hasFailed($0) }
-                let target = pkg.fallback.flatMap { good.contains($0) ? $0 : nil } ?? good.max()
-                if let t = target {
-                    candidates[id] = PlanAction(
-                        kind: .rollback, id: id, from: active, to: t, cost: nil, skip: nil,
-                        reason: "\(active) is revoked; back to \(t)", group: [id])
-                    continue
-                }
-                // Nothing to go back to: an install of a newer good release below may still help.
-            }
-            if pkg.active == e.version { skip(.unchanged, "\(e.version) is active"); continue }
-            if e.revoked.contains(e.version) { skip(.revoked, "\(e.version) is revoked"); continue }
-            if pkg.hasFailed(e.version) { skip(.previouslyFailed, "\(e.version) was rolled back off on this device"); continue }
-            if let min = e.minClientVersion, context.appVersion < min {
-                skip(.clientTooOld, "\(e.version) needs app \(min), this is \(context.appVersion)")
-                continue
-            }
-            if let active = pkg.active, e.version < active, !(pkg.active.map { e.revoked.contains($0) } ?? false) {
-                skip(.olderThanActive, "\(e.version) is older than the active \(active)")
-                continue
-            }
-            if !e.rollout.includes(deviceID: context.deviceID, id: id, version: e.version) {
-                skip(.notInRollout, "this device is not in the \(e.rollout.percent)% rollout of \(e.version)")
-                continue
-            }
-            guard let list = fileLists[id], list.version == e.version else {
-                skip(.fileListNeeded, "the file list of \(e.version) is needed to plan")
-                continue
-            }
-            let cost = choose(list: list, bundleSize: e.bundle.size, localContents: localContents)
-            let kind: PlanAction.Kind = pkg.active == nil ? .install : .update
-            candidates[id] = PlanAction(
-                kind: kind, id: id, from: pkg.active, to: e.version, cost: cost, skip: nil,
-                reason: kind == .install ? "new package" : "\(pkg.active.map(\.description) ?? "-") → \(e.version)",
-                group: [id])
+            candidates[id] = candidate(
+                e, state: state[id], context: context, fileList: fileLists[id], localContents: localContents)
         }
-        for id in otherChannel.sorted() where entries[id] == nil && state.packages[id.rawValue]?.active == nil {
-            let e = index.packages.first { $0.id == id }
-            actions.append(PlanAction(
-                kind: .skip, id: id, from: nil, to: e?.version, cost: nil, skip: .otherChannel,
-                reason: "published on channel \(e?.channel ?? "?"), this device follows \(context.channel)", group: [id]))
-        }
+        actions += otherChannelSkips(index: index, state: state, entries: entries, context: context)
+        dropUnsatisfiedDependencies(&candidates, entries: entries, state: state)
+        let changing = Set(candidates.values.filter { $0.kind == .install || $0.kind == .update }.map(\.id))
+        for (id, g) in groups(changing, entries: entries) { candidates[id]?.group = g.sorted() }
 
-        // Dependencies: an install or update whose dependency will not be satisfied is skipped;
-        // packages that depend on each other and change together form one group.
+        // Order: rollbacks, then changes with dependencies first, then skips.
+        actions += candidates.values.filter { $0.kind == .rollback }.sorted { $0.id < $1.id }
+        var placed: Set<PackageID> = []
+        func place(_ id: PackageID, _ seen: Set<PackageID>) {
+            guard !placed.contains(id), !seen.contains(id), let a = candidates[id], changing.contains(id) else { return }
+            for dep in entries[id]?.dependencies ?? [] { place(dep.id, seen.union([id])) }
+            placed.insert(id)
+            actions.append(a)
+        }
+        for id in changing.sorted() { place(id, []) }
+        actions += candidates.values.filter { $0.kind == .skip }.sorted { $0.id < $1.id }
+        return Plan(actions: actions)
+    }
+
+    /// Packages installed here but gone from the index (on every channel).
+    static func removals(index: RepositoryIndex, state: SandboxState) -> [PlanAction] {
+        var actions: [PlanAction] = []
+        for key in state.packages.keys.sorted() {
+            guard let id = PackageID(key), let pkg = state.packages[key], let active = pkg.active else { continue }
+            if !index.packages.contains(where: { $0.id == id }) {
+                actions.append(
+                    PlanAction(
+                        kind: .remove, id: id, from: active, to: nil, cost: nil, skip: nil,
+                        reason: "\(id) is no longer in the index", group: [id]))
+            }
+        }
+        return actions
+    }
+
+    /// What to do about one package the index lists on this device's channel, before
+    /// dependencies are considered: roll back off a revoked version, skip (with the reason), or
+    /// install / update by the cheaper method.
+    static func candidate(
+        _ e: PackageEntry, state pkg: PackageState, context: ClientContext, fileList: FileList?,
+        localContents: Set<SHA256Digest>
+    ) -> PlanAction {
+        let id = e.id
+        func skip(_ r: SkipReason, _ text: String) -> PlanAction {
+            PlanAction(kind: .skip, id: id, from: pkg.active, to: e.version, cost: nil, skip: r, reason: text, group: [id])
+        }
+        // Revocation: roll back off a revoked active version when something good is on disk.
+        if let active = pkg.active, e.revoked.contains(active) {
+            let good = pkg.versions.map(\.version).filter { $0 != active && !e.revoked.contains($0) && !pkg.hasFailed($0) }
+            if let t = pkg.fallback.flatMap({ good.contains($0) ? $0 : nil }) ?? good.max() {
+                return PlanAction(
+                    kind: .rollback, id: id, from: active, to: t, cost: nil, skip: nil,
+                    reason: "\(active) is revoked; back to \(t)", group: [id])
+            }
+            // Nothing to go back to: an install of a newer good release below may still help.
+        }
+        if pkg.active == e.version { return skip(.unchanged, "\(e.version) is active") }
+        if e.revoked.contains(e.version) { return skip(.revoked, "\(e.version) is revoked") }
+        if pkg.hasFailed(e.version) { return skip(.previouslyFailed, "\(e.version) was rolled back off on this device") }
+        if let min = e.minClientVersion, context.appVersion < min {
+            return skip(.clientTooOld, "\(e.version) needs app \(min), this is \(context.appVersion)")
+        }
+        if let active = pkg.active, e.version < active, !e.revoked.contains(active) {
+            return skip(.olderThanActive, "\(e.version) is older than the active \(active)")
+        }
+        if !e.rollout.includes(deviceID: context.deviceID, id: id, version: e.version) {
+            return skip(.notInRollout, "this device is not in the \(e.rollout.percent)% rollout of \(e.version)")
+        }
+        guard let list = fileList, list.version == e.version else {
+            return skip(.fileListNeeded, "the file list of \(e.version) is needed to plan")
+        }
+        let cost = choose(list: list, bundleSize: e.bundle.size, localContents: localContents)
+        let kind: PlanAction.Kind = pkg.active == nil ? .install : .update
+        return PlanAction(
+            kind: kind, id: id, from: pkg.active, to: e.version, cost: cost, skip: nil,
+            reason: kind == .install ? "new package" : "\(pkg.active.map(\.description) ?? "-") → \(e.version)",
+            group: [id])
+    }
+
+    /// Packages published only on other channels and not installed here: skipped, saying so.
+    static func otherChannelSkips(
+        index: RepositoryIndex, state: SandboxState, entries: [PackageID: PackageEntry], context: ClientContext
+    ) -> [PlanAction] {
+        let otherChannel = Set(index.packages.map(\.id)).subtracting(entries.keys)
+        return otherChannel.sorted().filter { entries[$0] == nil && state.packages[$0.rawValue]?.active == nil }.map { id in
+            let e = index.packages.first { $0.id == id }
+            return PlanAction(
+                kind: .skip, id: id, from: nil, to: e?.version, cost: nil, skip: .otherChannel,
+                reason: "published on channel \(e?.channel ?? "?"), this device follows \(context.channel)", group: [id])
+        }
+    }
+
+    /// Skips every install or update whose dependency will not be satisfied, until nothing
+    /// changes (a skip can leave another package's dependency unsatisfied).
+    static func dropUnsatisfiedDependencies(
+        _ candidates: inout [PackageID: PlanAction], entries: [PackageID: PackageEntry], state: SandboxState
+    ) {
         var changed = true
         while changed {
             changed = false
             for id in candidates.keys.sorted() {
                 guard let a = candidates[id], a.kind == .install || a.kind == .update, let e = entries[id] else { continue }
                 for dep in e.dependencies {
-                    let resulting = candidates[dep.id].flatMap { c in
-                        (c.kind == .install || c.kind == .update || c.kind == .rollback) ? c.to : nil
-                    } ?? state[dep.id].active
+                    let resulting =
+                        candidates[dep.id].flatMap { c in
+                            (c.kind == .install || c.kind == .update || c.kind == .rollback) ? c.to : nil
+                        } ?? state[dep.id].active
                     if resulting.map({ dep.range.contains($0) }) != true {
                         candidates[id] = PlanAction(
                             kind: .skip, id: id, from: a.from, to: a.to, cost: nil, skip: .dependencyUnavailable,
@@ -227,34 +264,26 @@ public enum Differ {
                 }
             }
         }
-        let changing = Set(candidates.values.filter { $0.kind == .install || $0.kind == .update }.map(\.id))
+    }
+
+    /// The dependency group of each changing package: the changing packages connected to it
+    /// through dependencies in either direction, which must activate together.
+    static func groups(
+        _ changing: Set<PackageID>, entries: [PackageID: PackageEntry]
+    ) -> [PackageID: Set<PackageID>] {
         var groups: [PackageID: Set<PackageID>] = [:]
         for id in changing {
             var g: Set<PackageID> = [id]
             var frontier = [id]
             while let x = frontier.popLast() {
-                let neighbours = (entries[x]?.dependencies.map(\.id) ?? [])
+                let neighbours =
+                    (entries[x]?.dependencies.map(\.id) ?? [])
                     + changing.filter { y in entries[y]?.dependencies.contains { $0.id == x } ?? false }
                 for n in neighbours where changing.contains(n) && g.insert(n).inserted { frontier.append(n) }
             }
             groups[id] = g
         }
-        for (id, g) in groups { candidates[id]?.group = g.sorted() }
-
-        // Order: rollbacks, then changes with dependencies first, then skips.
-        actions += candidates.values.filter { $0.kind == .rollback }.sorted { $0.id < $1.id }
-        var ordered: [PlanAction] = []
-        var placed: Set<PackageID> = []
-        func place(_ id: PackageID, _ seen: Set<PackageID>) {
-            guard !placed.contains(id), !seen.contains(id), let a = candidates[id], changing.contains(id) else { return }
-            for dep in entries[id]?.dependencies ?? [] { place(dep.id, seen.union([id])) }
-            placed.insert(id)
-            ordered.append(a)
-        }
-        for id in changing.sorted() { place(id, []) }
-        actions += ordered
-        actions += candidates.values.filter { $0.kind == .skip }.sorted { $0.id < $1.id }
-        return Plan(actions: actions)
+        return groups
     }
 
     /// The cheaper way to get `list`: every content already local → `local`; else objects for
