@@ -142,6 +142,12 @@ let package = Package(
         ),
         .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
         .testTarget(
+            name: "LarderFileSystemTests",
+            dependencies: [
+                "LarderFileSystem", "LarderTestSupport", .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
+        .testTarget(
             name: "LarderArchiveTests", dependencies: ["LarderArchive", "LarderCore", "LarderFileSystem", "LarderTestSupport"]
         ),
         .testTarget(
