@@ -42,8 +42,8 @@ public enum Gzip {
         var produced: Int64 = 0
         var hasher = SHA256Stream()
         do {
-            let src = try AtomicFile.check("open", source) { try FileDescriptor.open(source, .readOnly, options: [.noFollow]) }
-            defer { try? src.close() }
+            let src = try SystemCalls.open(source, .readOnly, options: [.noFollow])
+            defer { try? SystemCalls.close(src, path: source) }
             try AtomicFile.replace(output) { out, temp in
                 var stream = z_stream()
                 var r = deflateInit2_(&stream, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, zlibVersion(), Int32(MemoryLayout<z_stream>.size))
@@ -53,9 +53,7 @@ public enum Gzip {
                 var outBuf = [UInt8](repeating: 0, count: chunk)
                 var finished = false
                 while !finished {
-                    let n = try input.withUnsafeMutableBytes { raw in
-                        try AtomicFile.check("read", source) { try src.read(into: raw) }
-                    }
+                    let n = try SystemCalls.read(src, into: &input, path: source)
                     input.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
                     let flush = n == 0 ? Z_FINISH : Z_NO_FLUSH
                     try input.withUnsafeMutableBufferPointer { inPtr in
@@ -69,9 +67,8 @@ public enum Gzip {
                                 guard r != Z_STREAM_ERROR else { throw GzipError.zlib(code: r, message: "deflate") }
                                 let have = chunk - Int(stream.avail_out)
                                 if have > 0 {
-                                    _ = try AtomicFile.check("write", temp) {
-                                        try out.writeAll(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(outPtr)[0..<have]))
-                                    }
+                                    let deflated = UnsafeRawBufferPointer(start: outPtr.baseAddress, count: have)
+                                    try SystemCalls.writeAll(out, deflated, path: temp)
                                     produced += Int64(have)
                                 }
                             }
@@ -166,13 +163,13 @@ public enum Gzip {
 
     /// Inflates the gzip file at `path`, returning the size and SHA-256 of its content.
     public static func digestOfInflated(_ path: FilePath, limit: Int64) throws -> (size: Int64, sha256: SHA256Digest) {
-        let fd = try AtomicFile.check("open", path) { try FileDescriptor.open(path, .readOnly) }
-        defer { try? fd.close() }
+        let fd = try SystemCalls.open(path, .readOnly)
+        defer { try? SystemCalls.close(fd, path: path) }
         let inflater = try Inflater(limit: limit)
         var hasher = SHA256Stream()
         var buf = [UInt8](repeating: 0, count: chunk)
         while true {
-            let n = try buf.withUnsafeMutableBytes { raw in try AtomicFile.check("read", path) { try fd.read(into: raw) } }
+            let n = try SystemCalls.read(fd, into: &buf, path: path)
             if n == 0 { break }
             try buf.withUnsafeBytes { raw in
                 try inflater.feed(UnsafeRawBufferPointer(rebasing: raw[0..<n])) { hasher.update($0) }

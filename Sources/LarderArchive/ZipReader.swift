@@ -4,12 +4,6 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// Receives the contents of an archive as the hardened reader validates it.
 ///
 /// For each regular file: `beginFile`, any number of `write` calls with consecutive chunks, then
@@ -78,21 +72,23 @@ public struct ZipReader: Sendable {
     /// Validates the archive at `path` without keeping its contents.
     public func validate(_ path: FilePath) throws(ArchiveError) -> ArchiveListing {
         var consumer = ValidatingConsumer()
-        return try read(path, into: &consumer)
+        return try self.read(path, into: &consumer)
     }
 
     /// Reads and validates the archive at `path`, handing every entry to `consumer`.
     public func read<C: ArchiveConsumer>(_ path: FilePath, into consumer: inout C) throws(ArchiveError) -> ArchiveListing {
         let (fd, archiveSize) = try Self.openArchive(path)
-        defer { close(fd) }
+        defer { try? SystemCalls.close(fd, path: path) }
         // One interpretation only, checked on the descriptor libarchive then reads.
-        _ = try Self.checkStructure(fd, archiveSize)
+        _ = try Self.checkStructure(fd, archiveSize, path)
         let result: Result<ArchiveListing, ArchiveError> = withUTF8Locale {
             guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
             defer { archive_read_free(a) }
             archive_read_support_format_zip(a)
             if let problem = setOptions(a) { return .failure(problem) }
-            guard lseek(fd, 0, SEEK_SET) == 0, archive_read_open_fd(a, fd, 1 << 20) == LA.ok else {
+            guard (try? SystemCalls.seek(fd, to: 0, path: path)) == 0,
+                archive_read_open_fd(a, fd.rawValue, 1 << 20) == LA.ok
+            else {
                 return .failure(.unreadable(detail: LA.message(a)))
             }
             var state = ReadState(limits: limits, archiveSize: archiveSize)
@@ -148,13 +144,15 @@ public struct ZipReader: Sendable {
     /// structure check and every rule on names and types, without reading any file's data.
     func headers(of path: FilePath) throws(ArchiveError) -> [EntryRecord] {
         let (fd, archiveSize) = try Self.openArchive(path)
-        defer { close(fd) }
-        _ = try Self.checkStructure(fd, archiveSize)
+        defer { try? SystemCalls.close(fd, path: path) }
+        _ = try Self.checkStructure(fd, archiveSize, path)
         let result: Result<[EntryRecord], ArchiveError> = withUTF8Locale {
             guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
             defer { archive_read_free(a) }
             archive_read_support_format_zip_seekable(a)
-            guard archive_read_open_fd(a, fd, 1 << 16) == LA.ok else { return .failure(.unreadable(detail: LA.message(a))) }
+            guard archive_read_open_fd(a, fd.rawValue, 1 << 16) == LA.ok else {
+                return .failure(.unreadable(detail: LA.message(a)))
+            }
             var state = ReadState(limits: limits, archiveSize: archiveSize)
             state.headersOnly = true
             var sink = DirectSink(consumer: ValidatingConsumer())
@@ -166,24 +164,26 @@ public struct ZipReader: Sendable {
 
     /// Opens an archive that must be a regular file (not a link, FIFO or device): its
     /// descriptor and size.
-    private static func openArchive(_ path: FilePath) throws(ArchiveError) -> (Int32, Int64) {
-        let fd = open(path.string, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-        guard fd >= 0 else { throw .io(FileSystemError("open", path, Errno(rawValue: errno))) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else {
-            let e = Errno(rawValue: errno)
-            close(fd)
-            throw .io(FileSystemError("stat", path, e))
+    private static func openArchive(_ path: FilePath) throws(ArchiveError) -> (FileDescriptor, Int64) {
+        let fd: FileDescriptor
+        do { fd = try SystemCalls.open(path, .readOnly, options: [.noFollow, .nonBlocking]) } catch { throw .io(error) }
+        let status: FileStatus
+        do { status = try SystemCalls.fstat(fd, path: path) } catch {
+            try? SystemCalls.close(fd, path: path)
+            throw .io(error)
         }
-        guard (st.st_mode & S_IFMT) == S_IFREG else {
-            close(fd)
+        guard status.kind == .regular else {
+            try? SystemCalls.close(fd, path: path)
             throw .unreadable(detail: "\(path) is not a regular file")
         }
-        return (fd, Int64(st.st_size))
+        return (fd, status.size)
     }
 
-    private static func checkStructure(_ fd: Int32, _ size: Int64) throws(ArchiveError) -> [[UInt8]] {
-        do { return try ZipStructure.check(fd: fd, size: size) } catch {
+    private static func checkStructure(
+        _ fd: FileDescriptor, _ size: Int64, _ path: FilePath
+    ) throws(ArchiveError) -> [[UInt8]] {
+        do { return try ZipStructure.check(fd: fd, size: size, path: path) } catch {
+            if let io = error.io { throw .io(io) }
             throw .structure(code: error.code, message: error.message)
         }
     }

@@ -2,12 +2,6 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// Checks that a zip archive has exactly one interpretation, before libarchive reads it.
 ///
 /// This is not a zip reader — it extracts and inflates nothing; libarchive does all reading. It
@@ -22,10 +16,12 @@ import SystemPackage
 /// hidden there). It returns the names in local-header order, so that a streamed read can be
 /// checked against them.
 enum ZipStructure {
-    /// What the structure check found wrong (a stable code and a sentence).
+    /// What the structure check found wrong (a stable code and a sentence), or the read that
+    /// failed (`io`: the archive could not be read, which says nothing about its structure).
     struct Problem: Error, Equatable {
         let code: String
         let message: String
+        var io: FileSystemError? = nil
     }
 
     private struct Central {
@@ -38,16 +34,16 @@ enum ZipStructure {
         let localOffset: UInt64
     }
 
-    /// Checks the archive open as `fd` of `size` bytes; returns the entries' names in the order
-    /// of their local headers (the order a streaming reader meets them).
+    /// Checks the archive open as `fd` (from `path`) of `size` bytes; returns the entries' names
+    /// in the order of their local headers (the order a streaming reader meets them).
     @discardableResult
-    static func check(fd: Int32, size: Int64) throws(Problem) -> [[UInt8]] {
+    static func check(fd: FileDescriptor, size: Int64, path: FilePath) throws(Problem) -> [[UInt8]] {
         let file = UInt64(size)
         guard file >= 22 else { throw Problem(code: "archive-truncated", message: "too short to be a zip archive") }
         // The end record: the last 22 bytes plus at most a 65,535-byte comment.
         let tailLength = min(file, 22 + 65_535)
         let tailStart = file - tailLength
-        let tail = try read(fd, at: tailStart, count: Int(tailLength))
+        let tail = try bytes(fd, at: tailStart, count: Int(tailLength), path)
         var candidates: [Int] = []
         var i = tail.count - 22
         while i >= 0 {
@@ -75,13 +71,13 @@ enum ZipStructure {
         var cdEnd = eocdOffset
         // Zip64: a locator just before the end record points at the zip64 end record.
         if eocdOffset >= 20 {
-            let loc = try read(fd, at: eocdOffset - 20, count: 20)
+            let loc = try bytes(fd, at: eocdOffset - 20, count: 20, path)
             if loc[0] == 0x50, loc[1] == 0x4B, loc[2] == 0x06, loc[3] == 0x07 {
                 let z64 = le64(loc, 8)
                 guard add(z64, 56) <= eocdOffset - 20 else {
                     throw Problem(code: "archive-bad-end-record", message: "the zip64 end record is out of bounds")
                 }
-                let rec = try read(fd, at: z64, count: 56)
+                let rec = try bytes(fd, at: z64, count: 56, path)
                 guard rec[0] == 0x50, rec[1] == 0x4B, rec[2] == 0x06, rec[3] == 0x06 else {
                     throw Problem(code: "archive-bad-end-record", message: "the zip64 locator does not point at a zip64 end record")
                 }
@@ -105,7 +101,7 @@ enum ZipStructure {
         guard cdSize <= 64 << 20, entries <= 1_000_000 else {
             throw Problem(code: "limit-entries", message: "the central directory is too large")
         }
-        let cd = try read(fd, at: cdOffset, count: Int(cdSize))
+        let cd = try bytes(fd, at: cdOffset, count: Int(cdSize), path)
         var centrals: [Central] = []
         var p = 0
         while p < cd.count {
@@ -167,13 +163,13 @@ enum ZipStructure {
             guard add(c.localOffset, 30) <= cdOffset else {
                 throw Problem(code: "archive-bad-local-header", message: "entry \"\(display)\" points past the entries")
             }
-            let head = try read(fd, at: c.localOffset, count: 30)
+            let head = try bytes(fd, at: c.localOffset, count: 30, path)
             guard le32(head, 0) == 0x0403_4B50 else {
                 throw Problem(code: "archive-bad-local-header", message: "entry \"\(display)\" has no local header at its offset")
             }
             let nameLength = Int(le16(head, 26))
             let extraLength = UInt64(le16(head, 28))
-            let localName = try read(fd, at: c.localOffset + 30, count: nameLength)
+            let localName = try bytes(fd, at: c.localOffset + 30, count: nameLength, path)
             // Bit 3 (sizes in a data descriptor) and bit 11 (UTF-8) must agree; other bits are hints.
             let mask: UInt16 = 0x0808
             guard localName == c.name, le16(head, 8) == c.method, le16(head, 6) & mask == c.flags & mask else {
@@ -191,7 +187,7 @@ enum ZipStructure {
                 guard add(end, 12) <= cdOffset else {
                     throw Problem(code: "archive-overlapping-entries", message: "the data of \"\(display)\" runs into the central directory")
                 }
-                let descriptor = try read(fd, at: end, count: 8)
+                let descriptor = try bytes(fd, at: end, count: 8, path)
                 agree = (le32(descriptor, 0) == 0x0807_4B50 ? le32(descriptor, 4) : le32(descriptor, 0)) == c.crc
             }
             guard agree else {
@@ -231,17 +227,25 @@ enum ZipStructure {
         return overflow ? .max : r
     }
 
-    private static func read(_ fd: Int32, at offset: UInt64, count: Int) throws(Problem) -> [UInt8] {
+    /// Exactly `count` bytes at `offset` (the funnel retries EINTR; the end of the file first is
+    /// a truncated archive).
+    private static func bytes(
+        _ fd: FileDescriptor, at offset: UInt64, count: Int, _ path: FilePath
+    ) throws(Problem) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: count)
         var done = 0
         while done < count {
-            let n = out.withUnsafeMutableBytes { raw -> Int in
-                guard let base = raw.baseAddress else { return 0 }
-                return pread(fd, base + done, count - done, off_t(offset) + off_t(done))
+            let n = out.withUnsafeMutableBytes { raw in
+                Result { () throws(FileSystemError) in
+                    let rest = UnsafeMutableRawBufferPointer(rebasing: raw[done...])
+                    return try SystemCalls.pread(fd, into: rest, at: Int64(offset) + Int64(done), path: path)
+                }
             }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw Problem(code: "archive-truncated", message: "the archive ends inside a header") }
-            done += n
+            switch n {
+            case .failure(let e): throw Problem(code: "archive-unreadable", message: e.description, io: e)
+            case .success(0): throw Problem(code: "archive-truncated", message: "the archive ends inside a header")
+            case .success(let k): done += k
+            }
         }
         return out
     }

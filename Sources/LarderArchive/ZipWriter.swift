@@ -4,7 +4,7 @@ import LarderFileSystem
 import SystemPackage
 
 #if canImport(Glibc)
-    import Glibc
+    import Glibc  // time_t
 #elseif canImport(Darwin)
     import Darwin
 #endif
@@ -35,7 +35,7 @@ public enum ZipWriter {
         var entries: [FileEntry] = []
         do {
             try AtomicFile.replace(output, permissions: [.ownerReadWrite, .groupRead, .otherRead]) { fd, temp in
-                entries = try withUTF8Locale { try writeArchive(files, fd: fd.rawValue) }
+                entries = try withUTF8Locale { try writeArchive(files, to: BlockSink(fd: fd, path: temp)) }
             }
         } catch let e as ArchiveError {
             throw e
@@ -47,28 +47,31 @@ public enum ZipWriter {
         return entries
     }
 
-    private static func writeArchive(_ files: [(path: RelativePath, source: FilePath)], fd: Int32) throws -> [FileEntry] {
+    private static func writeArchive(
+        _ files: [(path: RelativePath, source: FilePath)], to sink: BlockSink
+    ) throws -> [FileEntry] {
         guard let a = archive_write_new() else { throw ArchiveError.unreadable(detail: "out of memory") }
         defer { archive_write_free(a) }
         func check(_ r: Int32, _ entry: String?) throws {
+            // A failed write of ours explains a libarchive failure better than its message.
+            if let failure = sink.failure { throw failure }
             if r != LA.ok { throw ArchiveError.libarchive(entry: entry, message: LA.message(a)) }
         }
         try check(archive_write_set_format_zip(a), nil)
         try check(archive_write_set_options(a, "zip:hdrcharset=UTF-8"), nil)
-        // Write as libarchive produces it, block by block, straight to our descriptor.
+        // Write as libarchive produces it, block by block, to our descriptor through the funnel.
         try check(archive_write_set_bytes_in_last_block(a, 1), nil)
-        try check(archive_write_open_fd(a, fd), nil)
+        // `sink` outlives `a`: the caller holds it for this whole call (archive_write_free included).
+        try check(archive_write_open(a, Unmanaged.passUnretained(sink).toOpaque(), nil, writeBlock, nil), nil)
         guard let entry = archive_entry_new() else { throw ArchiveError.unreadable(detail: "out of memory") }
         defer { archive_entry_free(entry) }
         var written: [FileEntry] = []
         written.reserveCapacity(files.count)
         var buffer = [UInt8](repeating: 0, count: 256 << 10)
         for (path, source) in files {
-            let src = try AtomicFile.check("open", source) { try FileDescriptor.open(source, .readOnly, options: [.noFollow]) }
-            defer { try? src.close() }
-            var st = stat()
-            guard fstat(src.rawValue, &st) == 0 else { throw FileSystemError("stat", source, Errno(rawValue: errno)) }
-            let size = Int64(st.st_size)
+            let src = try SystemCalls.open(source, .readOnly, options: [.noFollow])
+            defer { try? SystemCalls.close(src, path: source) }
+            let size = try SystemCalls.fstat(src, path: source).size
             archive_entry_clear(entry)
             archive_entry_set_pathname_utf8(entry, path.string)
             archive_entry_set_filetype(entry, LA.regular)
@@ -86,9 +89,7 @@ public enum ZipWriter {
             var hasher = SHA256Stream()
             var count: Int64 = 0
             while true {
-                let n = try buffer.withUnsafeMutableBytes { raw in
-                    try AtomicFile.check("read", source) { try src.read(into: raw) }
-                }
+                let n = try SystemCalls.read(src, into: &buffer, path: source)
                 if n == 0 { break }
                 count += Int64(n)
                 if count > size { break }
@@ -96,7 +97,7 @@ public enum ZipWriter {
                     let chunk = UnsafeRawBufferPointer(rebasing: raw[0..<n])
                     hasher.update(chunk)
                     let w = archive_write_data(a, chunk.baseAddress, n)
-                    if w != n { throw ArchiveError.libarchive(entry: path.string, message: LA.message(a)) }
+                    if w != n { try check(ARCHIVE_FATAL, path.string) }
                 }
             }
             guard count == size else {
@@ -107,5 +108,35 @@ public enum ZipWriter {
         }
         try check(archive_write_close(a), nil)
         return written
+    }
+}
+
+/// Where libarchive's blocks go: the archive's descriptor, written through the funnel, and the
+/// first failure (libarchive keeps only a message).
+private final class BlockSink {
+    let fd: FileDescriptor
+    let path: FilePath
+    var failure: FileSystemError?
+
+    init(fd: FileDescriptor, path: FilePath) {
+        self.fd = fd
+        self.path = path
+    }
+}
+
+/// libarchive's `archive_write_callback`.
+private typealias WriteCallback =
+    @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, UnsafeRawPointer?, Int) -> la_ssize_t
+
+/// libarchive's write callback over a `BlockSink`: all of the block, or -1.
+private let writeBlock: WriteCallback = { _, client, buffer, length in
+    guard let client else { return -1 }
+    let sink = Unmanaged<BlockSink>.fromOpaque(client).takeUnretainedValue()
+    do throws(FileSystemError) {
+        try SystemCalls.writeAll(sink.fd, UnsafeRawBufferPointer(start: buffer, count: length), path: sink.path)
+        return la_ssize_t(length)
+    } catch {
+        if sink.failure == nil { sink.failure = error }
+        return -1
     }
 }
