@@ -81,13 +81,13 @@ public enum PublisherKeys {
 
     /// Reads a private key file.
     public static func loadPrivateKey(_ path: FilePath) throws(KeyLoadError) -> PrivateKey {
-        let data = try read(path)
+        let data = try Self.read(path)
         do { return try KeyFile.privateKey(from: data, path: path.string) } catch { throw .key(error) }
     }
 
     /// Reads a public key file (a private key file also yields its public half).
     public static func loadPublicKey(_ path: FilePath) throws(KeyLoadError) -> PublicKey {
-        let data = try read(path)
+        let data = try Self.read(path)
         do { return try KeyFile.publicKey(from: data, path: path.string) } catch { throw .key(error) }
     }
 

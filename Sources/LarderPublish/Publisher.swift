@@ -5,12 +5,6 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// What to pack: the tree, where, and the index fields of the new release.
 public struct PackRequest: Sendable {
     /// The directory whose whole tree becomes the version's files.
@@ -212,7 +206,7 @@ public struct Publisher: Sendable {
         let staging = packageDir.appending(".\(version).staging-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try io { try AtomicFile.makeDirectories(staging) }
         var finished = false
-        defer { if !finished { try? FileManager.default.removeItem(atPath: staging.string) } }
+        defer { if !finished { try? SystemCalls.removeTree(staging) } }
 
         let bundleFile = staging.appending("bundle.zip")
         let written: [FileEntry]
@@ -250,7 +244,7 @@ public struct Publisher: Sendable {
                 throw .io(FileSystemError("compress", source, .ioError))
             }
             guard result.size == file.size, result.sha256 == file.sha256 else {
-                try? FileManager.default.removeItem(atPath: objectPath.string)
+                try? SystemCalls.unlink(objectPath)
                 throw .changedWhilePacking(path: file.path.string)
             }
             objectsWritten += 1
@@ -273,12 +267,11 @@ public struct Publisher: Sendable {
         // 7. Move the version into place (fails if it appeared meanwhile), then sign the index.
         let versionDir = layout.resolve(versionRel)
         try io { try AtomicFile.syncDirectory(staging) }
-        if rename(staging.string, versionDir.string) != 0 {
-            let e = Errno(rawValue: errno)
-            if e == .directoryNotEmpty || e == .fileExists {
+        do { try SystemCalls.rename(staging, to: versionDir) } catch {
+            if error.errno == .directoryNotEmpty || error.errno == .fileExists {
                 throw .versionExists(id: id.rawValue, version: version.description)
             }
-            throw .io(FileSystemError("rename", staging, e))
+            throw .io(error)
         }
         finished = true
         try io { try AtomicFile.syncDirectory(packageDir) }
@@ -357,7 +350,7 @@ public struct Publisher: Sendable {
     /// the pending index verifies; otherwise discards the pending files.
     func recoverPending(_ layout: RepositoryLayout, trusted: [PublicKey]) throws(PublishError) {
         guard AtomicFile.exists(layout.pendingIndex) else {
-            _ = unlink(layout.pendingSignature.string)
+            try? SystemCalls.unlink(layout.pendingSignature)
             return
         }
         let sigPath = AtomicFile.exists(layout.pendingSignature) ? layout.pendingSignature : layout.signature
@@ -376,8 +369,8 @@ public struct Publisher: Sendable {
             if sigPath == layout.pendingSignature { try renameDurably(layout.pendingSignature, layout.signature, in: layout.root) }
             try renameDurably(layout.pendingIndex, layout.index, in: layout.root)
         } else {
-            _ = unlink(layout.pendingSignature.string)
-            _ = unlink(layout.pendingIndex.string)
+            try? SystemCalls.unlink(layout.pendingSignature)
+            try? SystemCalls.unlink(layout.pendingIndex)
             try io { try AtomicFile.syncDirectory(layout.root) }
         }
     }
@@ -408,9 +401,7 @@ public struct Publisher: Sendable {
     }
 
     private func renameDurably(_ from: FilePath, _ to: FilePath, in dir: FilePath) throws(PublishError) {
-        if rename(from.string, to.string) != 0 {
-            throw .io(FileSystemError("rename", from, Errno(rawValue: errno)))
-        }
+        do { try SystemCalls.rename(from, to: to) } catch { throw .io(error) }
         try io { try AtomicFile.syncDirectory(dir) }
     }
 
@@ -429,22 +420,20 @@ public struct Publisher: Sendable {
     /// (each file's own mtime is compared: it was stamped when written, possibly in the second
     /// before "now", and the kernel's file clock is coarse).
     private func advanceModificationTime(_ paths: [FilePath], after previous: FilePath) {
-        var st = stat()
-        guard stat(previous.string, &st) == 0 else { return }
-        let floor = Int(st.st_mtim.tv_sec) + 1
+        guard let before = try? SystemCalls.stat(previous) else { return }
+        let floor = FileTime(seconds: before.modificationTime.seconds + 1)
         for p in paths {
-            var own = stat()
-            guard stat(p.string, &own) == 0, Int(own.st_mtim.tv_sec) < floor else { continue }
-            var times = [timespec(tv_sec: floor, tv_nsec: 0), timespec(tv_sec: floor, tv_nsec: 0)]
-            _ = utimensat(AT_FDCWD, p.string, &times, 0)
+            guard let own = try? SystemCalls.stat(p), own.modificationTime.seconds < floor.seconds else { continue }
+            try? SystemCalls.setTimes(p, accessed: floor, modified: floor)
         }
     }
 
     private func removeStaleStaging(in dir: FilePath) {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: dir.string) else { return }
-        for n in names where n.hasPrefix(".") && n.contains(".staging-") {
-            logger.notice("removing a staging directory left by an interrupted pack", metadata: ["path": "\(dir.appending(n))"])
-            try? FileManager.default.removeItem(atPath: dir.appending(n).string)
+        guard let entries = try? SystemCalls.listDirectory(dir) else { return }
+        for entry in entries where entry.string.hasPrefix(".") && entry.string.contains(".staging-") {
+            let path = dir.appending(entry.name)
+            logger.notice("removing a staging directory left by an interrupted pack", metadata: ["path": "\(path)"])
+            try? SystemCalls.removeTree(path)
         }
     }
 
@@ -470,20 +459,18 @@ func io<T>(_ body: () throws -> T) throws(PublishError) -> T {
 
 /// The size of a file.
 func fileSize(_ path: FilePath) throws(PublishError) -> Int64 {
-    var st = stat()
-    guard stat(path.string, &st) == 0 else { throw .io(FileSystemError("stat", path, Errno(rawValue: errno))) }
-    return Int64(st.st_size)
+    do { return try SystemCalls.stat(path).size } catch { throw .io(error) }
 }
 
 /// The SHA-256 of a file, streamed.
 func digest(of path: FilePath) throws(PublishError) -> SHA256Digest {
     try io { () throws -> SHA256Digest in
-        let fd = try AtomicFile.check("open", path) { try FileDescriptor.open(path, .readOnly) }
-        defer { try? fd.close() }
+        let fd = try SystemCalls.open(path, .readOnly)
+        defer { try? SystemCalls.close(fd, path: path) }
         var hasher = SHA256Stream()
         var buffer = [UInt8](repeating: 0, count: 256 << 10)
         while true {
-            let n = try AtomicFile.check("read", path) { try buffer.withUnsafeMutableBytes { try fd.read(into: $0) } }
+            let n = try SystemCalls.read(fd, into: &buffer, path: path)
             if n == 0 { break }
             buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         }

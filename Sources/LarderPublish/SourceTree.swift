@@ -2,12 +2,6 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// A directory to be packed, scanned without following links: every regular file with its
 /// validated relative path, sorted by path bytes.
 public struct SourceTree: Sendable {
@@ -42,18 +36,8 @@ public struct SourceTree: Sendable {
         _ dir: FilePath, prefix: [UInt8], limits: TreeLimits, files: inout [(RelativePath, FilePath)],
         total: inout Int64, keys: inout [String: String]
     ) throws(PublishError) {
-        guard let d = opendir(dir.string) else {
-            throw .io(FileSystemError("opendir", dir, Errno(rawValue: errno)))
-        }
-        defer { closedir(d) }
-        var names: [[UInt8]] = []
-        while let ent = readdir(d) {
-            let name: [UInt8] = withUnsafeBytes(of: ent.pointee.d_name) { raw in
-                Array(raw.prefix(while: { $0 != 0 }))
-            }
-            if name == [0x2E] || name == [0x2E, 0x2E] { continue }
-            names.append(name)
-        }
+        let names: [[UInt8]]
+        do { names = try SystemCalls.listDirectory(dir).map(\.bytes) } catch { throw .io(error) }
         for name in names {
             let relBytes = prefix.isEmpty ? name : prefix + [0x2F] + name
             let display = String(decoding: relBytes, as: UTF8.self)
@@ -64,34 +48,32 @@ public struct SourceTree: Sendable {
             case .failure(let problem): throw .badName(path: display, problem: problem)
             }
             let full = dir.appending(String(rel.lastComponent))
-            var st = stat()
-            guard lstat(full.string, &st) == 0 else {
-                throw .io(FileSystemError("lstat", full, Errno(rawValue: errno)))
-            }
+            let status: FileStatus
+            do { status = try SystemCalls.lstat(full) } catch { throw .io(error) }
             let key = rel.collisionKey
             if let other = keys[key] { throw .collision(path: rel.string, other: other) }
             keys[key] = rel.string
-            switch st.st_mode & S_IFMT {
-            case S_IFDIR:
+            switch status.kind {
+            case .directory:
                 try walk(full, prefix: relBytes, limits: limits, files: &files, total: &total, keys: &keys)
-            case S_IFREG:
-                let size = Int64(st.st_size)
+            case .regular:
+                let size = status.size
                 if size > limits.maxFileBytes { throw .fileTooLarge(path: rel.string, size: size, limit: limits.maxFileBytes) }
                 total += size
                 if total > limits.maxTotalBytes { throw .treeTooLarge(size: total, limit: limits.maxTotalBytes) }
                 files.append((rel, full))
                 if files.count > limits.maxFiles { throw .tooManyFiles(count: files.count, limit: limits.maxFiles) }
-            case S_IFLNK:
+            case .symbolicLink:
                 throw .symlink(path: rel.string)
-            case S_IFIFO:
+            case .fifo:
                 throw .specialFile(path: rel.string, type: "FIFO")
-            case S_IFSOCK:
+            case .socket:
                 throw .specialFile(path: rel.string, type: "socket")
-            case S_IFCHR:
+            case .characterDevice:
                 throw .specialFile(path: rel.string, type: "character device")
-            case S_IFBLK:
+            case .blockDevice:
                 throw .specialFile(path: rel.string, type: "block device")
-            default:
+            case .unknown:
                 throw .specialFile(path: rel.string, type: "special file")
             }
         }
