@@ -1,11 +1,12 @@
 import CLarderShim
 import Foundation
 import LarderCore
+import LarderFileSystem
 import LarderStore
 import SystemPackage
 
 #if canImport(Glibc)
-    import Glibc
+    import Glibc  // clock_gettime
 #elseif canImport(Darwin)
     import Darwin
 #endif
@@ -178,8 +179,8 @@ final class GenerationWatch: @unchecked Sendable {
     }
 
     deinit {
-        if let m = mapped { munmap(UnsafeMutableRawPointer(mutating: m), 8) }
-        if let m = lateMapping { munmap(UnsafeMutableRawPointer(mutating: m), 8) }
+        if let m = mapped { try? SystemCalls.unmap(m, length: 8, path: layout.generation) }
+        if let m = lateMapping { try? SystemCalls.unmap(m, length: 8, path: layout.generation) }
     }
 
     /// A number that changes when the state changes: the generation word; else (no word yet) a
@@ -200,30 +201,24 @@ final class GenerationWatch: @unchecked Sendable {
             lateMapping = m
             return larder_load_u64(m)
         }
-        var st = stat()
-        guard stat(layout.state.string, &st) == 0 else {
+        guard let st = try? SystemCalls.stat(layout.state) else {
             lastToken = 0
             return 0
         }
-        #if canImport(Darwin)
-            let nanos = UInt64(st.st_mtimespec.tv_sec) &* 1_000_000_000 &+ UInt64(st.st_mtimespec.tv_nsec)
-        #else
-            let nanos = UInt64(st.st_mtim.tv_sec) &* 1_000_000_000 &+ UInt64(st.st_mtim.tv_nsec)
-        #endif
-        lastToken = (UInt64(st.st_ino) &* 0x9E37_79B9_7F4A_7C15) ^ nanos ^ (1 << 63)
+        let mtime = st.modificationTime
+        let nanos =
+            UInt64(truncatingIfNeeded: mtime.seconds) &* 1_000_000_000 &+ UInt64(truncatingIfNeeded: mtime.nanoseconds)
+        lastToken = (st.inode &* 0x9E37_79B9_7F4A_7C15) ^ nanos ^ (1 << 63)
         return lastToken
     }
 
     /// Maps the first 8 bytes of `path` read-only, when the file holds at least 8 bytes (a
     /// mapping past the end of a file faults on access).
     static func map(_ path: FilePath) -> UnsafeRawPointer? {
-        let fd = open(path.string, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_size >= 8 else { return nil }
-        guard let p = mmap(nil, 8, PROT_READ, MAP_SHARED, fd, 0), p != MAP_FAILED else { return nil }
-        return UnsafeRawPointer(p)
+        guard let fd = try? SystemCalls.open(path, .readOnly) else { return nil }
+        defer { try? SystemCalls.close(fd, path: path) }
+        guard let st = try? SystemCalls.fstat(fd, path: path), st.kind == .regular, st.size >= 8 else { return nil }
+        return try? SystemCalls.mapReadOnly(fd, length: 8, path: path)
     }
 
     static func monotonicMilliseconds() -> UInt64 {

@@ -1,14 +1,9 @@
 import Foundation
 import LarderCore
+import LarderFileSystem
 import LarderStore
 import Logging
 import SystemPackage
-
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
 
 /// A request as every front-end (the HTTP gateway, the WebKit scheme handler) hands it over.
 public struct LoadRequest: Sendable {
@@ -68,8 +63,8 @@ public final class LoadResponse: @unchecked Sendable {
     enum Body {
         case none
         case bytes(Data)
-        /// An open file and the range still to send.
-        case file(Int32, Range<Int64>)
+        /// An open file, its path, and the range still to send.
+        case file(FileDescriptor, FilePath, Range<Int64>)
     }
 
     init(status: Int, headers: [(String, String)], outcome: LoadOutcome, body: Body) {
@@ -100,20 +95,32 @@ public final class LoadResponse: @unchecked Sendable {
             let n = min(maxBytes, d.count)
             body = n == d.count ? .none : .bytes(d.dropFirst(n))
             return Data(d.prefix(n))
-        case .file(let fd, let range):
+        case .file(let fd, let path, let range):
             guard !range.isEmpty else {
                 close()
                 return nil
             }
             let want = Int(min(Int64(maxBytes), Int64(range.count)))
             var chunk = Data(count: want)
-            let n = chunk.withUnsafeMutableBytes { pread(fd, $0.baseAddress, want, off_t(range.lowerBound)) }
-            guard n > 0 else {
+            // Through the funnel: an interrupted read is retried, an I/O error is one.
+            let read = chunk.withUnsafeMutableBytes { raw in
+                Result { () throws(FileSystemError) in
+                    try SystemCalls.pread(fd, into: raw, at: range.lowerBound, path: path)
+                }
+            }
+            let n: Int
+            switch read {
+            case .success(let count) where count > 0:
+                n = count
+            case .success:
                 close()
                 throw LoadError.shortFile(expected: range.upperBound, at: range.lowerBound)
+            case .failure(let error):
+                close()
+                throw LoadError.unreadable(error)
             }
             if n < want { chunk.removeSubrange(n...) }
-            body = .file(fd, (range.lowerBound + Int64(n))..<range.upperBound)
+            body = .file(fd, path, (range.lowerBound + Int64(n))..<range.upperBound)
             return chunk
         }
     }
@@ -121,29 +128,25 @@ public final class LoadResponse: @unchecked Sendable {
     /// Closes the file (idempotent; also done at the end of the body and on deinit). A front-end
     /// calls it when its request is cancelled.
     public func close() {
-        if case .file(let fd, _) = body { _ = closeFD(fd) }
+        if case .file(let fd, let path, _) = body { try? SystemCalls.close(fd, path: path) }
         body = .none
     }
 
     deinit { close() }
 }
 
-@inline(__always) private func closeFD(_ fd: Int32) -> Int32 {
-    #if canImport(Glibc)
-        Glibc.close(fd)
-    #else
-        Darwin.close(fd)
-    #endif
-}
-
 /// A body that could not be read to its end.
 public enum LoadError: Error, CustomStringConvertible {
+    /// The file ended before the range did (it changed or was damaged under the server).
     case shortFile(expected: Int64, at: Int64)
+    /// Reading the file failed.
+    case unreadable(FileSystemError)
 
     /// Where the file ended and the offset the response needed to reach, for an error message.
     public var description: String {
         switch self {
         case .shortFile(let expected, let at): "the file ended at byte \(at) of \(expected)"
+        case .unreadable(let error): "the file could not be read: \(error)"
         }
     }
 }
@@ -226,9 +229,10 @@ public struct ResourceLoader: Sendable {
             return .success(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .none))
         }
         // HEAD opens the file too, so that it answers as GET would (fallback included).
-        return open(file).map { fd in
-            if plan.body.isEmpty { _ = closeFD(fd) }
-            return LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: plan.body.isEmpty ? .none : .file(fd, plan.body))
+        return self.open(file).map { (fd, path) in
+            if plan.body.isEmpty { try? SystemCalls.close(fd, path: path) }
+            let body: LoadResponse.Body = plan.body.isEmpty ? .none : .file(fd, path, plan.body)
+            return LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: body)
         }
     }
 
@@ -264,21 +268,22 @@ public struct ResourceLoader: Sendable {
     }
 
     /// Opens a listed file for reading: a regular file (not through a symbolic link) of the
-    /// listed length.
-    func open(_ file: LocalFile) -> Result<Int32, OpenProblem> {
+    /// listed length; its descriptor and path.
+    func open(_ file: LocalFile) -> Result<(FileDescriptor, FilePath), OpenProblem> {
         let path = resolver.filePath(file)
-        let fd = openFD(path.string, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { return .failure(OpenProblem(String(cString: strerror(errno)).lowercased())) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
-            _ = closeFD(fd)
+        let fd: FileDescriptor
+        do { fd = try SystemCalls.open(path, .readOnly, options: [.noFollow]) } catch {
+            return .failure(OpenProblem(error.errno.description.lowercased()))
+        }
+        guard let status = try? SystemCalls.fstat(fd, path: path), status.kind == .regular else {
+            try? SystemCalls.close(fd, path: path)
             return .failure(OpenProblem("not a regular file"))
         }
-        guard Int64(st.st_size) == file.length else {
-            _ = closeFD(fd)
-            return .failure(OpenProblem("\(st.st_size) bytes on disk, \(file.length) listed"))
+        guard status.size == file.length else {
+            try? SystemCalls.close(fd, path: path)
+            return .failure(OpenProblem("\(status.size) bytes on disk, \(file.length) listed"))
         }
-        return .success(fd)
+        return .success((fd, path))
     }
 }
 
@@ -286,14 +291,6 @@ public struct ResourceLoader: Sendable {
 struct OpenProblem: Error {
     let message: String
     init(_ message: String) { self.message = message }
-}
-
-@inline(__always) private func openFD(_ path: String, _ flags: Int32) -> Int32 {
-    #if canImport(Glibc)
-        Glibc.open(path, flags)
-    #else
-        Darwin.open(path, flags)
-    #endif
 }
 
 /// Reports failures to the sandbox's store from a background queue, so a request never waits for
