@@ -122,7 +122,10 @@ let package = Package(
             ]
         ),
         // The resolve benchmark (scripts/bench-resolve); not a product.
-        .executableTarget(name: "larder-bench-resolve", dependencies: ["LarderCore", "LarderResolve", "LarderStore"]),
+        .executableTarget(
+            name: "larder-bench-resolve",
+            dependencies: ["LarderCore", "LarderFileSystem", "LarderResolve", "LarderStore"]
+        ),
         .executableTarget(
             name: "larder",
             dependencies: [

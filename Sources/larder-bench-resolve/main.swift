@@ -9,6 +9,7 @@
 // Usage: larder-bench-resolve WORKDIR [--rounds N] [--packages N] [--markers | --setup-only]
 import Foundation
 import LarderCore
+import LarderFileSystem
 import LarderResolve
 import LarderStore
 import SystemPackage
@@ -58,8 +59,8 @@ func fail(_ message: String) -> Never {
 func base(_ p: Int) -> String { p % 2 == 0 ? "https://cdn.example.com/\(id(p))/" : "https://\(id(p)).example.com/" }
 
 let root = work.appending("sandbox")
-if !FileManager.default.fileExists(atPath: root.appending("state.json").string) {
-    try? FileManager.default.removeItem(atPath: work.string)
+if !AtomicFile.exists(root.appending("state.json")) {
+    try? SystemCalls.removeTree(work)
     let sandbox = try Sandbox.open(root)
     var entries: [PackageEntry] = []
     for p in 0..<packageCount {
@@ -69,9 +70,9 @@ if !FileManager.default.fileExists(atPath: root.appending("state.json").string) 
         var files: [FileEntry] = []
         for path in paths(p) {
             let data = Data("\(id(p)) \(path)\n".utf8)
-            let url = URL(fileURLWithPath: staging.tree.appending(path).string)
-            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try data.write(to: url)
+            let file = staging.tree.appending(path)
+            try SystemCalls.makeDirectories(file.removingLastComponent())
+            try SystemCalls.writeFile(data, to: file)
             guard let relative = RelativePath(path) else { fail("\(path) is not a relative path") }
             files.append(FileEntry(path: relative, size: Int64(data.count), sha256: SHA256Digest.of(data)))
         }
@@ -82,7 +83,7 @@ if !FileManager.default.fileExists(atPath: root.appending("state.json").string) 
             id: list.id, version: list.version, routes: [base(p)], policy: Policy(bypass: ["/api/"]), bundle: blob, files: blob))
     }
     let index = RepositoryIndex(serial: 1, expires: Date().addingTimeInterval(86400 * 365), packages: entries)
-    try ManifestCoding.encode(index).write(to: URL(fileURLWithPath: SandboxLayout(root: root).acceptedIndex.string))
+    try SystemCalls.writeFile(ManifestCoding.encode(index), to: SandboxLayout(root: root).acceptedIndex)
     sandbox.close()
 }
 
@@ -140,13 +141,17 @@ func nanos() -> UInt64 {
 if markers {
     // One pass between markers; strace shows whether anything between them is a system call.
     var sink = 0
-    _ = write(2, "BENCH-BEGIN\n", 12)
+    // Each marker is one write(2) of bytes made beforehand, so nothing else runs between them.
+    let (begin, end) = (Array("BENCH-BEGIN\n".utf8), Array("BENCH-END\n".utf8))
+    let (controlBegin, controlEnd) = (Array("CONTROL-BEGIN\n".utf8), Array("CONTROL-END\n".utf8))
+    func marker(_ bytes: [UInt8]) { try? SystemCalls.writeAll(.standardError, contentsOf: bytes, path: "/dev/stderr") }
+    marker(begin)
     for u in urls { if case .local(let f) = resolver.resolve(u) { sink &+= Int(f.length) } }
-    _ = write(2, "BENCH-END\n", 10)
+    marker(end)
     // A control: rebuilding the snapshot reads files, so the same method must see system calls.
-    _ = write(2, "CONTROL-BEGIN\n", 14)
+    marker(controlBegin)
     _ = try? resolver.reload()
-    _ = write(2, "CONTROL-END\n", 12)
+    marker(controlEnd)
     print("markers pass done: \(urls.count) URLs (\(sink))")
     exit(0)
 }
