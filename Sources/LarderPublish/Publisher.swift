@@ -416,15 +416,17 @@ public struct Publisher: Sendable {
         }
     }
 
-    /// Sets the modification time of `paths` to at least one second after that of `previous`
-    /// (each file's own mtime is compared: it was stamped when written, possibly in the second
-    /// before "now", and the kernel's file clock is coarse).
+    /// Gives `paths` one modification second: at least one second after that of `previous` (when
+    /// it exists) and no earlier than the latest of their own (each was stamped when written,
+    /// possibly in the second before "now", and a slow fsync can put the two writes of a pair in
+    /// different seconds). A file already in that second keeps its time.
     private func advanceModificationTime(_ paths: [FilePath], after previous: FilePath) {
-        guard let before = try? SystemCalls.stat(previous) else { return }
-        let floor = FileTime(seconds: before.modificationTime.seconds + 1)
-        for p in paths {
-            guard let own = try? SystemCalls.stat(p), own.modificationTime.seconds < floor.seconds else { continue }
-            try? SystemCalls.setTimes(p, accessed: floor, modified: floor)
+        let floor = (try? SystemCalls.stat(previous)).map { $0.modificationTime.seconds + 1 } ?? 0
+        let own = paths.map { (try? SystemCalls.stat($0))?.modificationTime.seconds }
+        let target = FileTime(seconds: max(floor, own.compactMap { $0 }.max() ?? floor))
+        for (p, seconds) in zip(paths, own) {
+            guard let seconds, seconds < target.seconds else { continue }
+            try? SystemCalls.setTimes(p, accessed: target, modified: target)
         }
     }
 
