@@ -44,7 +44,7 @@ public enum Gzip {
         do {
             let src = try SystemCalls.open(source, .readOnly, options: [.noFollow])
             defer { try? SystemCalls.close(src, path: source) }
-            try AtomicFile.replace(output) { out, temp in
+            try AtomicFile.replace(output, wrapping: { $0 as any Error }) { out, temp in
                 var stream = z_stream()
                 var r = deflateInit2_(&stream, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, zlibVersion(), Int32(MemoryLayout<z_stream>.size))
                 guard r == Z_OK else { throw GzipError.zlib(code: r, message: "deflateInit2") }
@@ -85,7 +85,8 @@ public enum Gzip {
         } catch let e as FileSystemError {
             throw .io(e)
         } catch {
-            throw .io(FileSystemError("write", output, .ioError))
+            // The body throws only the two types above; anything else is named, not generalised.
+            throw .zlib(code: Z_ERRNO, message: "\(output): \(error)")
         }
         return (hasher.count, hasher.finish(), produced)
     }

@@ -34,7 +34,7 @@ public enum ZipWriter {
     ) throws(ArchiveError) -> [FileEntry] {
         var entries: [FileEntry] = []
         do {
-            try AtomicFile.replace(output, permissions: [.ownerReadWrite, .groupRead, .otherRead]) { fd, temp in
+            try AtomicFile.replace(output, wrapping: { $0 as any Error }) { fd, temp in
                 entries = try withUTF8Locale { try writeArchive(files, to: BlockSink(fd: fd, path: temp)) }
             }
         } catch let e as ArchiveError {
@@ -42,7 +42,8 @@ public enum ZipWriter {
         } catch let e as FileSystemError {
             throw .io(e)
         } catch {
-            throw .io(FileSystemError("write", output, .ioError))
+            // The writer throws only the two types above; anything else is named, not generalised.
+            throw .libarchive(entry: nil, message: "\(output): \(error)")
         }
         return entries
     }

@@ -1,11 +1,7 @@
 import Foundation
+import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
 
 /// A download's `.part` file seen from both ends: the transport reports what it has written
 /// (through `PartFile`), and an extraction reads the bytes as they land, waiting for more — so a
@@ -37,7 +33,7 @@ public final class GrowingPart: @unchecked Sendable {
     private var available: Int64 = 0
     private var consumed: Int64 = 0
     private var phase = Phase.running
-    private var fd: Int32 = -1
+    private var fd: FileDescriptor?
     private var offset: Int64 = 0
 
     /// Follows the part file at `path` (which the transport creates).
@@ -46,7 +42,7 @@ public final class GrowingPart: @unchecked Sendable {
     }
 
     deinit {
-        if fd >= 0 { close(fd) }
+        if let fd { try? SystemCalls.close(fd, path: path) }
     }
 
     // MARK: the transport's side
@@ -101,14 +97,25 @@ public final class GrowingPart: @unchecked Sendable {
         condition.unlock()
         try Self.check(state)
         if n <= 0 { return 0 }
-        if fd < 0 {
-            fd = open(path.string, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-            if fd < 0 { throw Abandoned(description: "\(path): \(Errno(rawValue: errno))") }
+        let file: FileDescriptor
+        if let fd {
+            file = fd
+        } else {
+            do { file = try SystemCalls.open(path, .readOnly, options: [.noFollow]) } catch {
+                throw Abandoned(description: error.description)
+            }
+            fd = file
         }
         var done = 0
         while done < n {
-            let r = pread(fd, base + done, n - done, off_t(offset) + off_t(done))
-            if r < 0 && errno == EINTR { continue }
+            let r: Int
+            do {
+                r = try SystemCalls.pread(
+                    file, into: UnsafeMutableRawBufferPointer(start: base + done, count: n - done),
+                    at: offset + Int64(done), path: path)
+            } catch {
+                throw Abandoned(description: error.description)
+            }
             guard r > 0 else { throw Abandoned(description: "\(path): the bytes the download reported are not there") }
             done += r
         }

@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderFileSystem
 import SystemPackage
 
 #if canImport(FoundationNetworking)
@@ -230,7 +231,9 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
                 completionHandler(.cancel)
                 return
             }
-            if let tag = headers["etag"] { try? tag.write(toFile: etagPath.string, atomically: true, encoding: .utf8) }
+            // The validator for a later If-Range; not durable: a lost or torn one costs a full
+            // download (the server answers 200), never wrong bytes.
+            if let tag = headers["etag"] { try? SystemCalls.writeFile(Data(tag.utf8), to: etagPath) }
         }
         if case .memory(let limit) = sink, let length = headers["content-length"].flatMap({ Int64($0) }), length > limit, status == 200 {
             fail(.tooLarge(url: url, limit: limit), retryable: false)

@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderFileSystem
 import SystemPackage
 
 #if canImport(FoundationNetworking)
@@ -97,13 +98,13 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
             }
             if let size = expecting.size, file.part.have == size {
                 try file.part.finish()
-                _ = unlink(etagPath.string)
+                try? SystemCalls.unlink(etagPath)
                 return
             }
             var request = URLRequest(url: url)
             if file.part.have > 0 {
                 request.setValue("bytes=\(file.part.have)-", forHTTPHeaderField: "Range")
-                if let tag = try? String(contentsOfFile: etagPath.string, encoding: .utf8) {
+                if let bytes = try? AtomicFile.read(etagPath, limit: 4096), let tag = String(data: bytes, encoding: .utf8) {
                     request.setValue(tag, forHTTPHeaderField: "If-Range")
                 }
             }
@@ -113,7 +114,7 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
                 if status == 200 || status == 206 {
                     do {
                         try file.part.finish()
-                        _ = unlink(etagPath.string)
+                        try? SystemCalls.unlink(etagPath)
                         return
                     } catch let e {
                         // Short: resume from where it stopped. Wrong bytes: start over.
@@ -121,7 +122,7 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
                             await sleep(backoff(attempt))
                             continue
                         }
-                        if case .hashMismatch = e { _ = unlink(etagPath.string) }
+                        if case .hashMismatch = e { try? SystemCalls.unlink(etagPath) }
                         throw e
                     }
                 }

@@ -23,14 +23,15 @@ struct PartFile {
         self.expecting = expecting
         self.watch = watch
         do {
-            fd = try FileDescriptor.open(path, .readWrite, options: [.create], permissions: [.ownerReadWrite, .groupRead])
+            fd = try SystemCalls.open(path, .readWrite, options: [.create], permissions: [.ownerReadWrite, .groupRead])
         } catch {
-            throw .io("\(path): \(error)")
+            throw .file(error)
         }
-        // Re-hash what an earlier attempt left (and drop it if it is already too long).
+        // Re-hash what an earlier attempt left (and drop it if it is already too long; a read
+        // error ends the re-hash there, and the bytes after are fetched again).
         var buffer = [UInt8](repeating: 0, count: 256 << 10)
         while true {
-            let n = (try? buffer.withUnsafeMutableBytes { try fd.read(into: $0) }) ?? 0
+            let n = (try? SystemCalls.read(fd, into: &buffer, path: path)) ?? 0
             if n == 0 { break }
             buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
             have += Int64(n)
@@ -44,8 +45,8 @@ struct PartFile {
 
     /// Starts over (the server ignored our Range, or the bytes were wrong).
     mutating func reset() {
-        _ = try? fd.resize(to: 0)
-        _ = try? fd.seek(offset: 0, from: .start)
+        try? SystemCalls.ftruncate(fd, to: 0, path: path)
+        _ = try? SystemCalls.seek(fd, to: 0, path: path)
         have = 0
         hasher = SHA256Stream()
         watch?.restart()
@@ -57,11 +58,7 @@ struct PartFile {
         if have + Int64(data.count) > cap {
             throw .tooLarge(url: url, limit: cap)
         }
-        do {
-            _ = try data.withUnsafeBytes { try fd.writeAll(toAbsoluteOffset: have, $0) }
-        } catch {
-            throw .io("\(path): \(error)")
-        }
+        do { try SystemCalls.writeAll(fd, contentsOf: data, at: have, path: path) } catch { throw .file(error) }
         data.withUnsafeBytes { hasher.update($0) }
         have += Int64(data.count)
         watch?.advance(to: have)
@@ -79,9 +76,9 @@ struct PartFile {
                 throw .hashMismatch(url: url, expected: want, got: got)
             }
         }
-        do { try AtomicFile.sync(fd, path: path) } catch { throw .io("\(error)") }
+        do { try SystemCalls.fsync(fd, path: path) } catch { throw .file(error) }
         watch?.completed()
     }
 
-    func close() { try? fd.close() }
+    func close() { try? SystemCalls.close(fd, path: path) }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderFileSystem
 import SystemPackage
 
 /// Why a fetch failed. Each case says what was wrong with the server's answer.
@@ -24,6 +25,8 @@ public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
     case insecure(url: String)
     /// The URL's scheme (the text, empty when there is none) is not https, http or file.
     case unsupportedScheme(String)
+    /// A local file operation of the transfer failed (the part file, a `file://` document).
+    case file(FileSystemError)
     /// The part file, or a `file://` source, could not be read or written; the text names the path.
     case io(String)
 
@@ -40,6 +43,7 @@ public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
         case .redirect: "redirect"
         case .insecure: "insecure-http"
         case .unsupportedScheme: "unsupported-scheme"
+        case .file: "io"
         case .io: "io"
         }
     }
@@ -57,6 +61,7 @@ public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
         case .redirect(let u, let d): "\(u): \(d)"
         case .insecure(let u): "\(u): plain http is allowed only to loopback, or with --allow-http"
         case .unsupportedScheme(let s): "unsupported URL scheme \"\(s)\" (use https://, http:// or file://)"
+        case .file(let e): e.description
         case .io(let d): d
         }
     }
@@ -137,32 +142,37 @@ public struct FileTransport: Transport {
 
     /// Reads the file at the URL's path whole; `notModified` when `etag` is still its ETag.
     public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
-        let path = url.path
-        guard let attrs = try? FileManager.default.attributesOfItem(atPath: path) else {
+        let path = FilePath(url.path)
+        guard let status = try? SystemCalls.stat(path), status.kind == .regular else {
             throw .status(url: url.absoluteString, code: 404)
         }
-        if let size = attrs[.size] as? Int, size > maxBytes { throw .tooLarge(url: url.absoluteString, limit: Int64(maxBytes)) }
-        guard let data = FileManager.default.contents(atPath: path) else { throw .status(url: url.absoluteString, code: 404) }
-        if data.count > maxBytes { throw .tooLarge(url: url.absoluteString, limit: Int64(maxBytes)) }
+        if status.size > Int64(maxBytes) { throw .tooLarge(url: url.absoluteString, limit: Int64(maxBytes)) }
+        let data: Data
+        do { data = try AtomicFile.read(path, limit: maxBytes) } catch {
+            if error.errno == .fileTooLarge { throw .tooLarge(url: url.absoluteString, limit: Int64(maxBytes)) }
+            throw .status(url: url.absoluteString, code: 404)
+        }
         let tag = "\"\(SHA256Digest.of(data).hex)\""
         if let e = etag, e == tag { return FetchedDocument(data: Data(), etag: tag, notModified: true) }
         return FetchedDocument(data: data, etag: tag, notModified: false)
     }
 
     /// Copies the file at the URL's path into `part`, after the bytes `part` already holds, then verifies it.
-    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
-        guard let input = FileHandle(forReadingAtPath: url.path) else { throw .status(url: url.absoluteString, code: 404) }
-        defer { try? input.close() }
-        var sink: PartFile
-        do { sink = try PartFile(part, url: url.absoluteString, expecting: expecting, watch: watch) } catch { throw error }
+    public func download(
+        _ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?
+    ) async throws(FetchError) {
+        let source = FilePath(url.path)
+        guard let input = try? SystemCalls.open(source, .readOnly) else { throw .status(url: url.absoluteString, code: 404) }
+        defer { try? SystemCalls.close(input, path: source) }
+        var sink = try PartFile(part, url: url.absoluteString, expecting: expecting, watch: watch)
         defer { sink.close() }
-        do { try input.seek(toOffset: UInt64(sink.have)) } catch { throw .io("\(url.path): \(error)") }
+        var buffer = [UInt8](repeating: 0, count: 256 << 10)
         while true {
-            let chunk: Data
-            do { chunk = try input.read(upToCount: 256 << 10) ?? Data() } catch { throw .io("\(url.path): \(error)") }
-            if chunk.isEmpty { break }
-            try sink.append(chunk)
-            progress?(Int64(chunk.count))
+            let n: Int
+            do { n = try SystemCalls.pread(input, into: &buffer, at: sink.have, path: source) } catch { throw .file(error) }
+            if n == 0 { break }
+            try sink.append(Data(buffer[0..<n]))
+            progress?(Int64(n))
         }
         try sink.finish()
     }

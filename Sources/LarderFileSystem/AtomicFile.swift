@@ -4,20 +4,6 @@ import SystemPackage
 /// Durable file operations: every replacement is write-temp → fsync → rename → fsync(directory),
 /// so a crash leaves either the old bytes or the new ones, never a mix.
 public enum AtomicFile {
-    /// Calls `body` and turns a thrown `Errno` into a `FileSystemError` naming the operation
-    /// and path. For code still on swift-system's `FileDescriptor` methods, which bypass the
-    /// funnel (no fault seam); new code calls `SystemCalls`.
-    @inline(__always)
-    public static func check<T>(_ operation: String, _ path: FilePath, _ body: () throws -> T) throws(FileSystemError) -> T {
-        do {
-            return try body()
-        } catch let e as Errno {
-            throw FileSystemError(operation, path, e)
-        } catch {
-            throw FileSystemError(operation, path, .ioError)
-        }
-    }
-
     /// Flushes a descriptor to stable storage (`F_FULLFSYNC` where the platform has it).
     public static func sync(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
         try SystemCalls.fsync(fd, path: path)
@@ -34,44 +20,52 @@ public enum AtomicFile {
     public static func write(
         _ data: Data, to path: FilePath, permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead]
     ) throws(FileSystemError) {
-        do {
-            try replace(path, permissions: permissions) { fd, temp in
-                try SystemCalls.writeAll(fd, contentsOf: data, path: temp)
-            }
-        } catch let e as FileSystemError {
-            throw e
-        } catch {
-            throw FileSystemError("write", path, .ioError)
+        try replace(path, permissions: permissions, wrapping: { $0 }) { (fd, temp) throws(FileSystemError) in
+            try SystemCalls.writeAll(fd, contentsOf: data, path: temp)
         }
     }
 
     /// Atomically replaces (or creates) `path` with what `body` writes to a temporary file in
     /// the same directory: the temporary file is synced, renamed over `path`, and the directory
-    /// synced. If anything fails the temporary file is removed and `path` is untouched; `body`'s
-    /// own errors are rethrown as they are, file-system steps throw `FileSystemError`.
-    public static func replace(
+    /// synced. If anything fails the temporary file is removed and `path` is untouched. `body`'s
+    /// own errors are rethrown as they are; the file-system steps' errors are turned into the
+    /// same type by `wrap`, so no error is ever generalised away.
+    public static func replace<E: Error>(
         _ path: FilePath, permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
-        _ body: (FileDescriptor, FilePath) throws -> Void
-    ) throws {
+        wrapping wrap: (FileSystemError) -> E, _ body: (FileDescriptor, FilePath) throws(E) -> Void
+    ) throws(E) {
         let parent = path.removingLastComponent()
         let dir = parent.isEmpty ? FilePath(".") : parent
         let name = path.lastComponent?.string ?? "file"
         let temp = dir.appending(".\(name).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         let options: FileDescriptor.OpenOptions = [.create, .exclusiveCreate, .truncate]
-        let fd = try SystemCalls.open(temp, .writeOnly, options: options, permissions: permissions)
+        let fd: FileDescriptor
+        do { fd = try SystemCalls.open(temp, .writeOnly, options: options, permissions: permissions) } catch {
+            throw wrap(error)
+        }
         var closed = false
+        func cleanUp() {
+            if !closed { try? SystemCalls.close(fd, path: temp) }
+            try? SystemCalls.unlink(temp)
+        }
         do {
             try body(fd, temp)
+        } catch {
+            cleanUp()
+            throw error
+        }
+        do {
             try SystemCalls.fsync(fd, path: temp)
             closed = true
             try SystemCalls.close(fd, path: temp)
             try SystemCalls.rename(temp, to: path)
+            try syncDirectory(dir)
         } catch {
-            if !closed { try? SystemCalls.close(fd, path: temp) }
-            try? SystemCalls.unlink(temp)
-            throw error
+            // After the rename the new file is in place; only the directory sync failed, and
+            // the caller learns the write may not be durable.
+            cleanUp()
+            throw wrap(error)
         }
-        try syncDirectory(dir)
     }
 
     /// Creates `path` and its missing parents (mode 0755), syncing each parent that gained an

@@ -237,7 +237,18 @@ final class SynchronizedFaultTable: FaultTable {
         /// Whether the faults still apply (false once removed; the counters stay readable).
         var active = true
 
-        func covers(_ path: FilePath) -> Bool { path.lexicallyNormalized().starts(with: root) }
+        /// `root` as text, for the quick test below.
+        let rootText: String
+
+        /// Whether `path` lies under `root`. Every file-system call of the process asks this
+        /// while any scope is installed, so the common answer — a path that does not even start
+        /// with the root's text and has no `.`/`..` component that normalising could remove — is
+        /// found without normalising (which is slow, especially in a debug build).
+        func covers(_ path: FilePath) -> Bool {
+            let text = path.string
+            if !text.hasPrefix(rootText) && !text.contains("/.") && !text.hasPrefix(".") { return false }
+            return path.lexicallyNormalized().starts(with: root)
+        }
     }
 
     private struct State {
@@ -273,7 +284,9 @@ final class SynchronizedFaultTable: FaultTable {
             let id = state.nextID
             state.nextID += 1
             let zeros = faults.map { _ in 0 }
-            state.scopes.append(Installed(id: id, root: normalized, faults: faults, seen: zeros, hits: zeros))
+            state.scopes.append(
+                Installed(
+                    id: id, root: normalized, faults: faults, seen: zeros, hits: zeros, rootText: normalized.string))
             armed.add(1, ordering: .relaxed)
             return id
         }

@@ -38,6 +38,8 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     case manifest(ManifestError)
     case signing(SigningError)
     case io(FileSystemError)
+    /// zlib refused to compress a file into its object (the detail says how).
+    case compression(path: String, detail: String)
 
     /// A stable machine-readable code.
     public var code: String {
@@ -71,6 +73,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .manifest: "manifest"
         case .signing: "signing"
         case .io: "io"
+        case .compression: "compress"
         }
     }
 
@@ -109,6 +112,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .manifest(let e): e.description
         case .signing(let e): e.description
         case .io(let e): e.description
+        case .compression(let path, let detail): "\(path) could not be compressed into its object: \(detail)"
         }
     }
 }

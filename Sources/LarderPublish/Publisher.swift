@@ -181,7 +181,7 @@ public struct Publisher: Sendable {
         // 2. The repository as it stands (completing an interrupted publication first), under
         // the publishers' lock.
         let layout = RepositoryLayout(root: request.repository)
-        try io { try AtomicFile.makeDirectories(layout.root) }
+        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(layout.root) }
         let lock = try publishLock(layout)
         defer { lock.unlock() }
         let current = try loadIndex(layout)
@@ -201,10 +201,10 @@ public struct Publisher: Sendable {
 
         // 4. Assemble the version directory under a temporary name.
         let packageDir = layout.packages.appending(id.rawValue)
-        try io { try AtomicFile.makeDirectories(packageDir) }
+        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(packageDir) }
         removeStaleStaging(in: packageDir)
         let staging = packageDir.appending(".\(version).staging-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
-        try io { try AtomicFile.makeDirectories(staging) }
+        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(staging) }
         var finished = false
         defer { if !finished { try? SystemCalls.removeTree(staging) } }
 
@@ -219,7 +219,7 @@ public struct Publisher: Sendable {
             throw .changedWhilePacking(path: request.source.string)
         }
         let fileListData = try encode(fileList)
-        try io { try AtomicFile.write(fileListData, to: staging.appending("files.json")) }
+        try io { () throws(FileSystemError) in try AtomicFile.write(fileListData, to: staging.appending("files.json")) }
         let bundleRef = BlobRef(
             path: RepositoryLayout.bundlePath(id, version), size: try fileSize(bundleFile),
             sha256: try digest(of: bundleFile))
@@ -238,10 +238,11 @@ public struct Publisher: Sendable {
                 objectsReused += 1
                 continue
             }
-            try io { try AtomicFile.makeDirectories(objectPath.removingLastComponent()) }
+            try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(objectPath.removingLastComponent()) }
             let result: (size: Int64, sha256: SHA256Digest, compressedSize: Int64)
             do { result = try Gzip.compressFile(source, to: objectPath) } catch {
-                throw .io(FileSystemError("compress", source, .ioError))
+                if case .io(let e) = error { throw .io(e) }
+                throw .compression(path: source.string, detail: error.description)
             }
             guard result.size == file.size, result.sha256 == file.sha256 else {
                 try? SystemCalls.unlink(objectPath)
@@ -266,7 +267,7 @@ public struct Publisher: Sendable {
 
         // 7. Move the version into place (fails if it appeared meanwhile), then sign the index.
         let versionDir = layout.resolve(versionRel)
-        try io { try AtomicFile.syncDirectory(staging) }
+        try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(staging) }
         do { try SystemCalls.rename(staging, to: versionDir) } catch {
             if error.errno == .directoryNotEmpty || error.errno == .fileExists {
                 throw .versionExists(id: id.rawValue, version: version.description)
@@ -274,7 +275,7 @@ public struct Publisher: Sendable {
             throw .io(error)
         }
         finished = true
-        try io { try AtomicFile.syncDirectory(packageDir) }
+        try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(packageDir) }
         let published = try publish(&index, layout, ttl: request.timeToLive)
         logger.debug(
             "packed", metadata: ["id": "\(id)", "version": "\(version)", "serial": "\(published.serial)",
@@ -331,8 +332,8 @@ public struct Publisher: Sendable {
             }
             return nil
         }
-        let bytes = try io { try AtomicFile.read(layout.index) }
-        let sigBytes = try io { try AtomicFile.read(layout.signature) }
+        let bytes = try io { () throws(FileSystemError) in try AtomicFile.read(layout.index) }
+        let sigBytes = try io { () throws(FileSystemError) in try AtomicFile.read(layout.signature) }
         do {
             let sig = try ManifestCoding.decode(SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
             try IndexSignature.verify(bytes, signatures: sig, trusted: trusted)
@@ -371,7 +372,7 @@ public struct Publisher: Sendable {
         } else {
             try? SystemCalls.unlink(layout.pendingSignature)
             try? SystemCalls.unlink(layout.pendingIndex)
-            try io { try AtomicFile.syncDirectory(layout.root) }
+            try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(layout.root) }
         }
     }
 
@@ -389,8 +390,8 @@ public struct Publisher: Sendable {
             throw .signing(.badKeyFile(path: "(signing key)", detail: "\(error)"))
         }
         let sigBytes = try encode(sig)
-        try io { try AtomicFile.write(sigBytes, to: layout.pendingSignature) }
-        try io { try AtomicFile.write(bytes, to: layout.pendingIndex) }
+        try io { () throws(FileSystemError) in try AtomicFile.write(sigBytes, to: layout.pendingSignature) }
+        try io { () throws(FileSystemError) in try AtomicFile.write(bytes, to: layout.pendingIndex) }
         // Static servers derive validators from the modification time in whole seconds (nginx:
         // mtime + length). Two publications in one second with equal lengths would look the same
         // to a conditional GET, so the new pair's mtime is strictly after the previous index's.
@@ -402,7 +403,7 @@ public struct Publisher: Sendable {
 
     private func renameDurably(_ from: FilePath, _ to: FilePath, in dir: FilePath) throws(PublishError) {
         do { try SystemCalls.rename(from, to: to) } catch { throw .io(error) }
-        try io { try AtomicFile.syncDirectory(dir) }
+        try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(dir) }
     }
 
     /// The publishers' lock of a repository (`.larder-publish.lock`): one pack, revoke or
@@ -447,15 +448,11 @@ public struct Publisher: Sendable {
 }
 
 /// Runs a file-system step, mapping its error into `PublishError.io`.
-func io<T>(_ body: () throws -> T) throws(PublishError) -> T {
+func io<T>(_ body: () throws(FileSystemError) -> T) throws(PublishError) -> T {
     do {
         return try body()
-    } catch let e as FileSystemError {
-        throw .io(e)
-    } catch let e as PublishError {
-        throw e
     } catch {
-        throw .io(FileSystemError("file operation", FilePath("."), .ioError))
+        throw .io(error)
     }
 }
 
@@ -466,7 +463,7 @@ func fileSize(_ path: FilePath) throws(PublishError) -> Int64 {
 
 /// The SHA-256 of a file, streamed.
 func digest(of path: FilePath) throws(PublishError) -> SHA256Digest {
-    try io { () throws -> SHA256Digest in
+    try io { () throws(FileSystemError) -> SHA256Digest in
         let fd = try SystemCalls.open(path, .readOnly)
         defer { try? SystemCalls.close(fd, path: path) }
         var hasher = SHA256Stream()

@@ -91,6 +91,12 @@ public final class Resolver: @unchecked Sendable {
         layout.tree(f.package, f.version).appending(f.path.string)
     }
 
+    /// Whether the file a resolution names is on disk as a regular file (one `stat`; the hot
+    /// path never asks this, the loader finds out when it opens the file).
+    public func isOnDisk(_ f: LocalFile) -> Bool {
+        (try? SystemCalls.stat(filePath(f)))?.kind == .regular
+    }
+
     /// Starts a session (e.g. one web view) that pins the active version of each package in
     /// `ids`: until the session is released or this process dies, those packages resolve to the
     /// versions pinned here — even after an update activates another — and gc keeps them on

@@ -4,12 +4,6 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 extension StagingArea {
     /// Builds `list`'s tree in this area from contents already in the sandbox (hard links to
     /// `local`, else copies) and downloaded objects (`objects`: gzip files, inflated while their
@@ -22,8 +16,10 @@ extension StagingArea {
             let target = tree.appending(f.path.string)
             try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(target.removingLastComponent()) }
             if let source = local[f.sha256] {
-                if link(source.string, target.string) != 0 {
-                    try io { () throws(FileSystemError) in try Self.copy(source, to: target) }
+                // A hard link shares the content; across file systems (or where links are
+                // refused) the bytes are copied.
+                do throws(FileSystemError) { try SystemCalls.link(source, to: target) } catch {
+                    try io { () throws(FileSystemError) in try SystemCalls.copyFile(source, to: target) }
                 }
             } else if let gz = objects[f.sha256] {
                 try Self.inflate(gz, to: target, expecting: f, of: list)
@@ -35,44 +31,18 @@ extension StagingArea {
         }
     }
 
-    /// Copies a file's bytes (when a hard link is not possible, e.g. across file systems).
-    static func copy(_ source: FilePath, to target: FilePath) throws(FileSystemError) {
-        let input = try AtomicFile.check("open", source) { try FileDescriptor.open(source, .readOnly) }
-        defer { try? input.close() }
-        let output = try AtomicFile.check("create", target) {
-            try FileDescriptor.open(
-                target, .writeOnly, options: [.create, .exclusiveCreate],
-                permissions: [.ownerReadWrite, .groupRead, .otherRead])
-        }
-        defer { try? output.close() }
-        var buffer = [UInt8](repeating: 0, count: 256 << 10)
-        while true {
-            let n = try AtomicFile.check("read", source) { try buffer.withUnsafeMutableBytes { try input.read(into: $0) } }
-            if n == 0 { break }
-            _ = try AtomicFile.check("write", target) {
-                try buffer.withUnsafeBytes { try output.writeAll(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            }
-        }
-    }
-
     /// Inflates a downloaded object into `target`, checking size and SHA-256 while writing. An
     /// object whose content is not the declared one is deleted, so the next sync fetches it anew.
     static func inflate(_ gz: FilePath, to target: FilePath, expecting f: FileEntry, of list: FileList) throws(StoreError) {
         let corrupt = { (detail: String) in
             StoreError.objectCorrupt(id: list.id.rawValue, version: list.version.description, detail: detail)
         }
-        let input = try io { () throws(FileSystemError) in
-            try AtomicFile.check("open", gz) { try FileDescriptor.open(gz, .readOnly) }
-        }
-        defer { try? input.close() }
+        let input = try io { () throws(FileSystemError) in try SystemCalls.open(gz, .readOnly) }
+        defer { try? SystemCalls.close(input, path: gz) }
         let output = try io { () throws(FileSystemError) in
-            try AtomicFile.check("create", target) {
-                try FileDescriptor.open(
-                    target, .writeOnly, options: [.create, .exclusiveCreate],
-                    permissions: [.ownerReadWrite, .groupRead, .otherRead])
-            }
+            try SystemCalls.open(target, .writeOnly, options: [.create, .exclusiveCreate])
         }
-        defer { try? output.close() }
+        defer { try? SystemCalls.close(output, path: target) }
         let inflater: Gzip.Inflater
         do { inflater = try Gzip.Inflater(limit: f.size) } catch { throw corrupt("\(error)") }
         var hasher = SHA256Stream()
@@ -81,16 +51,14 @@ extension StagingArea {
         var writeFailure: FileSystemError?
         let sink = { (chunk: UnsafeRawBufferPointer) throws in
             hasher.update(chunk)
-            do { _ = try output.writeAll(chunk) } catch {
-                writeFailure = FileSystemError("write", target, error as? Errno ?? .ioError)
+            do throws(FileSystemError) { try SystemCalls.writeAll(output, chunk, path: target) } catch {
+                writeFailure = error
                 throw error
             }
         }
         do {
             while true {
-                let n = try io { () throws(FileSystemError) in
-                    try AtomicFile.check("read", gz) { try buffer.withUnsafeMutableBytes { try input.read(into: $0) } }
-                }
+                let n = try io { () throws(FileSystemError) in try SystemCalls.read(input, into: &buffer, path: gz) }
                 if n == 0 { break }
                 try buffer.withUnsafeBytes { raw in try inflater.feed(UnsafeRawBufferPointer(rebasing: raw[0..<n]), sink) }
             }
@@ -104,7 +72,7 @@ extension StagingArea {
         guard inflater.isFinished else { throw corrupt("\(GzipError.truncated)") }
         let got = hasher.finish()
         guard hasher.count == f.size, got == f.sha256 else {
-            _ = unlink(gz.string)
+            try? SystemCalls.unlink(gz)
             throw .objectMismatch(object: RepositoryLayout.objectPath(f.sha256), expected: f.sha256, got: got)
         }
     }

@@ -3,30 +3,22 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// Writes a validated archive's entries under a fresh staging directory that nothing else
 /// shares. Names reach it already validated (relative, no `..`, no links in the archive), every
 /// file is created with `O_EXCL | O_NOFOLLOW` relative to the staging directory's descriptor,
 /// and only regular files and directories are ever created, so nothing can land outside it.
 struct Extractor: ArchiveConsumer {
     let root: FilePath
-    private let rootFD: Int32
+    private let rootFD: FileDescriptor
     private var made: Set<String> = [""]
-    private var current: Int32 = -1
-    private var currentPath = ""
+    private var current: FileDescriptor?
+    private var currentPath = FilePath()
     /// Where the platform has no `syncfs`, every file is synced as it is closed.
     private let syncEachFile: Bool
 
     init(root: FilePath) throws(FileSystemError) {
         self.root = root
-        let fd = open(root.string, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { throw FileSystemError("open", root, Errno(rawValue: errno)) }
-        rootFD = fd
+        rootFD = try SystemCalls.open(root, .readOnly, options: [.directory, .noFollow])
         #if os(Linux)
             syncEachFile = false
         #else
@@ -36,15 +28,18 @@ struct Extractor: ArchiveConsumer {
 
     /// Closes the staging directory descriptor (and a file left open by a failed read).
     func close() {
-        if current >= 0 { _ = Glibc_close(current) }
-        _ = Glibc_close(rootFD)
+        if let fd = current { try? SystemCalls.close(fd, path: currentPath) }
+        try? SystemCalls.close(rootFD, path: root)
     }
 
     private mutating func ensureDirectory(_ rel: Substring) throws(FileSystemError) {
         if rel.isEmpty || made.contains(String(rel)) { return }
         if let slash = rel.lastIndex(of: "/") { try ensureDirectory(rel[..<slash]) }
-        if mkdirat(rootFD, String(rel), 0o755) != 0, errno != EEXIST {
-            throw FileSystemError("mkdir", root.appending(String(rel)), Errno(rawValue: errno))
+        do throws(FileSystemError) {
+            try SystemCalls.mkdir(FilePath(String(rel)), in: rootFD, directoryPath: root)
+        } catch where error.errno == .fileExists {
+            // Made by an earlier entry's path: only a directory may stand there, and the next
+            // openat with O_NOFOLLOW below it fails on anything else.
         }
         made.insert(String(rel))
     }
@@ -56,59 +51,35 @@ struct Extractor: ArchiveConsumer {
     mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws {
         let s = path.string
         if let slash = s.lastIndex(of: "/") { try ensureDirectory(s[..<slash]) }
-        let fd = openat(rootFD, s, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw FileSystemError("create", root.appending(s), Errno(rawValue: errno)) }
-        current = fd
-        currentPath = s
+        current = try SystemCalls.open(
+            FilePath(s), in: rootFD, directoryPath: root, .writeOnly, options: [.create, .exclusiveCreate, .noFollow],
+            permissions: [.ownerReadWrite, .groupRead, .otherRead])
+        currentPath = root.appending(s)
     }
 
     mutating func write(_ chunk: UnsafeRawBufferPointer) throws {
-        guard let base = chunk.baseAddress else { return }
-        var offset = 0
-        while offset < chunk.count {
-            let n = Glibc_write(current, base + offset, chunk.count - offset)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw FileSystemError("write", root.appending(currentPath), Errno(rawValue: errno))
-            }
-            offset += n
-        }
+        guard let fd = current else { return }
+        try SystemCalls.writeAll(fd, chunk, path: currentPath)
     }
 
     mutating func endFile(_ path: RelativePath, size: Int64) throws {
+        guard let fd = current else { return }
         defer {
-            _ = Glibc_close(current)
-            current = -1
+            try? SystemCalls.close(fd, path: currentPath)
+            current = nil
         }
-        if syncEachFile { try AtomicFile.sync(FileDescriptor(rawValue: current), path: root.appending(currentPath)) }
+        if syncEachFile { try SystemCalls.fsync(fd, path: currentPath) }
     }
 
     /// Makes everything written durable: one `syncfs` on Linux, else every directory synced
     /// (files were synced as they closed). An error here abandons the staged version.
     func makeDurable() throws(FileSystemError) {
         #if os(Linux)
-            try AtomicFile.syncFileSystem(rootFD, path: root)
+            try SystemCalls.syncfs(rootFD, path: root)
         #else
             for dir in made.sorted(by: { $0.count > $1.count }) {
                 try AtomicFile.syncDirectory(dir.isEmpty ? root : root.appending(dir))
             }
         #endif
     }
-}
-
-// Unambiguous names for the C calls (the consumer has methods called write and close).
-@inline(__always) private func Glibc_close(_ fd: Int32) -> Int32 {
-    #if canImport(Glibc)
-        Glibc.close(fd)
-    #else
-        Darwin.close(fd)
-    #endif
-}
-
-@inline(__always) private func Glibc_write(_ fd: Int32, _ p: UnsafeRawPointer, _ n: Int) -> Int {
-    #if canImport(Glibc)
-        Glibc.write(fd, p, n)
-    #else
-        Darwin.write(fd, p, n)
-    #endif
 }

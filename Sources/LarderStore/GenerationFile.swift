@@ -15,10 +15,10 @@ import SystemPackage
 public enum GenerationFile {
     /// Writes `generation` into the file, creating it when needed. Best effort.
     static func publish(_ layout: SandboxLayout, _ generation: UInt64) {
-        let fd = open(layout.generation.string, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { return }
-        defer { close(fd) }
-        var word = generation.littleEndian
-        _ = withUnsafeBytes(of: &word) { pwrite(fd, $0.baseAddress, 8, 0) }
+        let path = layout.generation
+        guard let fd = try? SystemCalls.open(path, .readWrite, options: [.create]) else { return }
+        defer { try? SystemCalls.close(fd, path: path) }
+        let word = generation.littleEndian
+        _ = withUnsafeBytes(of: word) { try? SystemCalls.pwrite(fd, $0, at: 0, path: path) }
     }
 }

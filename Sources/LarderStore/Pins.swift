@@ -35,7 +35,7 @@ public final class PinLease: @unchecked Sendable {
         defer { lock.unlock() }
         guard !released else { return }
         released = true
-        _ = unlink(path.string)
+        try? SystemCalls.unlink(path)
     }
 
     deinit { release() }
@@ -63,27 +63,27 @@ enum Pins {
         try AtomicFile.makeDirectories(dir)
         let name = "\(getpid())-\(ownStart)-\(UInt32.random(in: 0...UInt32.max))"
         let path = dir.appending(name)
-        let fd = open(path.string, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw FileSystemError("create", path, Errno(rawValue: errno)) }
-        close(fd)
+        let fd = try SystemCalls.open(
+            path, .writeOnly, options: [.create, .exclusiveCreate], permissions: [.ownerReadWrite, .groupRead, .otherRead])
+        try SystemCalls.close(fd, path: path)
         return PinLease(id: id, version: version, path: path)
     }
 
     /// Whether a live process pins `version` of `id`; pins of dead processes are removed.
     static func isPinned(_ layout: SandboxLayout, _ id: PackageID, _ version: SemanticVersion) -> Bool {
         let dir = layout.pinDirectory(id, version)
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: dir.string) else { return false }
+        guard let entries = try? SystemCalls.listDirectory(dir) else { return false }
         var live = false
-        for name in names {
+        for name in entries.map(\.string) {
             let parts = name.split(separator: "-")
             guard parts.count == 3, let pid = Int32(parts[0]), let start = UInt64(parts[1]) else { continue }
             if isAlive(pid: pid, start: start) {
                 live = true
             } else {
-                _ = unlink(dir.appending(name).string)
+                try? SystemCalls.unlink(dir.appending(name))
             }
         }
-        if !live { _ = rmdir(dir.string) }
+        if !live { try? SystemCalls.rmdir(dir) }
         return live
     }
 

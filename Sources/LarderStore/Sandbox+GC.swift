@@ -68,13 +68,12 @@ extension Sandbox {
         let tree = layout.tree(id, version)
         let trashed = layout.newTrashEntry(id, version)
         if AtomicFile.exists(tree) {
-            if rename(tree.string, trashed.string) != 0 {
-                throw .io(FileSystemError("rename", tree, Errno(rawValue: errno)))
-            }
+            try io { () throws(FileSystemError) in try SystemCalls.rename(tree, to: trashed) }
             try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(tree.removingLastComponent()) }
         }
-        if !keepList { _ = unlink(layout.list(id, version).string) }
-        try? FileManager.default.removeItem(atPath: trashed.string)
+        if !keepList { try? SystemCalls.unlink(layout.list(id, version)) }
+        // Out of sight already; a failure here leaves bytes in trash/, emptied by the next open.
+        try? SystemCalls.removeTree(trashed)
     }
 
 }

@@ -153,15 +153,14 @@ extension Sandbox {
             // A copy the state does not name, left by an interrupted operation and kept because a
             // session pinned it.
             if Pins.isPinned(layout, id, version) {
-                _ = unlink(listPath.string)
+                try? SystemCalls.unlink(listPath)
                 throw .versionBusy(id: id.rawValue, version: version.description)
             }
             try removeTree(id, version, keepList: true)
         }
-        if rename(tree.string, target.string) != 0 {
-            let e = Errno(rawValue: errno)
-            _ = unlink(listPath.string)
-            throw .io(FileSystemError("rename", tree, e))
+        do throws(FileSystemError) { try SystemCalls.rename(tree, to: target) } catch {
+            try? SystemCalls.unlink(listPath)
+            throw .io(error)
         }
         try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(target.removingLastComponent()) }
         var pkg = state[id]
@@ -185,20 +184,19 @@ extension Sandbox {
         if !problems.isEmpty {
             throw .verification(id: list.id.rawValue, version: list.version.description, problems: problems)
         }
-        let dir = try io { () throws(FileSystemError) in
-            try AtomicFile.check("open", tree) { try FileDescriptor.open(tree, .readOnly, options: [.directory]) }
-        }
-        defer { try? dir.close() }
+        let dir = try io { () throws(FileSystemError) in try SystemCalls.open(tree, .readOnly, options: [.directory]) }
+        defer { try? SystemCalls.close(dir, path: tree) }
         #if os(Linux)
-            do { try AtomicFile.syncFileSystem(dir.rawValue, path: tree) } catch { throw .io(error) }
+            try io { () throws(FileSystemError) in try SystemCalls.syncfs(dir, path: tree) }
         #else
             // Elsewhere: each file, then each directory (assembled trees are small updates).
             for f in list.files {
-                guard let fd = try? FileDescriptor.open(tree.appending(f.path.string), .readOnly) else { continue }
-                defer { try? fd.close() }
-                do { try AtomicFile.sync(fd, path: tree.appending(f.path.string)) } catch { throw .io(error) }
+                let path = tree.appending(f.path.string)
+                guard let fd = try? SystemCalls.open(path, .readOnly) else { continue }
+                defer { try? SystemCalls.close(fd, path: path) }
+                try io { () throws(FileSystemError) in try SystemCalls.fsync(fd, path: path) }
             }
-            do { try AtomicFile.sync(dir, path: tree) } catch { throw .io(error) }
+            try io { () throws(FileSystemError) in try SystemCalls.fsync(dir, path: tree) }
         #endif
         let record = try place(tree: tree, id: list.id, version: list.version, list: list, trusted: false)
         if activate { try self.activate([(list.id, list.version)]) }

@@ -140,19 +140,23 @@ public final class Sandbox {
             try removeTree(id, version)
         }
         for (id, version) in Self.listFiles(layout) where !state[id].has(version) && !AtomicFile.exists(layout.tree(id, version)) {
-            _ = unlink(layout.list(id, version).string)
+            try? SystemCalls.unlink(layout.list(id, version))
         }
     }
 
+    /// The names in `dir` (none when it cannot be listed: recovery and listing are best effort,
+    /// and a missing directory is simply empty).
+    static func names(_ dir: FilePath) -> [String] {
+        ((try? SystemCalls.listDirectory(dir)) ?? []).map(\.string)
+    }
+
     /// Every `packages/<id>/<version>` directory with a valid id and version name; anything else
-    /// there is reported by name and left alone.
+    /// there is left alone.
     static func installedTrees(_ layout: SandboxLayout) throws(StoreError) -> [(PackageID, SemanticVersion)] {
         var out: [(PackageID, SemanticVersion)] = []
-        let ids = (try? FileManager.default.contentsOfDirectory(atPath: layout.packages.string)) ?? []
-        for idName in ids.sorted() {
+        for idName in names(layout.packages).sorted() {
             guard let id = PackageID(idName) else { continue }
-            let versions = (try? FileManager.default.contentsOfDirectory(atPath: layout.packages.appending(idName).string)) ?? []
-            for v in versions.sorted() {
+            for v in names(layout.packages.appending(idName)).sorted() {
                 guard let version = SemanticVersion(v), version.description == v else { continue }
                 out.append((id, version))
             }
@@ -160,33 +164,29 @@ public final class Sandbox {
         return out
     }
 
+    /// Every `lists/<id>/<version>.json` with a valid id and version name.
     static func listFiles(_ layout: SandboxLayout) -> [(PackageID, SemanticVersion)] {
         var out: [(PackageID, SemanticVersion)] = []
-        let ids = (try? FileManager.default.contentsOfDirectory(atPath: layout.lists.string)) ?? []
-        for idName in ids {
+        for idName in names(layout.lists) {
             guard let id = PackageID(idName) else { continue }
-            let files = (try? FileManager.default.contentsOfDirectory(atPath: layout.lists.appending(idName).string)) ?? []
-            for f in files where f.hasSuffix(".json") {
+            for f in names(layout.lists.appending(idName)) where f.hasSuffix(".json") {
                 if let v = SemanticVersion(String(f.dropLast(5))) { out.append((id, v)) }
             }
         }
         return out
     }
 
+    /// Removes everything inside `dir` (never following a link out of it).
     static func emptyDirectory(_ dir: FilePath) {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: dir.string)) ?? []
-        for n in names { try? FileManager.default.removeItem(atPath: dir.appending(n).string) }
+        for entry in (try? SystemCalls.listDirectory(dir)) ?? [] { try? SystemCalls.removeTree(dir.appending(entry.name)) }
     }
 
     /// Removes the temporary files of interrupted atomic writes (state.json and file lists).
     static func removeTemporaryStateFiles(_ layout: SandboxLayout) {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: layout.root.string)) ?? []
-        for n in names where n.hasPrefix(".state.json.tmp-") { _ = unlink(layout.root.appending(n).string) }
-        let ids = (try? FileManager.default.contentsOfDirectory(atPath: layout.lists.string)) ?? []
-        for id in ids {
+        for n in names(layout.root) where n.hasPrefix(".state.json.tmp-") { try? SystemCalls.unlink(layout.root.appending(n)) }
+        for id in names(layout.lists) {
             let dir = layout.lists.appending(id)
-            let files = (try? FileManager.default.contentsOfDirectory(atPath: dir.string)) ?? []
-            for f in files where f.hasPrefix(".") && f.contains(".tmp-") { _ = unlink(dir.appending(f).string) }
+            for f in names(dir) where f.hasPrefix(".") && f.contains(".tmp-") { try? SystemCalls.unlink(dir.appending(f)) }
         }
     }
 }

@@ -52,7 +52,7 @@ public struct StagingArea: Sendable {
 
     /// Removes the directory and everything in it.
     public func discard() {
-        try? FileManager.default.removeItem(atPath: directory.string)
+        try? SystemCalls.removeTree(directory)
     }
 }
 

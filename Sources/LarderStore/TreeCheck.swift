@@ -27,15 +27,15 @@ public enum TreeCheck {
                 continue
             }
             let path = tree.appending(f.path.string)
-            guard let fd = try? FileDescriptor.open(path, .readOnly, options: [.noFollow]) else {
+            guard let fd = try? SystemCalls.open(path, .readOnly, options: [.noFollow]) else {
                 problems.append("\(f.path): unreadable")
                 continue
             }
-            defer { try? fd.close() }
+            defer { try? SystemCalls.close(fd, path: path) }
             var hasher = SHA256Stream()
             var failed = false
             while true {
-                guard let n = try? buffer.withUnsafeMutableBytes({ try fd.read(into: $0) }) else {
+                guard let n = try? SystemCalls.read(fd, into: &buffer, path: path) else {
                     failed = true
                     break
                 }
@@ -52,18 +52,18 @@ public enum TreeCheck {
     }
 
     private static func walk(_ dir: FilePath, prefix: String, seen: inout Set<String>, problems: inout [String]) {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: dir.string) else {
+        guard let entries = try? SystemCalls.listDirectory(dir) else {
             problems.append("\(prefix.isEmpty ? "(root)" : prefix): cannot list the directory")
             return
         }
-        for name in names {
+        for entry in entries {
+            let name = entry.string
             let rel = prefix.isEmpty ? name : prefix + "/" + name
-            let full = dir.appending(name)
-            var st = stat()
-            guard lstat(full.string, &st) == 0 else { continue }
-            switch st.st_mode & S_IFMT {
-            case S_IFDIR: walk(full, prefix: rel, seen: &seen, problems: &problems)
-            case S_IFREG: seen.insert(rel)
+            let full = dir.appending(entry.name)
+            guard let st = try? SystemCalls.lstat(full) else { continue }
+            switch st.kind {
+            case .directory: walk(full, prefix: rel, seen: &seen, problems: &problems)
+            case .regular: seen.insert(rel)
             default: problems.append("\(rel): not a regular file or directory")
             }
         }

@@ -2,14 +2,9 @@ import Foundation
 import LarderArchive
 import LarderCore
 import LarderFetch
+import LarderFileSystem
 import LarderStore
 import SystemPackage
-
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
 
 // The streamed extraction reads a download's part file as it grows: `GrowingPart` (Fetch) has
 // exactly the methods the archive reader's byte source needs. The conformance lives here, where
@@ -35,10 +30,10 @@ extension Syncer {
     /// Removes everything in `downloads/` but the partial downloads named in `keep` (and their
     /// saved validators).
     func pruneDownloads(_ dir: FilePath, keep: Set<String>) {
-        let names = (try? FileManager.default.contentsOfDirectory(atPath: dir.string)) ?? []
-        for n in names {
+        for entry in (try? SystemCalls.listDirectory(dir)) ?? [] {
+            let n = entry.string
             let base = n.hasSuffix(".etag") ? String(n.dropLast(5)) : n
-            if !keep.contains(base) { _ = unlink(dir.appending(n).string) }
+            if !keep.contains(base) { try? SystemCalls.unlink(dir.appending(entry.name)) }
         }
     }
 

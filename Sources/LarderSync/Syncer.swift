@@ -6,12 +6,6 @@ import LarderStore
 import Logging
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// Larder's main job: keep the sandbox in step with the signed repository index.
 ///
 /// A sync runs in phases, each in its own place: `prepare` (lock, recover, accept the index —
@@ -236,7 +230,7 @@ public struct Syncer: Sendable {
                             bundle: part, id: a.id.rawValue, version: e.version.description, fileList: list, force: false,
                             activate: false)
                     }
-                    _ = unlink(part.string)
+                    try? SystemCalls.unlink(part)
                 case .objects, .local:
                     let area = try p.sandbox.makeStagingArea(id: list.id, version: list.version)
                     do throws(StoreError) {
@@ -310,7 +304,7 @@ public struct Syncer: Sendable {
     /// current plan would not resume (superseded releases); then gc by retention. Returns what
     /// gc removed.
     func cleanUp(_ fetched: Fetched, sandbox: Sandbox) -> [String] {
-        for part in fetched.objects.values { _ = unlink(part.string) }
+        for part in fetched.objects.values { try? SystemCalls.unlink(part) }
         for staged in fetched.staged.values { staged.area.discard() }
         pruneDownloads(sandbox.layout.downloads, keep: fetched.resumable)
         // Retention is housekeeping: a failure here leaves more versions on disk, never fewer.

@@ -49,7 +49,7 @@ final class ProgressRenderer: @unchecked Sendable {
     let mode: Mode
     private let interval: TimeInterval
     private let clock: () -> Date
-    private let write: (String) -> Void
+    private let output: (String) -> Void
     private let lock = NSLock()
     private var done: [String: Int64] = [:]
     private var totals: [String: Int64] = [:]
@@ -62,15 +62,15 @@ final class ProgressRenderer: @unchecked Sendable {
         return e
     }()
 
-    /// A renderer; `write` receives each piece of output (stderr by default).
+    /// A renderer; `output` receives each piece of output (stderr by default).
     init(
         mode: Mode, interval: TimeInterval = 0.25, clock: @escaping () -> Date = { Date() },
-        write: @escaping (String) -> Void = { [sink = Output.sink] in sink.err(Data($0.utf8)) }
+        output: @escaping (String) -> Void = { [sink = Output.sink] in sink.err(Data($0.utf8)) }
     ) {
         self.mode = mode
         self.interval = interval
         self.clock = clock
-        self.write = write
+        self.output = output
     }
 
     /// The handler to give the syncer.
@@ -105,7 +105,7 @@ final class ProgressRenderer: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         if pending { emitBytes() }
-        if mode == .bar { write("\n") }
+        if mode == .bar { output("\n") }
     }
 
     private func emitBytes() {
@@ -125,9 +125,9 @@ final class ProgressRenderer: @unchecked Sendable {
         switch mode {
         case .json:
             guard let data = try? encoder.encode(line) else { return }
-            write(String(decoding: data, as: UTF8.self) + "\n")
+            output(String(decoding: data, as: UTF8.self) + "\n")
         case .bar:
-            if let bar { write(bar) }
+            if let bar { output(bar) }
         case .none:
             return
         }

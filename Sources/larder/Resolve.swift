@@ -50,7 +50,7 @@ extension LarderCommand {
                 r.mime = f.mime
                 r.length = f.length
                 r.etag = f.etag
-                r.onDisk = FileManager.default.fileExists(atPath: resolver.filePath(f).string)
+                r.onDisk = resolver.isOnDisk(f)
             case .passthrough(let reason):
                 r.outcome = "passthrough"
                 r.reason = reason

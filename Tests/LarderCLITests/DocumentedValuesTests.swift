@@ -84,7 +84,7 @@ struct RenderingTests {
     func progressThrottle() throws {
         let lines = Lines()
         var now = Date(timeIntervalSince1970: 0)
-        let renderer = ProgressRenderer(mode: .json, interval: 0.25, clock: { now }, write: { lines.append($0) })
+        let renderer = ProgressRenderer(mode: .json, interval: 0.25, clock: { now }, output: { lines.append($0) })
         renderer.render(.index(serial: 7, changed: true))
         // 1,000 chunks over one simulated second.
         for i in 1...1000 {
