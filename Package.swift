@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.2
 import PackageDescription
 
 // Dependency direction (see README "Layout"; scripts/check-layout enforces it):
@@ -11,6 +11,10 @@ import PackageDescription
 // imports C libraries (libarchive for zip, zlib for gzip objects); CLarderShim is one inline
 // atomic load for LarderResolve. LarderGateway (the `serve` HTTP gateway) is the only module on
 // Hummingbird, so an app that embeds the library does not link a server.
+// The project's own Swift targets build with every warning an error (dependencies are not
+// affected: SwiftPM applies a target's settings to that target only).
+let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
+
 let package = Package(
     name: "Larder",
     platforms: [.macOS(.v13), .iOS(.v16)],
@@ -43,14 +47,16 @@ let package = Package(
             dependencies: [
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         .target(
             name: "LarderFileSystem",
             dependencies: [
                 "LarderCore",
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         .target(
             name: "LarderArchive",
@@ -58,7 +64,8 @@ let package = Package(
                 "CArchive", "CZlib", "LarderCore", "LarderFileSystem",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         .target(
             name: "LarderPublish",
@@ -67,7 +74,8 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         .target(
             name: "LarderStore",
@@ -75,14 +83,16 @@ let package = Package(
                 "LarderCore", "LarderFileSystem", "LarderArchive",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         .target(
             name: "LarderFetch",
             dependencies: [
                 "LarderCore", "LarderFileSystem",
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         .target(
             name: "LarderSync",
@@ -90,7 +100,8 @@ let package = Package(
                 "LarderCore", "LarderFileSystem", "LarderArchive", "LarderStore", "LarderFetch",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         .target(name: "CLarderShim"),
         .target(
@@ -99,7 +110,8 @@ let package = Package(
                 "CLarderShim", "LarderCore", "LarderFileSystem", "LarderStore",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         .target(
             name: "LarderGateway",
@@ -108,23 +120,26 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         // A WKURLSchemeHandler over the resource loader; its code compiles only where WebKit
         // exists (`#if canImport(WebKit)`), so on Linux the module is empty.
-        .target(name: "LarderWebKit", dependencies: ["LarderCore", "LarderResolve"]),
+        .target(name: "LarderWebKit", dependencies: ["LarderCore", "LarderResolve"], swiftSettings: strict),
         .target(
             name: "Larder",
             dependencies: [
                 "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore", "LarderFetch",
                 "LarderSync", "LarderResolve",
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         // The resolve benchmark (scripts/bench-resolve); not a product.
         .executableTarget(
             name: "larder-bench-resolve",
-            dependencies: ["LarderCore", "LarderFileSystem", "LarderResolve", "LarderStore"]
+            dependencies: ["LarderCore", "LarderFileSystem", "LarderResolve", "LarderStore"],
+            swiftSettings: strict
         ),
         .executableTarget(
             name: "larder",
@@ -132,7 +147,8 @@ let package = Package(
                 "Larder", "LarderGateway",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         // Test support, not a product: temporary-directory trait, sample repository, process
         // runner, binary locator, recording and failing transports.
@@ -141,35 +157,42 @@ let package = Package(
             dependencies: [
                 "LarderCore", "LarderFetch", "LarderPublish",
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
-        .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"]),
+        .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"], swiftSettings: strict),
         .testTarget(
             name: "LarderFileSystemTests",
             dependencies: [
                 "LarderFileSystem", "LarderTestSupport", .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
         .testTarget(
-            name: "LarderArchiveTests", dependencies: ["LarderArchive", "LarderCore", "LarderFileSystem", "LarderTestSupport"]
+            name: "LarderArchiveTests", dependencies: ["LarderArchive", "LarderCore", "LarderFileSystem", "LarderTestSupport"],
+            swiftSettings: strict
         ),
         .testTarget(
             name: "LarderPublishTests",
-            dependencies: ["LarderTestSupport", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem", "Larder"]
+            dependencies: ["LarderTestSupport", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem", "Larder"],
+            swiftSettings: strict
         ),
         .testTarget(
             name: "LarderStoreTests",
-            dependencies: ["LarderTestSupport", "LarderStore", "LarderArchive", "LarderCore", "LarderFileSystem", "LarderPublish"]
+            dependencies: ["LarderTestSupport", "LarderStore", "LarderArchive", "LarderCore", "LarderFileSystem", "LarderPublish"],
+            swiftSettings: strict
         ),
         .testTarget(
             name: "LarderSyncTests",
             dependencies: ["LarderTestSupport", 
                 "LarderSync", "LarderFetch", "LarderStore", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem",
-            ]
+            ],
+            swiftSettings: strict
         ),
         .testTarget(
             name: "LarderResolveTests",
-            dependencies: ["LarderTestSupport", "LarderResolve", "LarderStore", "LarderPublish", "LarderCore", "LarderFileSystem"]
+            dependencies: ["LarderTestSupport", "LarderResolve", "LarderStore", "LarderPublish", "LarderCore", "LarderFileSystem"],
+            swiftSettings: strict
         ),
         .testTarget(
             name: "LarderCLITests",
@@ -177,7 +200,8 @@ let package = Package(
                 "LarderCore", "Larder", "larder", "LarderTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
-            ]
+            ],
+            swiftSettings: strict
         ),
     ]
 )

@@ -9,8 +9,8 @@ import SystemPackage
 /// For each regular file: `beginFile`, any number of `write` calls with consecutive chunks, then
 /// `endFile` with the size the reader counted (its SHA-256 is in the listing `read` returns —
 /// hashing may run on another thread). Any error thrown stops the read; the reader reports it as
-/// `ArchiveError.sink`.
-public protocol ArchiveConsumer {
+/// `ArchiveError.sink`. Its metatype is `Sendable`: the pipeline calls it on a worker thread.
+public protocol ArchiveConsumer: SendableMetatype {
     /// A directory entry (already validated).
     mutating func directory(_ path: RelativePath) throws
     /// A regular file starts; `declaredSize` is the header's size when the archive states one.
