@@ -169,29 +169,38 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(
-            name: "LarderArchiveTests", dependencies: ["LarderArchive", "LarderCore", "LarderFileSystem", "LarderTestSupport"],
+            name: "LarderArchiveTests",
+            dependencies: ["LarderArchive", "LarderCore", "LarderFileSystem", "LarderTestSupport"],
             swiftSettings: strict
         ),
         .testTarget(
             name: "LarderPublishTests",
-            dependencies: ["LarderTestSupport", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem", "Larder"],
+            dependencies: [
+                "LarderTestSupport", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem", "Larder",
+            ],
             swiftSettings: strict
         ),
         .testTarget(
             name: "LarderStoreTests",
-            dependencies: ["LarderTestSupport", "LarderStore", "LarderArchive", "LarderCore", "LarderFileSystem", "LarderPublish"],
+            dependencies: [
+                "LarderTestSupport", "LarderStore", "LarderArchive", "LarderCore", "LarderFileSystem", "LarderPublish",
+            ],
             swiftSettings: strict
         ),
         .testTarget(
             name: "LarderSyncTests",
-            dependencies: ["LarderTestSupport", 
-                "LarderSync", "LarderFetch", "LarderStore", "LarderPublish", "LarderArchive", "LarderCore", "LarderFileSystem",
+            dependencies: [
+                "LarderTestSupport",
+                "LarderSync", "LarderFetch", "LarderStore", "LarderPublish", "LarderArchive", "LarderCore",
+                "LarderFileSystem",
             ],
             swiftSettings: strict
         ),
         .testTarget(
             name: "LarderResolveTests",
-            dependencies: ["LarderTestSupport", "LarderResolve", "LarderStore", "LarderPublish", "LarderCore", "LarderFileSystem"],
+            dependencies: [
+                "LarderTestSupport", "LarderResolve", "LarderStore", "LarderPublish", "LarderCore", "LarderFileSystem",
+            ],
             swiftSettings: strict
         ),
         .testTarget(

@@ -1,11 +1,11 @@
+import Foundation
 @_exported import LarderCore
 @_exported import LarderFetch
+import LarderFileSystem
 @_exported import LarderPublish
+@_exported import LarderResolve
 @_exported import LarderStore
 @_exported import LarderSync
-@_exported import LarderResolve
-import Foundation
-import LarderFileSystem
 import SystemPackage
 
 /// The use cases an app or tool calls. Publisher side: `PublisherKeys` (keygen, key files),

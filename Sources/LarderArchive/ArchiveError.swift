@@ -79,7 +79,8 @@ public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
         case .unreadable(let d): "not a readable zip archive: \(d)"
         case .structure(_, let m): "zip structure: \(m)"
         case .libarchive(let e, let m): e.map { "entry \"\($0)\": \(m)" } ?? m
-        case .unsupportedEntryType(let e, let t): "entry \"\(e)\" is a \(t); only regular files and directories are allowed"
+        case .unsupportedEntryType(let e, let t):
+            "entry \"\(e)\" is a \(t); only regular files and directories are allowed"
         case .hardLink(let e, let t): "entry \"\(e)\" is a hard link to \"\(t)\"; links are not allowed"
         case .encrypted(let e): "entry \"\(e)\" is encrypted; encrypted entries are not supported"
         case .badName(let e, let p): "entry \"\(e)\": \(p)"

@@ -46,7 +46,9 @@ public enum Gzip {
             defer { try? SystemCalls.close(src, path: source) }
             try AtomicFile.replace(output, wrapping: { $0 as any Error }) { out, temp in
                 var stream = z_stream()
-                var r = deflateInit2_(&stream, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, zlibVersion(), Int32(MemoryLayout<z_stream>.size))
+                var r = deflateInit2_(
+                    &stream, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, zlibVersion(),
+                    Int32(MemoryLayout<z_stream>.size))
                 guard r == Z_OK else { throw GzipError.zlib(code: r, message: "deflateInit2") }
                 defer { deflateEnd(&stream) }
                 var input = [UInt8](repeating: 0, count: chunk)
@@ -75,7 +77,9 @@ public enum Gzip {
                         } while stream.avail_out == 0
                     }
                     if flush == Z_FINISH {
-                        guard r == Z_STREAM_END else { throw GzipError.zlib(code: r, message: "deflate did not finish") }
+                        guard r == Z_STREAM_END else {
+                            throw GzipError.zlib(code: r, message: "deflate did not finish")
+                        }
                         finished = true
                     }
                 }

@@ -76,7 +76,9 @@ public struct ZipReader: Sendable {
     }
 
     /// Reads and validates the archive at `path`, handing every entry to `consumer`.
-    public func read<C: ArchiveConsumer>(_ path: FilePath, into consumer: inout C) throws(ArchiveError) -> ArchiveListing {
+    public func read<C: ArchiveConsumer>(_ path: FilePath, into consumer: inout C) throws(ArchiveError)
+        -> ArchiveListing
+    {
         let (fd, archiveSize) = try Self.openArchive(path)
         defer { try? SystemCalls.close(fd, path: path) }
         // One interpretation only, checked on the descriptor libarchive then reads.
@@ -133,9 +135,12 @@ public struct ZipReader: Sendable {
         guard central == state.seen else {
             let streamed = state.seen.map(\.description)
             let listed = central.map(\.description)
-            let first = zip(streamed, listed).first { $0 != $1 }.map { "\($0.0) where the central directory has \($0.1)" }
+            let first =
+                zip(streamed, listed).first { $0 != $1 }.map { "\($0.0) where the central directory has \($0.1)" }
                 ?? "\(streamed.count) entries where the central directory has \(listed.count)"
-            throw .structure(code: "archive-stream-mismatch", message: "the local headers disagree with the central directory: \(first)")
+            throw .structure(
+                code: "archive-stream-mismatch",
+                message: "the local headers disagree with the central directory: \(first)")
         }
         return listing
     }
@@ -246,21 +251,23 @@ private final class StreamContext {
 }
 
 /// libarchive's read callback over a `StreamContext`.
-private let streamRead: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, UnsafeMutablePointer<UnsafeRawPointer?>?) -> la_ssize_t = {
-    _, client, out in
-    guard let client, let out else { return -1 }
-    let context = Unmanaged<StreamContext>.fromOpaque(client).takeUnretainedValue()
-    do {
-        let n = try context.source.read(into: context.buffer)
-        out.pointee = UnsafeRawPointer(context.buffer.baseAddress)
-        return la_ssize_t(n)
-    } catch let error as ArchiveError {
-        context.failure = error
-    } catch {
-        context.failure = .unreadable(detail: "the archive stopped arriving: \(error)")
-    }
-    return -1
-}
+private let streamRead:
+    @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, UnsafeMutablePointer<UnsafeRawPointer?>?) -> la_ssize_t =
+        {
+            _, client, out in
+            guard let client, let out else { return -1 }
+            let context = Unmanaged<StreamContext>.fromOpaque(client).takeUnretainedValue()
+            do {
+                let n = try context.source.read(into: context.buffer)
+                out.pointee = UnsafeRawPointer(context.buffer.baseAddress)
+                return la_ssize_t(n)
+            } catch let error as ArchiveError {
+                context.failure = error
+            } catch {
+                context.failure = .unreadable(detail: "the archive stopped arriving: \(error)")
+            }
+            return -1
+        }
 
 /// Where the read loop sends entries: straight to the consumer (hashing inline), or through a
 /// pipeline to a worker thread.
@@ -282,7 +289,9 @@ struct DirectSink<C: ArchiveConsumer>: EntrySink {
         do { try consumer.directory(path) } catch { throw .sink(entry: path.string, detail: "\(error)") }
     }
     mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws(ArchiveError) {
-        do { try consumer.beginFile(path, declaredSize: declaredSize) } catch { throw .sink(entry: path.string, detail: "\(error)") }
+        do { try consumer.beginFile(path, declaredSize: declaredSize) } catch {
+            throw .sink(entry: path.string, detail: "\(error)")
+        }
     }
     mutating func write(_ chunk: UnsafeRawBufferPointer, of path: RelativePath) throws(ArchiveError) {
         hasher.update(chunk)
@@ -303,7 +312,9 @@ struct PipelineSink<C: ArchiveConsumer>: EntrySink {
     func beginFile(_ path: RelativePath, declaredSize: Int64?) throws(ArchiveError) {
         try pipeline.beginFile(path, declaredSize: declaredSize)
     }
-    func write(_ chunk: UnsafeRawBufferPointer, of path: RelativePath) throws(ArchiveError) { try pipeline.append(chunk) }
+    func write(_ chunk: UnsafeRawBufferPointer, of path: RelativePath) throws(ArchiveError) {
+        try pipeline.append(chunk)
+    }
     func endFile(_ path: RelativePath, size: Int64) throws(ArchiveError) { try pipeline.endFile(path, size: size) }
 }
 
@@ -367,7 +378,9 @@ private struct ReadState {
             guard let cName = archive_entry_pathname(entry) else {
                 throw .libarchive(entry: nil, message: "an entry has no name")
             }
-            let nameBytes = Array(UnsafeBufferPointer(start: UnsafeRawPointer(cName).assumingMemoryBound(to: UInt8.self), count: strlen(cName)))
+            let nameBytes = Array(
+                UnsafeBufferPointer(
+                    start: UnsafeRawPointer(cName).assumingMemoryBound(to: UInt8.self), count: strlen(cName)))
             let display = String(decoding: nameBytes, as: UTF8.self)
             if archive_entry_is_encrypted(entry) != 0 { throw .encrypted(entry: display) }
             if let target = archive_entry_hardlink(entry) {
@@ -460,7 +473,9 @@ private struct ReadState {
             count += Int64(size)
             total += Int64(size)
             if let d = declared, count > d { throw .sizeMismatch(entry: path.string, declared: d, actual: count) }
-            if count > limits.maxFileBytes { throw .fileTooLarge(entry: path.string, size: count, limit: limits.maxFileBytes) }
+            if count > limits.maxFileBytes {
+                throw .fileTooLarge(entry: path.string, size: count, limit: limits.maxFileBytes)
+            }
             if total > limits.maxTotalBytes { throw .totalTooLarge(limit: limits.maxTotalBytes) }
             if total > limits.ratioFloorBytes, !ratioLimit.overflow, total > ratioLimit.partialValue {
                 throw .compressionRatio(entry: path.string, limit: limits.maxCompressionRatio)

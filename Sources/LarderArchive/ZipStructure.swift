@@ -53,7 +53,9 @@ enum ZipStructure {
         // An end record is one whose comment reaches exactly the end of the file.
         let exact = candidates.filter { Int(le16(tail, $0 + 20)) + 22 + $0 == tail.count }
         guard let eocd = exact.first else {
-            if candidates.isEmpty { throw Problem(code: "archive-no-end-record", message: "no end of central directory record") }
+            if candidates.isEmpty {
+                throw Problem(code: "archive-no-end-record", message: "no end of central directory record")
+            }
             throw Problem(code: "archive-trailing-data", message: "data follows the end of central directory record")
         }
         if exact.count > 1 || candidates.count > 1 {
@@ -61,7 +63,8 @@ enum ZipStructure {
             // different ones.
             let others = candidates.filter { $0 != eocd }
             if others.contains(where: { plausibleEndRecord(tail, $0, tailStart: tailStart) }) {
-                throw Problem(code: "archive-several-end-records", message: "more than one end of central directory record")
+                throw Problem(
+                    code: "archive-several-end-records", message: "more than one end of central directory record")
             }
         }
         let eocdOffset = tailStart + UInt64(eocd)
@@ -79,10 +82,13 @@ enum ZipStructure {
                 }
                 let rec = try bytes(fd, at: z64, count: 56, path)
                 guard rec[0] == 0x50, rec[1] == 0x4B, rec[2] == 0x06, rec[3] == 0x06 else {
-                    throw Problem(code: "archive-bad-end-record", message: "the zip64 locator does not point at a zip64 end record")
+                    throw Problem(
+                        code: "archive-bad-end-record",
+                        message: "the zip64 locator does not point at a zip64 end record")
                 }
                 guard add(add(z64, 12), le64(rec, 4)) == eocdOffset - 20 else {
-                    throw Problem(code: "archive-trailing-data", message: "data between the zip64 end record and its locator")
+                    throw Problem(
+                        code: "archive-trailing-data", message: "data between the zip64 end record and its locator")
                 }
                 entries = le64(rec, 32)
                 cdSize = le64(rec, 40)
@@ -93,10 +99,13 @@ enum ZipStructure {
         if add(cdOffset, cdSize) < cdEnd {
             // Offsets count from the start of the zip proper: whatever precedes it (a
             // self-extractor stub, junk) shifts everything by the gap.
-            throw Problem(code: "archive-leading-data", message: "\(cdEnd - cdOffset - cdSize) bytes precede the archive")
+            throw Problem(
+                code: "archive-leading-data", message: "\(cdEnd - cdOffset - cdSize) bytes precede the archive")
         }
         guard cdOffset <= cdEnd, add(cdOffset, cdSize) == cdEnd else {
-            throw Problem(code: "archive-bad-central-directory", message: "the central directory does not end where the end record starts")
+            throw Problem(
+                code: "archive-bad-central-directory",
+                message: "the central directory does not end where the end record starts")
         }
         guard cdSize <= 64 << 20, entries <= 1_000_000 else {
             throw Problem(code: "limit-entries", message: "the central directory is too large")
@@ -112,7 +121,8 @@ enum ZipStructure {
             let extraLength = Int(le16(cd, p + 30))
             let commentLength = Int(le16(cd, p + 32))
             guard p + 46 + nameLength + extraLength + commentLength <= cd.count else {
-                throw Problem(code: "archive-bad-central-directory", message: "a central directory entry runs past the directory")
+                throw Problem(
+                    code: "archive-bad-central-directory", message: "a central directory entry runs past the directory")
             }
             let name = Array(cd[(p + 46)..<(p + 46 + nameLength)])
             var compressed = UInt64(le32(cd, p + 20))
@@ -127,20 +137,29 @@ enum ZipStructure {
                 guard e + 4 + len <= extraEnd else { break }
                 if id == 0x0001 {
                     var q = e + 4
-                    if uncompressed == 0xFFFF_FFFF, q + 8 <= e + 4 + len { uncompressed = le64(cd, q); q += 8 }
-                    if compressed == 0xFFFF_FFFF, q + 8 <= e + 4 + len { compressed = le64(cd, q); q += 8 }
+                    if uncompressed == 0xFFFF_FFFF, q + 8 <= e + 4 + len {
+                        uncompressed = le64(cd, q)
+                        q += 8
+                    }
+                    if compressed == 0xFFFF_FFFF, q + 8 <= e + 4 + len {
+                        compressed = le64(cd, q)
+                        q += 8
+                    }
                     if offset == 0xFFFF_FFFF, q + 8 <= e + 4 + len { offset = le64(cd, q) }
                 }
                 e += 4 + len
             }
             centrals.append(
                 Central(
-                    name: name, method: le16(cd, p + 10), flags: le16(cd, p + 8), crc: le32(cd, p + 16), compressedSize: compressed,
+                    name: name, method: le16(cd, p + 10), flags: le16(cd, p + 8), crc: le32(cd, p + 16),
+                    compressedSize: compressed,
                     uncompressedSize: uncompressed, localOffset: offset))
             p += 46 + nameLength + extraLength + commentLength
         }
         guard UInt64(centrals.count) == entries else {
-            throw Problem(code: "archive-bad-central-directory", message: "the end record counts \(entries) entries, the directory holds \(centrals.count)")
+            throw Problem(
+                code: "archive-bad-central-directory",
+                message: "the end record counts \(entries) entries, the directory holds \(centrals.count)")
         }
         // Local headers in file order: the first at offset 0, each matching its central entry,
         // none overlapping the previous entry's data.
@@ -155,17 +174,23 @@ enum ZipStructure {
                 throw Problem(code: "archive-leading-data", message: "\(c.localOffset) bytes precede the first entry")
             }
             guard c.localOffset >= previousEnd else {
-                throw Problem(code: "archive-overlapping-entries", message: "entry \"\(display)\" overlaps the data of \"\(previousName)\"")
+                throw Problem(
+                    code: "archive-overlapping-entries",
+                    message: "entry \"\(display)\" overlaps the data of \"\(previousName)\"")
             }
             if index > 0, c.localOffset - previousEnd > previousSlack {
-                throw Problem(code: "archive-gap", message: "\(c.localOffset - previousEnd) unlisted bytes between \"\(previousName)\" and \"\(display)\"")
+                throw Problem(
+                    code: "archive-gap",
+                    message:
+                        "\(c.localOffset - previousEnd) unlisted bytes between \"\(previousName)\" and \"\(display)\"")
             }
             guard add(c.localOffset, 30) <= cdOffset else {
                 throw Problem(code: "archive-bad-local-header", message: "entry \"\(display)\" points past the entries")
             }
             let head = try bytes(fd, at: c.localOffset, count: 30, path)
             guard le32(head, 0) == 0x0403_4B50 else {
-                throw Problem(code: "archive-bad-local-header", message: "entry \"\(display)\" has no local header at its offset")
+                throw Problem(
+                    code: "archive-bad-local-header", message: "entry \"\(display)\" has no local header at its offset")
             }
             let nameLength = Int(le16(head, 26))
             let extraLength = UInt64(le16(head, 28))
@@ -173,25 +198,36 @@ enum ZipStructure {
             // Bit 3 (sizes in a data descriptor) and bit 11 (UTF-8) must agree; other bits are hints.
             let mask: UInt16 = 0x0808
             guard localName == c.name, le16(head, 8) == c.method, le16(head, 6) & mask == c.flags & mask else {
-                throw Problem(code: "archive-header-mismatch", message: "the local header of \"\(display)\" disagrees with the central directory (\"\(String(decoding: localName, as: UTF8.self))\")")
+                throw Problem(
+                    code: "archive-header-mismatch",
+                    message:
+                        "the local header of \"\(display)\" disagrees with the central directory (\"\(String(decoding: localName, as: UTF8.self))\")"
+                )
             }
             var end = add(add(add(c.localOffset, 30 + UInt64(nameLength)), extraLength), c.compressedSize)
             // The CRC-32 and sizes a reader of local headers uses must be the central ones: in the
             // local header, or after the data when bit 3 defers them to a data descriptor.
             let agree: Bool
             if c.flags & 0x0008 == 0 {
-                let sizesAgree = (le32(head, 18) == 0xFFFF_FFFF || UInt64(le32(head, 18)) == c.compressedSize)
+                let sizesAgree =
+                    (le32(head, 18) == 0xFFFF_FFFF || UInt64(le32(head, 18)) == c.compressedSize)
                     && (le32(head, 22) == 0xFFFF_FFFF || UInt64(le32(head, 22)) == c.uncompressedSize)
                 agree = le32(head, 14) == c.crc && sizesAgree
             } else {
                 guard add(end, 12) <= cdOffset else {
-                    throw Problem(code: "archive-overlapping-entries", message: "the data of \"\(display)\" runs into the central directory")
+                    throw Problem(
+                        code: "archive-overlapping-entries",
+                        message: "the data of \"\(display)\" runs into the central directory")
                 }
                 let descriptor = try bytes(fd, at: end, count: 8, path)
                 agree = (le32(descriptor, 0) == 0x0807_4B50 ? le32(descriptor, 4) : le32(descriptor, 0)) == c.crc
             }
             guard agree else {
-                throw Problem(code: "archive-header-mismatch", message: "the CRC-32 or sizes of \"\(display)\" in its local header or data descriptor disagree with the central directory")
+                throw Problem(
+                    code: "archive-header-mismatch",
+                    message:
+                        "the CRC-32 or sizes of \"\(display)\" in its local header or data descriptor disagree with the central directory"
+                )
             }
             // A data descriptor follows: 12 bytes at least (no signature, 32-bit sizes), 24 at
             // most (signature, 64-bit sizes). Nothing else may lie between entries: a reader that
@@ -199,7 +235,9 @@ enum ZipStructure {
             let slack: UInt64 = c.flags & 0x0008 != 0 ? 12 : 0
             if slack > 0 { end = add(end, 12) }
             guard end <= cdOffset else {
-                throw Problem(code: "archive-overlapping-entries", message: "the data of \"\(display)\" runs into the central directory")
+                throw Problem(
+                    code: "archive-overlapping-entries",
+                    message: "the data of \"\(display)\" runs into the central directory")
             }
             previousEnd = end
             previousSlack = slack
@@ -207,7 +245,10 @@ enum ZipStructure {
             names.append(c.name)
         }
         if !centrals.isEmpty, cdOffset - previousEnd > previousSlack {
-            throw Problem(code: "archive-gap", message: "\(cdOffset - previousEnd) unlisted bytes between \"\(previousName)\" and the central directory")
+            throw Problem(
+                code: "archive-gap",
+                message:
+                    "\(cdOffset - previousEnd) unlisted bytes between \"\(previousName)\" and the central directory")
         }
         return names
     }

@@ -17,7 +17,6 @@ public struct ClientContext: Sendable, Equatable {
     }
 }
 
-
 extension Rollout {
     /// The device's bucket for this release, 0..<100: the first 8 bytes of
     /// SHA-256(deviceID ‖ 0 ‖ id ‖ 0 ‖ version ‖ 0 ‖ salt), big-endian, modulo 100.
@@ -140,7 +139,8 @@ public enum Differ {
         fileLists: [PackageID: FileList] = [:], localContents: Set<SHA256Digest> = []
     ) -> Plan {
         let entries = Dictionary(
-            index.packages.filter { $0.channel == context.channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+            index.packages.filter { $0.channel == context.channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }
+        )
         var actions = removals(index: index, state: state)
         var candidates: [PackageID: PlanAction] = [:]
         for id in entries.keys.sorted() {
@@ -157,7 +157,9 @@ public enum Differ {
         actions += candidates.values.filter { $0.kind == .rollback }.sorted { $0.id < $1.id }
         var placed: Set<PackageID> = []
         func place(_ id: PackageID, _ seen: Set<PackageID>) {
-            guard !placed.contains(id), !seen.contains(id), let a = candidates[id], changing.contains(id) else { return }
+            guard !placed.contains(id), !seen.contains(id), let a = candidates[id], changing.contains(id) else {
+                return
+            }
             for dep in entries[id]?.dependencies ?? [] { place(dep.id, seen.union([id])) }
             placed.insert(id)
             actions.append(a)
@@ -191,11 +193,14 @@ public enum Differ {
     ) -> PlanAction {
         let id = e.id
         func skip(_ r: SkipReason, _ text: String) -> PlanAction {
-            PlanAction(kind: .skip, id: id, from: pkg.active, to: e.version, cost: nil, skip: r, reason: text, group: [id])
+            PlanAction(
+                kind: .skip, id: id, from: pkg.active, to: e.version, cost: nil, skip: r, reason: text, group: [id])
         }
         // Revocation: roll back off a revoked active version when something good is on disk.
         if let active = pkg.active, e.revoked.contains(active) {
-            let good = pkg.versions.map(\.version).filter { $0 != active && !e.revoked.contains($0) && !pkg.hasFailed($0) }
+            let good = pkg.versions.map(\.version).filter {
+                $0 != active && !e.revoked.contains($0) && !pkg.hasFailed($0)
+            }
             if let t = pkg.fallback.flatMap({ good.contains($0) ? $0 : nil }) ?? good.max() {
                 return PlanAction(
                     kind: .rollback, id: id, from: active, to: t, cost: nil, skip: nil,
@@ -205,7 +210,9 @@ public enum Differ {
         }
         if pkg.active == e.version { return skip(.unchanged, "\(e.version) is active") }
         if e.revoked.contains(e.version) { return skip(.revoked, "\(e.version) is revoked") }
-        if pkg.hasFailed(e.version) { return skip(.previouslyFailed, "\(e.version) was rolled back off on this device") }
+        if pkg.hasFailed(e.version) {
+            return skip(.previouslyFailed, "\(e.version) was rolled back off on this device")
+        }
         if let min = e.minClientVersion, context.appVersion < min {
             return skip(.clientTooOld, "\(e.version) needs app \(min), this is \(context.appVersion)")
         }
@@ -231,11 +238,13 @@ public enum Differ {
         index: RepositoryIndex, state: SandboxState, entries: [PackageID: PackageEntry], context: ClientContext
     ) -> [PlanAction] {
         let otherChannel = Set(index.packages.map(\.id)).subtracting(entries.keys)
-        return otherChannel.sorted().filter { entries[$0] == nil && state.packages[$0.rawValue]?.active == nil }.map { id in
+        return otherChannel.sorted().filter { entries[$0] == nil && state.packages[$0.rawValue]?.active == nil }.map {
+            id in
             let e = index.packages.first { $0.id == id }
             return PlanAction(
                 kind: .skip, id: id, from: nil, to: e?.version, cost: nil, skip: .otherChannel,
-                reason: "published on channel \(e?.channel ?? "?"), this device follows \(context.channel)", group: [id])
+                reason: "published on channel \(e?.channel ?? "?"), this device follows \(context.channel)", group: [id]
+            )
         }
     }
 
@@ -248,7 +257,9 @@ public enum Differ {
         while changed {
             changed = false
             for id in candidates.keys.sorted() {
-                guard let a = candidates[id], a.kind == .install || a.kind == .update, let e = entries[id] else { continue }
+                guard let a = candidates[id], a.kind == .install || a.kind == .update, let e = entries[id] else {
+                    continue
+                }
                 for dep in e.dependencies {
                     let resulting =
                         candidates[dep.id].flatMap { c in
@@ -301,7 +312,8 @@ public enum Differ {
         let objectCost = bytes + Int64(missing.count) * requestWeight
         let bundleCost = bundleSize + requestWeight
         if objectCost < bundleCost {
-            return FetchCost(method: .objects, bytes: bytes, requests: missing.count, reused: reused, bundleBytes: bundleSize)
+            return FetchCost(
+                method: .objects, bytes: bytes, requests: missing.count, reused: reused, bundleBytes: bundleSize)
         }
         return FetchCost(method: .bundle, bytes: bundleSize, requests: 1, reused: 0, bundleBytes: bundleSize)
     }

@@ -113,7 +113,8 @@ public enum IndexAcceptance {
         }
         let index: RepositoryIndex
         do {
-            index = try ManifestCoding.decode(RepositoryIndex.self, from: input.bytes, document: RepositoryLayout.indexName)
+            index = try ManifestCoding.decode(
+                RepositoryIndex.self, from: input.bytes, document: RepositoryLayout.indexName)
         } catch {
             throw .manifest(error)
         }

@@ -31,8 +31,12 @@ public enum IndexRules {
             if !seen.insert("\(id)\u{0}\(p.channel)").inserted {
                 add("duplicate-entry", "a second entry for channel \(p.channel) (one entry per package and channel)")
             }
-            if !Channel.isValid(p.channel) { add("bad-channel", "channel \"\(p.channel)\" is not a valid channel name") }
-            if !(0...100).contains(p.rollout.percent) { add("bad-rollout", "rollout percent \(p.rollout.percent) is outside 0...100") }
+            if !Channel.isValid(p.channel) {
+                add("bad-channel", "channel \"\(p.channel)\" is not a valid channel name")
+            }
+            if !(0...100).contains(p.rollout.percent) {
+                add("bad-rollout", "rollout percent \(p.rollout.percent) is outside 0...100")
+            }
             if RelativePath(p.entry) == nil { add("bad-entry", "entry \"\(p.entry)\" is not a valid relative path") }
             if p.bundle.path != "packages/\(id)/\(v)/bundle.zip" {
                 add("bad-layout", "bundle path \"\(p.bundle.path)\" should be packages/\(id)/\(v)/bundle.zip")
@@ -63,7 +67,10 @@ public enum IndexRules {
             for d in p.dependencies {
                 let candidates = index.packages.filter { $0.id == d.id }
                 if !candidates.isEmpty, !candidates.contains(where: { d.range.contains($0.version) }) {
-                    add("unsatisfied-dependency", "depends on \(d.id) \(d.range), but the index lists \(candidates.map { $0.version.description }.joined(separator: ", "))")
+                    add(
+                        "unsatisfied-dependency",
+                        "depends on \(d.id) \(d.range), but the index lists \(candidates.map { $0.version.description }.joined(separator: ", "))"
+                    )
                 }
             }
         }

@@ -44,7 +44,9 @@ public enum ManifestCoding {
 
     /// Decodes a document, turning decoder errors into `ManifestError.malformed` that names the
     /// field, and refusing other schema versions.
-    public static func decode<T: Decodable>(_ type: T.Type, from data: Data, document: String) throws(ManifestError) -> T {
+    public static func decode<T: Decodable>(_ type: T.Type, from data: Data, document: String) throws(ManifestError)
+        -> T
+    {
         guard data.count <= maxDocumentBytes else {
             throw .tooLarge(document: document, size: data.count, limit: maxDocumentBytes)
         }
@@ -53,7 +55,8 @@ public enum ManifestCoding {
             let c = try dec.singleValueContainer()
             let text = try c.decode(String.self)
             guard let d = parseRFC3339(text) else {
-                throw DecodingError.dataCorruptedError(in: c, debugDescription: "\"\(text)\" is not an RFC 3339 date-time")
+                throw DecodingError.dataCorruptedError(
+                    in: c, debugDescription: "\"\(text)\" is not an RFC 3339 date-time")
             }
             return d
         }

@@ -37,7 +37,8 @@ public struct BlobRef: Codable, Sendable, Equatable {
         size = try c.decode(Int64.self, forKey: .size)
         sha256 = try c.decode(SHA256Digest.self, forKey: .sha256)
         if size < 0 || size > maxDeclaredSize {
-            throw DecodingError.dataCorruptedError(forKey: .size, in: c, debugDescription: "size \(size) is outside 0...\(maxDeclaredSize)")
+            throw DecodingError.dataCorruptedError(
+                forKey: .size, in: c, debugDescription: "size \(size) is outside 0...\(maxDeclaredSize)")
         }
     }
 }
@@ -198,7 +199,10 @@ public struct RepositoryIndex: Codable, Sendable, Equatable {
     public var keys: [KeyFile]?
 
     /// Creates an index.
-    public init(schemaVersion: Int = currentSchemaVersion, serial: UInt64, expires: Date, packages: [PackageEntry], keys: [KeyFile]? = nil) {
+    public init(
+        schemaVersion: Int = currentSchemaVersion, serial: UInt64, expires: Date, packages: [PackageEntry],
+        keys: [KeyFile]? = nil
+    ) {
         self.schemaVersion = schemaVersion
         self.serial = serial
         self.expires = expires
@@ -237,11 +241,13 @@ public struct FileEntry: Codable, Sendable, Equatable {
         sha256 = try c.decode(SHA256Digest.self, forKey: .sha256)
         mime = try c.decodeIfPresent(String.self, forKey: .mime)
         if size < 0 || size > maxDeclaredSize {
-            throw DecodingError.dataCorruptedError(forKey: .size, in: c, debugDescription: "size \(size) is outside 0...\(maxDeclaredSize)")
+            throw DecodingError.dataCorruptedError(
+                forKey: .size, in: c, debugDescription: "size \(size) is outside 0...\(maxDeclaredSize)")
         }
         if let m = mime, !Self.isMediaType(m) {
             throw DecodingError.dataCorruptedError(
-                forKey: .mime, in: c, debugDescription: "\"\(m)\" is not a media type (type/subtype, optional ;parameters, printable ASCII)")
+                forKey: .mime, in: c,
+                debugDescription: "\"\(m)\" is not a media type (type/subtype, optional ;parameters, printable ASCII)")
         }
     }
 
@@ -253,10 +259,11 @@ public struct FileEntry: Codable, Sendable, Equatable {
         let head = u.split(separator: UInt8(ascii: ";"), maxSplits: 1, omittingEmptySubsequences: false)[0]
         let parts = head.split(separator: UInt8(ascii: "/"), omittingEmptySubsequences: false)
         func token(_ t: ArraySlice<UInt8>) -> Bool {
-            !t.isEmpty && t.allSatisfy { c in
-                (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
-                    || Array("!#$&^_.+-".utf8).contains(c)
-            }
+            !t.isEmpty
+                && t.allSatisfy { c in
+                    (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
+                        || Array("!#$&^_.+-".utf8).contains(c)
+                }
         }
         return parts.count == 2 && token(parts[0]) && token(parts[1])
     }
@@ -274,7 +281,8 @@ public struct FileList: Codable, Sendable, Equatable {
     public var files: [FileEntry]
 
     /// Creates a file list; `files` is sorted by path.
-    public init(schemaVersion: Int = currentSchemaVersion, id: PackageID, version: SemanticVersion, files: [FileEntry]) {
+    public init(schemaVersion: Int = currentSchemaVersion, id: PackageID, version: SemanticVersion, files: [FileEntry])
+    {
         self.schemaVersion = schemaVersion
         self.id = id
         self.version = version
@@ -292,18 +300,21 @@ public struct FileList: Codable, Sendable, Equatable {
         version = try c.decode(SemanticVersion.self, forKey: .version)
         files = try c.decode([FileEntry].self, forKey: .files)
         if files.count > 1_000_000 {
-            throw DecodingError.dataCorruptedError(forKey: .files, in: c, debugDescription: "\(files.count) files is beyond any limit")
+            throw DecodingError.dataCorruptedError(
+                forKey: .files, in: c, debugDescription: "\(files.count) files is beyond any limit")
         }
         var keys: [String: String] = [:]
         for (i, f) in files.enumerated() {
             if i > 0, !(files[i - 1].path < f.path) {
                 throw DecodingError.dataCorruptedError(
                     forKey: .files, in: c,
-                    debugDescription: "\"\(f.path)\" is out of order or repeated (paths are sorted by UTF-8 bytes, each once)")
+                    debugDescription:
+                        "\"\(f.path)\" is out of order or repeated (paths are sorted by UTF-8 bytes, each once)")
             }
             if let other = keys.updateValue(f.path.string, forKey: f.path.collisionKey) {
                 throw DecodingError.dataCorruptedError(
-                    forKey: .files, in: c, debugDescription: "\"\(f.path)\" and \"\(other)\" differ only by case or normalisation")
+                    forKey: .files, in: c,
+                    debugDescription: "\"\(f.path)\" and \"\(other)\" differ only by case or normalisation")
             }
         }
     }
@@ -375,7 +386,8 @@ public struct SignatureEntry: Codable, Sendable, Equatable {
         signature = try c.decode(String.self, forKey: .signature)
         let hex = keyID.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
         guard keyID.utf8.count == 16, hex else {
-            throw DecodingError.dataCorruptedError(forKey: .keyID, in: c, debugDescription: "\"\(keyID)\" is not a key id (16 lowercase hex digits)")
+            throw DecodingError.dataCorruptedError(
+                forKey: .keyID, in: c, debugDescription: "\"\(keyID)\" is not a key id (16 lowercase hex digits)")
         }
     }
 }

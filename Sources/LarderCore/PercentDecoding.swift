@@ -22,7 +22,9 @@ public enum PercentDecoding {
             out.append(d)
             i += 3
         }
-        guard let s = String(validating: out, as: UTF8.self) else { return .failure(Refusal(message: "not UTF-8 once decoded")) }
+        guard let s = String(validating: out, as: UTF8.self) else {
+            return .failure(Refusal(message: "not UTF-8 once decoded"))
+        }
         return .success(s)
     }
 

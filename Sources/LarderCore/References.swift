@@ -23,16 +23,26 @@ public enum References {
         }
         var styleStart: Int?
         while i < n {
-            if hasPrefix("<!--", at: i) { i = skip(to: "-->", from: i + 4); continue }
-            guard bytes[i] == UInt8(ascii: "<") else { i += 1; continue }
+            if hasPrefix("<!--", at: i) {
+                i = skip(to: "-->", from: i + 4)
+                continue
+            }
+            guard bytes[i] == UInt8(ascii: "<") else {
+                i += 1
+                continue
+            }
             // A tag: read to its closing '>' honouring quotes.
             var j = i + 1
             var quote: UInt8 = 0
             while j < n {
                 let c = bytes[j]
-                if quote != 0 { if c == quote { quote = 0 } }
-                else if c == 0x22 || c == 0x27 { quote = c }
-                else if c == UInt8(ascii: ">") { break }
+                if quote != 0 {
+                    if c == quote { quote = 0 }
+                } else if c == 0x22 || c == 0x27 {
+                    quote = c
+                } else if c == UInt8(ascii: ">") {
+                    break
+                }
                 j += 1
             }
             let tag = Array(bytes[i..<min(j, n)])

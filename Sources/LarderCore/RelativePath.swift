@@ -95,7 +95,9 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
                 return .failure(.componentTooLong(bytes: p.count, limit: limits.maxComponentBytes))
             }
         }
-        if !u.allSatisfy({ $0 < 0x80 }), text.precomposedStringWithCanonicalMapping.utf8.elementsEqual(text.utf8) == false {
+        if !u.allSatisfy({ $0 < 0x80 }),
+            text.precomposedStringWithCanonicalMapping.utf8.elementsEqual(text.utf8) == false
+        {
             return .failure(.notNFC)
         }
         return .success(RelativePath(unchecked: text))
@@ -172,4 +174,3 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
         try c.encode(string)
     }
 }
-

@@ -1,4 +1,3 @@
-
 import SystemPackage
 
 /// Where each document of a repository lives, relative to its root (see manifests/README.md).

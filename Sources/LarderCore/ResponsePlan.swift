@@ -10,7 +10,8 @@ public struct ResponsePlan: Sendable, Equatable {
 
     /// Equal when status, body range and headers (names, values and order) are.
     public static func == (l: ResponsePlan, r: ResponsePlan) -> Bool {
-        l.status == r.status && l.body == r.body && l.headers.map { "\($0.0): \($0.1)" } == r.headers.map { "\($0.0): \($0.1)" }
+        l.status == r.status && l.body == r.body
+            && l.headers.map { "\($0.0): \($0.1)" } == r.headers.map { "\($0.0): \($0.1)" }
     }
 
     /// The value of a header (case-insensitive name).
@@ -32,7 +33,8 @@ public enum ResponsePlanner {
         cors: Bool = false
     ) -> ResponsePlan {
         var headers: [(String, String)] = [
-            ("Content-Type", file.mime), ("ETag", file.etag), ("Cache-Control", cacheControl), ("Accept-Ranges", "bytes"),
+            ("Content-Type", file.mime), ("ETag", file.etag), ("Cache-Control", cacheControl),
+            ("Accept-Ranges", "bytes"),
         ]
         if cors { headers.append(("Access-Control-Allow-Origin", "*")) }
         let m = method.uppercased()

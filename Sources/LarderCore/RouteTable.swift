@@ -104,8 +104,11 @@ public struct RouteTable: Sendable {
                 guard seen.insert(r.description).inserted else { continue }
                 let https = r.scheme == "https"
                 let origin = Origin(https: https, host: r.host, port: r.port ?? 0)
-                let segment = r.path.dropFirst().split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
-                origins[origin, default: OriginRoutes()].buckets[segment, default: []].append((Array(r.path.utf8), pkg.id.rawValue))
+                let segment =
+                    r.path.dropFirst().split(separator: "/", maxSplits: 1, omittingEmptySubsequences: false).first.map(
+                        String.init) ?? ""
+                origins[origin, default: OriginRoutes()].buckets[segment, default: []].append(
+                    (Array(r.path.utf8), pkg.id.rawValue))
             }
         }
         for (o, var routes) in origins {
@@ -139,14 +142,16 @@ public struct RouteTable: Sendable {
 
     private static func lower(_ b: UInt8) -> UInt8 { b >= 65 && b <= 90 ? b | 0x20 : b }
 
-    private static func equalsLower(_ b: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ word: StaticString) -> Bool {
+    private static func equalsLower(_ b: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, _ word: StaticString) -> Bool
+    {
         guard range.count == word.utf8CodeUnitCount else { return false }
         let w = word.utf8Start
         for (n, i) in range.enumerated() where lower(b[i]) != w[n] { return false }
         return true
     }
 
-    private static func string(_ b: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, lowercase: Bool = false) -> String {
+    private static func string(_ b: UnsafeBufferPointer<UInt8>, _ range: Range<Int>, lowercase: Bool = false) -> String
+    {
         let slice = UnsafeBufferPointer(rebasing: b[range])
         if lowercase, slice.contains(where: { $0 >= 65 && $0 <= 90 }) {
             return String(decoding: slice.map { lower($0) }, as: UTF8.self)
@@ -160,7 +165,8 @@ public struct RouteTable: Sendable {
         var i = 0
         while i < n, b[i] != UInt8(ascii: ":") {
             let c = b[i]
-            let ok = (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) || c == 43 || c == 45 || c == 46
+            let ok =
+                (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) || c == 43 || c == 45 || c == 46
             guard ok else { return .passthrough(reason: "not a URL this table routes") }
             i += 1
         }
@@ -184,7 +190,9 @@ public struct RouteTable: Sendable {
             while c >= hostStart, b[c] != UInt8(ascii: ":") { c -= 1 }
             if c >= hostStart {
                 var value = 0
-                guard c + 1 < authEnd, authEnd - c - 1 <= 5 else { return .passthrough(reason: "not a URL this table routes") }
+                guard c + 1 < authEnd, authEnd - c - 1 <= 5 else {
+                    return .passthrough(reason: "not a URL this table routes")
+                }
                 for x in (c + 1)..<authEnd {
                     guard b[x] >= 48, b[x] <= 57 else { return .passthrough(reason: "not a URL this table routes") }
                     value = value * 10 + Int(b[x] - 48)
@@ -199,24 +207,30 @@ public struct RouteTable: Sendable {
         let http = !https && Self.equalsLower(b, schemeRange, "http")
         if !https && !http {
             // Custom schemes: scheme://<id>/<path>.
-            let scheme = Self.equalsLower(b, schemeRange, "larder") ? "larder" : Self.string(b, schemeRange, lowercase: true)
+            let scheme =
+                Self.equalsLower(b, schemeRange, "larder") ? "larder" : Self.string(b, schemeRange, lowercase: true)
             guard schemes.contains(scheme) else { return .passthrough(reason: "scheme \(scheme) is not routed") }
             guard let pkg = packages[host] else { return .notFound(reason: "no package \(host) in this sandbox") }
             return lookup(pkg, b, pathRange)
         }
         if (https && port == 443) || (http && port == 80) { port = 0 }
         let origin = Origin(https: https, host: host, port: port)
-        if let routes = origins[origin], let (id, restStart) = Self.longestPrefix(routes, b, pathRange), let pkg = packages[id] {
+        if let routes = origins[origin], let (id, restStart) = Self.longestPrefix(routes, b, pathRange),
+            let pkg = packages[id]
+        {
             return lookup(pkg, b, restStart..<pathRange.upperBound)
         }
         let path = pathRange.isEmpty ? "/" : Self.string(b, pathRange)
-        return .passthrough(reason: "no package routes \(https ? "https" : "http")://\(host)\(port == 0 ? "" : ":\(port)")\(path)")
+        return .passthrough(
+            reason: "no package routes \(https ? "https" : "http")://\(host)\(port == 0 ? "" : ":\(port)")\(path)")
     }
 
     /// The longest route prefix of the path `b[path]` (each prefix ends in `/`): the package id
     /// and where the rest of the path starts (at its `/`; empty when the path names the prefix
     /// itself without its final `/`).
-    static func longestPrefix(_ routes: OriginRoutes, _ b: UnsafeBufferPointer<UInt8>, _ path: Range<Int>) -> (String, Int)? {
+    static func longestPrefix(_ routes: OriginRoutes, _ b: UnsafeBufferPointer<UInt8>, _ path: Range<Int>) -> (
+        String, Int
+    )? {
         // The first segment picks the bucket; the root prefix `/` is the last resort.
         var segEnd = path.lowerBound + 1
         while segEnd < path.upperBound, b[segEnd] != UInt8(ascii: "/") { segEnd += 1 }
@@ -227,7 +241,9 @@ public struct RouteTable: Sendable {
 
     /// The first (longest) prefix of one bucket that the path starts with, or names as a
     /// directory.
-    private static func match(_ list: [(prefix: [UInt8], id: String)]?, _ b: UnsafeBufferPointer<UInt8>, _ path: Range<Int>) -> (String, Int)? {
+    private static func match(
+        _ list: [(prefix: [UInt8], id: String)]?, _ b: UnsafeBufferPointer<UInt8>, _ path: Range<Int>
+    ) -> (String, Int)? {
         guard let list else { return nil }
         for (prefix, id) in list {
             let m = prefix.count
@@ -326,8 +342,10 @@ public struct RouteTable: Sendable {
             return .local(f)
         }
         switch pkg.policy.mode {
-        case .localOnly: return .notFound(reason: "\(pkg.id)@\(pkg.version) has no \(path.isEmpty ? "/" : path) (local-only)")
-        case .localThenNetwork: return .passthrough(reason: "\(pkg.id)@\(pkg.version) has no \(path.isEmpty ? "/" : path)")
+        case .localOnly:
+            return .notFound(reason: "\(pkg.id)@\(pkg.version) has no \(path.isEmpty ? "/" : path) (local-only)")
+        case .localThenNetwork:
+            return .passthrough(reason: "\(pkg.id)@\(pkg.version) has no \(path.isEmpty ? "/" : path)")
         }
     }
 

@@ -47,7 +47,9 @@ public struct HistoryEntry: Codable, Sendable, Equatable {
     public var at: Date
 
     /// Creates an entry.
-    public init(event: HistoryEvent, version: SemanticVersion?, from: SemanticVersion? = nil, reason: String? = nil, at: Date) {
+    public init(
+        event: HistoryEvent, version: SemanticVersion?, from: SemanticVersion? = nil, reason: String? = nil, at: Date
+    ) {
         self.event = event
         self.version = version
         self.from = from
@@ -160,7 +162,9 @@ public struct PackageState: Codable, Sendable, Equatable {
     /// Makes `version` (already on disk) active and pending. The previous active version becomes
     /// the fallback — unless it was never confirmed and a fallback exists already, in which case
     /// that last known good version stays the fallback.
-    public mutating func activate(_ version: SemanticVersion, event: HistoryEvent = .activate, reason: String? = nil, at: Date) {
+    public mutating func activate(
+        _ version: SemanticVersion, event: HistoryEvent = .activate, reason: String? = nil, at: Date
+    ) {
         let previous = active
         if let p = previous, p != version, health == .confirmed || fallback == nil { fallback = p }
         if fallback == version { fallback = nil }
@@ -183,7 +187,9 @@ public struct PackageState: Codable, Sendable, Equatable {
     /// Rolls back to `target` (the fallback unless named), recording the version left as
     /// failed with `reason`. Returns the version rolled back from.
     @discardableResult
-    public mutating func rollBack(to target: SemanticVersion, reason: String, event: HistoryEvent = .rollback, at: Date) -> SemanticVersion? {
+    public mutating func rollBack(to target: SemanticVersion, reason: String, event: HistoryEvent = .rollback, at: Date)
+        -> SemanticVersion?
+    {
         let from = active
         if let f = from, f != target, !hasFailed(f) { failed.append(FailedVersion(version: f, reason: reason, at: at)) }
         // Rolling back *to* a version is a decision that it is good.

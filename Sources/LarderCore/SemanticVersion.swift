@@ -64,9 +64,10 @@ public struct SemanticVersion: Sendable, Hashable, Comparable, CustomStringConve
     }
 
     private static func isIdentifier(_ s: Substring) -> Bool {
-        !s.isEmpty && s.utf8.allSatisfy { c in
-            (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2D
-        }
+        !s.isEmpty
+            && s.utf8.allSatisfy { c in
+                (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) || c == 0x2D
+            }
     }
 
     /// Whether this is a pre-release version.
@@ -107,7 +108,7 @@ public struct SemanticVersion: Sendable, Hashable, Comparable, CustomStringConve
             let an = a.allSatisfy(\.isASCIIDigit) ? UInt64(a) : nil
             let bn = b.allSatisfy(\.isASCIIDigit) ? UInt64(b) : nil
             switch (an, bn) {
-            case let (x?, y?): return x < y
+            case (let x?, let y?): return x < y
             case (.some, nil): return true
             case (nil, .some): return false
             case (nil, nil): return a.utf8.lexicographicallyPrecedes(b.utf8)
@@ -122,7 +123,8 @@ public struct SemanticVersion: Sendable, Hashable, Comparable, CustomStringConve
         let text = try container.decode(String.self)
         guard let v = SemanticVersion(text) else {
             throw DecodingError.dataCorruptedError(
-                in: container, debugDescription: "\"\(text)\" is not a SemVer 2.0.0 version (e.g. 1.4.0 or 2.0.0-beta.1)")
+                in: container,
+                debugDescription: "\"\(text)\" is not a SemVer 2.0.0 version (e.g. 1.4.0 or 2.0.0-beta.1)")
         }
         self = v
     }
@@ -166,21 +168,36 @@ public struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible
                 terms.append(Term(op: .ge, version: v))
                 let upper: SemanticVersion
                 if caret {
-                    upper = v.major > 0 ? SemanticVersion(v.major + 1, 0, 0) :
-                        (v.minor > 0 ? SemanticVersion(0, v.minor + 1, 0) : SemanticVersion(0, 0, v.patch + 1))
+                    upper =
+                        v.major > 0
+                        ? SemanticVersion(v.major + 1, 0, 0)
+                        : (v.minor > 0 ? SemanticVersion(0, v.minor + 1, 0) : SemanticVersion(0, 0, v.patch + 1))
                 } else {
                     upper = SemanticVersion(v.major, v.minor + 1, 0)
                 }
-                terms.append(Term(op: .lt, version: SemanticVersion(upper.major, upper.minor, upper.patch, prerelease: ["0"])))
+                terms.append(
+                    Term(op: .lt, version: SemanticVersion(upper.major, upper.minor, upper.patch, prerelease: ["0"])))
                 continue
             }
             let op: Op
-            if s.hasPrefix(">=") { op = .ge; s = s.dropFirst(2) }
-            else if s.hasPrefix("<=") { op = .le; s = s.dropFirst(2) }
-            else if s.hasPrefix(">") { op = .gt; s = s.dropFirst() }
-            else if s.hasPrefix("<") { op = .lt; s = s.dropFirst() }
-            else if s.hasPrefix("=") { op = .eq; s = s.dropFirst() }
-            else { op = .eq }
+            if s.hasPrefix(">=") {
+                op = .ge
+                s = s.dropFirst(2)
+            } else if s.hasPrefix("<=") {
+                op = .le
+                s = s.dropFirst(2)
+            } else if s.hasPrefix(">") {
+                op = .gt
+                s = s.dropFirst()
+            } else if s.hasPrefix("<") {
+                op = .lt
+                s = s.dropFirst()
+            } else if s.hasPrefix("=") {
+                op = .eq
+                s = s.dropFirst()
+            } else {
+                op = .eq
+            }
             guard let v = SemanticVersion(String(s)) else { return nil }
             terms.append(Term(op: op, version: v))
         }
@@ -212,7 +229,8 @@ public struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible
         let text = try container.decode(String.self)
         guard let r = VersionRange(text) else {
             throw DecodingError.dataCorruptedError(
-                in: container, debugDescription: "\"\(text)\" is not a version range (e.g. \">=1.0.0 <2.0.0\" or \"^1.2.0\")")
+                in: container,
+                debugDescription: "\"\(text)\" is not a version range (e.g. \">=1.0.0 <2.0.0\" or \"^1.2.0\")")
         }
         self = r
     }

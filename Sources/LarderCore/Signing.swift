@@ -131,7 +131,8 @@ public struct KeyFile: Codable, Sendable, Equatable {
     public static func privateKey(from data: Data, path: String) throws(SigningError) -> PrivateKey {
         let file = try parse(data, path: path)
         guard file.type == privateType else {
-            throw .badKeyFile(path: path, detail: "type is \"\(file.type)\", expected \"\(privateType)\" (is this the .pub file?)")
+            throw .badKeyFile(
+                path: path, detail: "type is \"\(file.type)\", expected \"\(privateType)\" (is this the .pub file?)")
         }
         guard let raw = Data(base64Encoded: file.key), let key = try? PrivateKey(rawRepresentation: raw) else {
             throw .badKeyFile(path: path, detail: "the key bytes are not an Ed25519 seed")
@@ -152,16 +153,20 @@ public struct KeyFile: Codable, Sendable, Equatable {
 public enum IndexSignature {
     /// A signature file with one signature per key over `indexBytes`.
     public static func sign(_ indexBytes: Data, with keys: [PrivateKey]) throws -> SignatureFile {
-        SignatureFile(signatures: try keys.map { key in
-            SignatureEntry(keyID: key.publicKey.keyID, signature: try key.signature(for: indexBytes).base64EncodedString())
-        })
+        SignatureFile(
+            signatures: try keys.map { key in
+                SignatureEntry(
+                    keyID: key.publicKey.keyID, signature: try key.signature(for: indexBytes).base64EncodedString())
+            })
     }
 
     /// Checks that at least one signature is by a trusted key and that every signature by a
     /// trusted key is valid; returns the id of the key that verified. A signature by an untrusted
     /// key is ignored (it may belong to a rotation in progress).
     @discardableResult
-    public static func verify(_ indexBytes: Data, signatures: SignatureFile, trusted: [PublicKey]) throws(SigningError) -> String {
+    public static func verify(_ indexBytes: Data, signatures: SignatureFile, trusted: [PublicKey]) throws(SigningError)
+        -> String
+    {
         let byID = Dictionary(trusted.map { ($0.keyID, $0) }, uniquingKeysWith: { a, _ in a })
         var verifiedBy: String?
         for entry in signatures.signatures {
@@ -174,7 +179,8 @@ public enum IndexSignature {
             verifiedBy = verifiedBy ?? entry.keyID
         }
         guard let id = verifiedBy else {
-            throw .noTrustedSignature(signedBy: signatures.signatures.map(\.keyID), trusted: trusted.map(\.keyID).sorted())
+            throw .noTrustedSignature(
+                signedBy: signatures.signatures.map(\.keyID), trusted: trusted.map(\.keyID).sorted())
         }
         return id
     }

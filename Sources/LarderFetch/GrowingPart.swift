@@ -2,7 +2,6 @@ import Foundation
 import LarderFileSystem
 import SystemPackage
 
-
 /// A download's `.part` file seen from both ends: the transport reports what it has written
 /// (through `PartFile`), and an extraction reads the bytes as they land, waiting for more — so a
 /// bundle is extracted while it downloads, from the page cache, with no copy held in memory.

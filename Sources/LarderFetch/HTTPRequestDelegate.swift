@@ -55,7 +55,9 @@ final class BoundedDelegateQueue: OperationQueue, @unchecked Sendable {
 
 #if canImport(Glibc)
     /// glibc's `malloc_trim`, looked up at run time: Swift's Glibc module leaves out <malloc.h>.
-    private let mallocTrim = dlsym(nil, "malloc_trim").map { unsafeBitCast($0, to: (@convention(c) (Int) -> Int32).self) }
+    private let mallocTrim = dlsym(nil, "malloc_trim").map {
+        unsafeBitCast($0, to: (@convention(c) (Int) -> Int32).self)
+    }
 #endif
 
 /// A reference to a part file shared with a request's delegate (which runs on its own queue,
@@ -91,7 +93,10 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
     private var session: URLSession?
     private var timer: DispatchSourceTimer?
 
-    init(request: URLRequest, sink: HTTPTransport.Sink, options: HTTPOptions, completion: @escaping (HTTPTransport.Outcome) -> Void) {
+    init(
+        request: URLRequest, sink: HTTPTransport.Sink, options: HTTPOptions,
+        completion: @escaping (HTTPTransport.Outcome) -> Void
+    ) {
         self.request = request
         self.sink = sink
         self.options = options
@@ -122,7 +127,12 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
         if elapsed >= options.floorWindow {
             let rate = Double(windowBytes) / elapsed
             if rate < options.minimumRate {
-                fail(.tooSlow(url: url, detail: "\(Int(rate)) bytes/s over \(Int(elapsed)) s, below the \(Int(options.minimumRate)) bytes/s floor"), retryable: true)
+                fail(
+                    .tooSlow(
+                        url: url,
+                        detail:
+                            "\(Int(rate)) bytes/s over \(Int(elapsed)) s, below the \(Int(options.minimumRate)) bytes/s floor"
+                    ), retryable: true)
                 return
             }
             windowStart = Date()
@@ -166,19 +176,25 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
             // redirect callback arrives for a cancelled task. The refused redirect's own response
             // then completes the task, and `finished` makes us ignore it.
             completionHandler(nil)
-            fail(.redirect(url: url, detail: "more than \(options.maxRedirects) redirects (a loop?)"), retryable: false, cancel: false)
+            fail(
+                .redirect(url: url, detail: "more than \(options.maxRedirects) redirects (a loop?)"), retryable: false,
+                cancel: false)
         } else if to?.host?.lowercased() != from?.host?.lowercased() {
             // Answer URLSession first and do not cancel: FoundationNetworking traps when a
             // redirect callback arrives for a cancelled task. The refused redirect's own response
             // then completes the task, and `finished` makes us ignore it.
             completionHandler(nil)
-            fail(.redirect(url: url, detail: "redirect to another host (\(to?.host ?? "?")) refused"), retryable: false, cancel: false)
+            fail(
+                .redirect(url: url, detail: "redirect to another host (\(to?.host ?? "?")) refused"), retryable: false,
+                cancel: false)
         } else if from?.scheme == "https" && to?.scheme != "https" {
             // Answer URLSession first and do not cancel: FoundationNetworking traps when a
             // redirect callback arrives for a cancelled task. The refused redirect's own response
             // then completes the task, and `finished` makes us ignore it.
             completionHandler(nil)
-            fail(.redirect(url: url, detail: "redirect from https to \(to?.scheme ?? "?") refused"), retryable: false, cancel: false)
+            fail(
+                .redirect(url: url, detail: "redirect from https to \(to?.scheme ?? "?") refused"), retryable: false,
+                cancel: false)
         } else {
             var next = newRequest
             for (k, v) in request.allHTTPHeaderFields ?? [:] { next.setValue(v, forHTTPHeaderField: k) }
@@ -212,7 +228,8 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
                 guard let range = headers["content-range"], let (start, total) = Self.parseContentRange(range),
                     start == box.part.have
                 else {
-                    let detail = "Content-Range \"\(headers["content-range"] ?? "")\" does not continue at byte \(box.part.have)"
+                    let detail =
+                        "Content-Range \"\(headers["content-range"] ?? "")\" does not continue at byte \(box.part.have)"
                     box.part.reset()
                     fail(.badRange(url: url, detail: detail), retryable: false)
                     completionHandler(.cancel)
@@ -220,7 +237,8 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
                 }
                 if let want = box.part.total, let total, total != want {
                     box.part.reset()
-                    fail(.badRange(url: url, detail: "Content-Range total \(total), expected \(want)"), retryable: false)
+                    fail(
+                        .badRange(url: url, detail: "Content-Range total \(total), expected \(want)"), retryable: false)
                     completionHandler(.cancel)
                     return
                 }
@@ -235,7 +253,9 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
             // download (the server answers 200), never wrong bytes.
             if let tag = headers["etag"] { try? SystemCalls.writeFile(Data(tag.utf8), to: etagPath) }
         }
-        if case .memory(let limit) = sink, let length = headers["content-length"].flatMap({ Int64($0) }), length > limit, status == 200 {
+        if case .memory(let limit) = sink, let length = headers["content-length"].flatMap({ Int64($0) }),
+            length > limit, status == 200
+        {
             fail(.tooLarge(url: url, limit: limit), retryable: false)
             completionHandler(.cancel)
             return

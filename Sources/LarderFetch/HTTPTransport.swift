@@ -74,7 +74,9 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
             let outcome = await run(request, sink: .memory(limit: Int64(maxBytes)))
             switch outcome {
             case .done(let status, let headers, let body):
-                if status == 304 { return FetchedDocument(data: Data(), etag: headers["etag"] ?? etag, notModified: true) }
+                if status == 304 {
+                    return FetchedDocument(data: Data(), etag: headers["etag"] ?? etag, notModified: true)
+                }
                 if status == 200 { return FetchedDocument(data: body, etag: headers["etag"], notModified: false) }
                 await sleep(try retryAfter(status: status, headers: headers, url: url, attempt: attempt))
             case .failed(let error, let retryable):
@@ -84,7 +86,9 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
     }
 
     /// GETs into `part`, resuming with Range and If-Range and retrying within `deadline`, then verifies it.
-    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
+    public func download(
+        _ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?
+    ) async throws(FetchError) {
         try checkScheme(url)
         let file = PartFileBox(try PartFile(part, url: url.absoluteString, expecting: expecting, watch: watch))
         defer { file.part.close() }
@@ -94,7 +98,8 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
         while true {
             attempt += 1
             if Date().timeIntervalSince(started) > options.deadline {
-                throw .tooSlow(url: url.absoluteString, detail: "not complete after the \(Int(options.deadline)) s deadline")
+                throw .tooSlow(
+                    url: url.absoluteString, detail: "not complete after the \(Int(options.deadline)) s deadline")
             }
             if let size = expecting.size, file.part.have == size {
                 try file.part.finish()
@@ -104,7 +109,9 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
             var request = URLRequest(url: url)
             if file.part.have > 0 {
                 request.setValue("bytes=\(file.part.have)-", forHTTPHeaderField: "Range")
-                if let bytes = try? AtomicFile.read(etagPath, limit: 4096), let tag = String(data: bytes, encoding: .utf8) {
+                if let bytes = try? AtomicFile.read(etagPath, limit: 4096),
+                    let tag = String(data: bytes, encoding: .utf8)
+                {
                     request.setValue(tag, forHTTPHeaderField: "If-Range")
                 }
             }
@@ -187,7 +194,9 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
 
     func run(_ request: URLRequest, sink: Sink) async -> Outcome {
         await withCheckedContinuation { continuation in
-            let delegate = RequestDelegate(request: request, sink: sink, options: options) { continuation.resume(returning: $0) }
+            let delegate = RequestDelegate(request: request, sink: sink, options: options) {
+                continuation.resume(returning: $0)
+            }
             let config = URLSessionConfiguration.ephemeral
             config.httpAdditionalHeaders = ["User-Agent": "larder/\(larderVersion)"]
             config.requestCachePolicy = .reloadIgnoringLocalCacheData

@@ -115,12 +115,16 @@ public protocol Transport: Sendable {
     /// `watch`, when given, is told of every byte as it is written (`advance`), of a restart
     /// (`restart`), and of the verified end (`completed`), so that the file can be read while it
     /// grows. A transport that ignores it still works: the complete file is read afterwards.
-    func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError)
+    func download(
+        _ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?)
+        async throws(FetchError)
 }
 
 extension Transport {
     /// Downloads with nobody following the file.
-    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?) async throws(FetchError) {
+    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?)
+        async throws(FetchError)
+    {
         try await download(url, to: part, expecting: expecting, progress: progress, watch: nil)
     }
 }
@@ -162,14 +166,18 @@ public struct FileTransport: Transport {
         _ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?
     ) async throws(FetchError) {
         let source = FilePath(url.path)
-        guard let input = try? SystemCalls.open(source, .readOnly) else { throw .status(url: url.absoluteString, code: 404) }
+        guard let input = try? SystemCalls.open(source, .readOnly) else {
+            throw .status(url: url.absoluteString, code: 404)
+        }
         defer { try? SystemCalls.close(input, path: source) }
         var sink = try PartFile(part, url: url.absoluteString, expecting: expecting, watch: watch)
         defer { sink.close() }
         var buffer = [UInt8](repeating: 0, count: 256 << 10)
         while true {
             let n: Int
-            do { n = try SystemCalls.pread(input, into: &buffer, at: sink.have, path: source) } catch { throw .file(error) }
+            do { n = try SystemCalls.pread(input, into: &buffer, at: sink.have, path: source) } catch {
+                throw .file(error)
+            }
             if n == 0 { break }
             try sink.append(Data(buffer[0..<n]))
             progress?(Int64(n))

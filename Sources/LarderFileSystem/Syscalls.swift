@@ -1,3 +1,8 @@
+// swift-format-ignore-file: AlwaysUseLowerCamelCase
+// (the `system_…` names spell the C calls they wrap, as swift-system's do)
+
+import SystemPackage
+
 // The funnel's one helper file: the only place in Larder that names a C file-system call.
 //
 // Each `system_…` function below is one C call and nothing else; `checked` is the checked
@@ -12,7 +17,6 @@
 #elseif canImport(Darwin)
     import Darwin
 #endif
-import SystemPackage
 
 // MARK: the checked helper
 

@@ -160,7 +160,7 @@ public enum SystemCalls {
     public static func close(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
         do {
             _ = try checked(.close, path, retryOnInterrupt: false) { system_close(fd.rawValue) }
-        } catch where error.errno == .interrupted {
+        } catch  where error.errno == .interrupted {
             return
         }
     }
@@ -309,7 +309,7 @@ public enum SystemCalls {
         do {
             _ = try checked(.flock, path) { system_flock(fd.rawValue, op) }
             return true
-        } catch where nonBlocking && (error.errno == .wouldBlock || error.errno == .resourceTemporarilyUnavailable) {
+        } catch  where nonBlocking && (error.errno == .wouldBlock || error.errno == .resourceTemporarilyUnavailable) {
             return false
         }
     }
@@ -448,9 +448,9 @@ public enum SystemCalls {
     /// stops the removal and is thrown.
     public static func removeTree(_ path: FilePath) throws(FileSystemError) {
         let status: FileStatus
-        do { status = try Self.lstat(path) } catch where error.errno == .noSuchFileOrDirectory { return }
+        do { status = try Self.lstat(path) } catch  where error.errno == .noSuchFileOrDirectory { return }
         guard status.kind == .directory else {
-            do { try Self.unlink(path) } catch where error.errno == .noSuchFileOrDirectory {}
+            do { try Self.unlink(path) } catch  where error.errno == .noSuchFileOrDirectory {}
             return
         }
         let dir = try Self.open(path, .readOnly, options: [.directory, .noFollow])
@@ -461,7 +461,7 @@ public enum SystemCalls {
             try? Self.close(dir, path: path)
             throw error
         }
-        do { try Self.rmdir(path) } catch where error.errno == .noSuchFileOrDirectory {}
+        do { try Self.rmdir(path) } catch  where error.errno == .noSuchFileOrDirectory {}
     }
 
     /// Empties the directory open as `dir` (at `path`) depth first, through descriptors only.
@@ -472,7 +472,7 @@ public enum SystemCalls {
             let status: FileStatus
             do {
                 status = try Self.lstat(name, in: dir, directoryPath: path)
-            } catch where error.errno == .noSuchFileOrDirectory {
+            } catch  where error.errno == .noSuchFileOrDirectory {
                 continue  // gone meanwhile
             }
             if status.kind == .directory {
@@ -511,7 +511,7 @@ public enum SystemCalls {
             do {
                 try Self.mkdir(dir, permissions: permissions)
                 created.append(dir)
-            } catch where error.errno == .fileExists && (try? Self.stat(dir))?.kind == .directory {
+            } catch  where error.errno == .fileExists && (try? Self.stat(dir))?.kind == .directory {
                 continue
             }
         }

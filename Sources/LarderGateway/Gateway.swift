@@ -41,7 +41,10 @@ public struct Gateway: Sendable {
     public var maxForwardBytes = 64 << 20
 
     /// A gateway for `loader` on `host:port`; `log` receives one line per request.
-    public init(loader: ResourceLoader, host: String = "127.0.0.1", port: Int, network: NetworkMode, log: @escaping @Sendable (String) -> Void) {
+    public init(
+        loader: ResourceLoader, host: String = "127.0.0.1", port: Int, network: NetworkMode,
+        log: @escaping @Sendable (String) -> Void
+    ) {
         self.loader = loader
         self.host = host
         self.port = port
@@ -144,7 +147,8 @@ public struct Gateway: Sendable {
             var headers = HTTPFields()
             for (k, v) in http.allHeaderFields {
                 guard let name = k as? String, let value = v as? String, !Self.hopByHop.contains(name.lowercased()),
-                    !["content-length", "content-encoding"].contains(name.lowercased()), let field = HTTPField.Name(name)
+                    !["content-length", "content-encoding"].contains(name.lowercased()),
+                    let field = HTTPField.Name(name)
                 else { continue }
                 headers[field] = value
             }
@@ -189,10 +193,14 @@ public struct Gateway: Sendable {
         var headers = HTTPFields()
         headers[.contentType] = "text/plain; charset=utf-8"
         headers[.cacheControl] = "no-store"
-        return Response(status: HTTPResponse.Status(code: status), headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: message)))
+        return Response(
+            status: HTTPResponse.Status(code: status), headers: headers,
+            body: ResponseBody(byteBuffer: ByteBuffer(string: message)))
     }
 
-    func line(_ method: String, _ url: String, _ status: Int, _ outcome: String, _ length: String?, _ started: Date) -> String {
+    func line(_ method: String, _ url: String, _ status: Int, _ outcome: String, _ length: String?, _ started: Date)
+        -> String
+    {
         let ms = Int(Date().timeIntervalSince(started) * 1000)
         return "\(method) \(url) \(status) \(outcome) \(length.map { "\($0)B" } ?? "-") \(ms)ms"
     }

@@ -106,7 +106,8 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .existingIndexUntrusted(let d): "the repository's current index cannot be trusted: \(d)"
         case .indexRule(let issue): "refused, nothing published: \(issue.message)"
         case .changedWhilePacking(let p): "\(p) changed while it was being packed; pack again"
-        case .busy(let pid): "another publisher\(pid.map { " (pid \($0))" } ?? "") is writing to this repository; try again when it is done"
+        case .busy(let pid):
+            "another publisher\(pid.map { " (pid \($0))" } ?? "") is writing to this repository; try again when it is done"
         case .serialExhausted: "the index serial is at its maximum and cannot grow"
         case .archive(let e): e.description
         case .manifest(let e): e.description

@@ -1,8 +1,8 @@
 import Foundation
 import LarderArchive
-import Logging
 import LarderCore
 import LarderFileSystem
+import Logging
 import SystemPackage
 
 /// What to pack: the tree, where, and the index fields of the new release.
@@ -134,7 +134,9 @@ public struct Publisher: Sendable {
     /// Publishes an index whose `keys` are `newKeys`: devices that verify it with a key they
     /// trust adopt `newKeys` as their trusted set. Sign with the old key and co-sign with the new
     /// one, so that both old and updated devices accept it.
-    public func rotateKeys(to newKeys: [PublicKey], repository: FilePath, timeToLive: TimeInterval = 30 * 24 * 3600) throws(PublishError) -> RotationReport {
+    public func rotateKeys(to newKeys: [PublicKey], repository: FilePath, timeToLive: TimeInterval = 30 * 24 * 3600)
+        throws(PublishError) -> RotationReport
+    {
         let layout = RepositoryLayout(root: repository)
         let lock = try publishLock(layout)
         defer { lock.unlock() }
@@ -186,13 +188,17 @@ public struct Publisher: Sendable {
         defer { lock.unlock() }
         let current = try loadIndex(layout)
         let versionRel = RepositoryLayout.versionPath(id, version)
-        if AtomicFile.exists(layout.resolve(versionRel)) || (current?.packages.contains { $0.id == id && $0.version == version } ?? false) {
+        if AtomicFile.exists(layout.resolve(versionRel))
+            || (current?.packages.contains { $0.id == id && $0.version == version } ?? false)
+        {
             throw .versionExists(id: id.rawValue, version: version.description)
         }
         if let existing = current?.packages.first(where: { $0.id == id && $0.channel == request.channel }),
             !(version > existing.version)
         {
-            throw .versionNotNewer(id: id.rawValue, version: version.description, newest: existing.version.description, channel: request.channel)
+            throw .versionNotNewer(
+                id: id.rawValue, version: version.description, newest: existing.version.description,
+                channel: request.channel)
         }
 
         // 3. The tree.
@@ -278,8 +284,11 @@ public struct Publisher: Sendable {
         try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(packageDir) }
         let published = try publish(&index, layout, ttl: request.timeToLive)
         logger.debug(
-            "packed", metadata: ["id": "\(id)", "version": "\(version)", "serial": "\(published.serial)",
-                                 "objectsWritten": "\(objectsWritten)"])
+            "packed",
+            metadata: [
+                "id": "\(id)", "version": "\(version)", "serial": "\(published.serial)",
+                "objectsWritten": "\(objectsWritten)",
+            ])
         return PackReport(
             id: id.rawValue, version: version.description, channel: request.channel, serial: published.serial,
             expires: published.expires, bundle: bundleRef, fileList: fileListRef, fileCount: fileList.files.count,
@@ -335,7 +344,8 @@ public struct Publisher: Sendable {
         let bytes = try io { () throws(FileSystemError) in try AtomicFile.read(layout.index) }
         let sigBytes = try io { () throws(FileSystemError) in try AtomicFile.read(layout.signature) }
         do {
-            let sig = try ManifestCoding.decode(SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
+            let sig = try ManifestCoding.decode(
+                SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
             try IndexSignature.verify(bytes, signatures: sig, trusted: trusted)
             return try ManifestCoding.decode(RepositoryIndex.self, from: bytes, document: RepositoryLayout.indexName)
         } catch let e as SigningError {
@@ -365,9 +375,14 @@ public struct Publisher: Sendable {
         }
         logger.notice(
             "found an interrupted publication",
-            metadata: ["repository": "\(layout.root)", "action": "\(valid ? "completing it" : "discarding it (does not verify)")"])
+            metadata: [
+                "repository": "\(layout.root)",
+                "action": "\(valid ? "completing it" : "discarding it (does not verify)")",
+            ])
         if valid {
-            if sigPath == layout.pendingSignature { try renameDurably(layout.pendingSignature, layout.signature, in: layout.root) }
+            if sigPath == layout.pendingSignature {
+                try renameDurably(layout.pendingSignature, layout.signature, in: layout.root)
+            }
             try renameDurably(layout.pendingIndex, layout.index, in: layout.root)
         } else {
             try? SystemCalls.unlink(layout.pendingSignature)
@@ -378,7 +393,9 @@ public struct Publisher: Sendable {
 
     /// Bumps the serial and expiry, signs, and publishes the pair: both written as `.pending`
     /// files, then the signature renamed into place, then the index.
-    func publish(_ index: inout RepositoryIndex, _ layout: RepositoryLayout, ttl: TimeInterval) throws(PublishError) -> RepositoryIndex {
+    func publish(_ index: inout RepositoryIndex, _ layout: RepositoryLayout, ttl: TimeInterval) throws(PublishError)
+        -> RepositoryIndex
+    {
         guard index.serial < UInt64.max else { throw .serialExhausted }
         index.serial += 1
         index.expires = Date(timeIntervalSince1970: (now().timeIntervalSince1970 + ttl).rounded(.down))

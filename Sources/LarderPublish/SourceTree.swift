@@ -58,7 +58,9 @@ public struct SourceTree: Sendable {
                 try walk(full, prefix: relBytes, limits: limits, files: &files, total: &total, keys: &keys)
             case .regular:
                 let size = status.size
-                if size > limits.maxFileBytes { throw .fileTooLarge(path: rel.string, size: size, limit: limits.maxFileBytes) }
+                if size > limits.maxFileBytes {
+                    throw .fileTooLarge(path: rel.string, size: size, limit: limits.maxFileBytes)
+                }
                 total += size
                 if total > limits.maxTotalBytes { throw .treeTooLarge(size: total, limit: limits.maxTotalBytes) }
                 files.append((rel, full))

@@ -28,10 +28,10 @@ public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertib
 
     /// `<package>@<version> <file>: [<code>] <message>`, leaving out the parts that are not known.
     public var description: String {
-        var where_: [String] = []
-        if let p = package { where_.append(version.map { "\(p)@\($0)" } ?? p) }
-        if let f = file { where_.append(f) }
-        return (where_.isEmpty ? "" : where_.joined(separator: " ") + ": ") + "[\(code)] \(message)"
+        var location: [String] = []
+        if let p = package { location.append(version.map { "\(p)@\($0)" } ?? p) }
+        if let f = file { location.append(f) }
+        return (location.isEmpty ? "" : location.joined(separator: " ") + ": ") + "[\(code)] \(message)"
     }
 }
 
@@ -129,12 +129,18 @@ public struct Verifier: Sendable {
     public func verifyRepository(_ root: FilePath) -> VerifyReport {
         let layout = RepositoryLayout(root: root)
         var report = VerifyReport(kind: "repository", path: root.string)
-        func problem(_ code: String, _ message: String, package: String? = nil, version: String? = nil, file: String? = nil) {
-            report.problems.append(VerifyProblem(code: code, package: package, version: version, file: file, message: message))
+        func problem(
+            _ code: String, _ message: String, package: String? = nil, version: String? = nil, file: String? = nil
+        ) {
+            report.problems.append(
+                VerifyProblem(code: code, package: package, version: version, file: file, message: message))
         }
         for pending in [RepositoryLayout.indexName, RepositoryLayout.signatureName] {
             if AtomicFile.exists(root.appending(pending + RepositoryLayout.pendingSuffix)) {
-                problem("publication-interrupted", "a pack or revoke was interrupted; run it again to complete or discard it", file: pending + RepositoryLayout.pendingSuffix)
+                problem(
+                    "publication-interrupted",
+                    "a pack or revoke was interrupted; run it again to complete or discard it",
+                    file: pending + RepositoryLayout.pendingSuffix)
             }
         }
         guard let indexBytes = try? AtomicFile.read(layout.index, limit: ManifestCoding.maxDocumentBytes + 1) else {
@@ -145,31 +151,43 @@ public struct Verifier: Sendable {
         if checkSignature {
             do {
                 let sigBytes = try AtomicFile.read(layout.signature, limit: 1 << 20)
-                let sig = try ManifestCoding.decode(SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
+                let sig = try ManifestCoding.decode(
+                    SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
                 report.signedBy = try IndexSignature.verify(indexBytes, signatures: sig, trusted: trustedKeys)
             } catch let e as SigningError {
                 let code = if case .invalidSignature = e { "signature-invalid" } else { "signature-untrusted" }
                 problem(code, e.description, file: RepositoryLayout.signatureName)
             } catch let e as FileSystemError {
-                problem("signature-missing", "cannot read \(RepositoryLayout.signatureName): \(e.errno)", file: RepositoryLayout.signatureName)
+                problem(
+                    "signature-missing", "cannot read \(RepositoryLayout.signatureName): \(e.errno)",
+                    file: RepositoryLayout.signatureName)
             } catch {
                 problem("signature-malformed", "\(error)", file: RepositoryLayout.signatureName)
             }
         }
         let index: RepositoryIndex
         do {
-            index = try ManifestCoding.decode(RepositoryIndex.self, from: indexBytes, document: RepositoryLayout.indexName)
+            index = try ManifestCoding.decode(
+                RepositoryIndex.self, from: indexBytes, document: RepositoryLayout.indexName)
         } catch {
             problem("index-schema", error.description, file: RepositoryLayout.indexName)
             return report
         }
         report.serial = index.serial
-        if index.serial == 0 { problem("index-serial", "serial is 0; the first published index has serial 1", file: RepositoryLayout.indexName) }
+        if index.serial == 0 {
+            problem(
+                "index-serial", "serial is 0; the first published index has serial 1", file: RepositoryLayout.indexName)
+        }
         if index.expires <= now() {
-            problem("index-expired", "the index expired at \(ManifestCoding.formatRFC3339(index.expires)); re-sign it (any pack or revoke does)", file: RepositoryLayout.indexName)
+            problem(
+                "index-expired",
+                "the index expired at \(ManifestCoding.formatRFC3339(index.expires)); re-sign it (any pack or revoke does)",
+                file: RepositoryLayout.indexName)
         }
         for issue in IndexRules.issues(index) {
-            problem(issue.code, issue.message, package: issue.package, version: issue.version, file: RepositoryLayout.indexName)
+            problem(
+                issue.code, issue.message, package: issue.package, version: issue.version,
+                file: RepositoryLayout.indexName)
         }
         var checkedObjects: [SHA256Digest: Bool] = [:]
         for entry in index.packages {
@@ -229,7 +247,9 @@ public struct Verifier: Sendable {
             for file in list.files {
                 let objectRel = RepositoryLayout.objectPath(file.sha256)
                 if let ok = objects[file.sha256] {
-                    if !ok { problem("object-bad", objectRel, "object for \(file.path) is missing or corrupt (see above)") }
+                    if !ok {
+                        problem("object-bad", objectRel, "object for \(file.path) is missing or corrupt (see above)")
+                    }
                     continue
                 }
                 let objectPath = layout.resolve(objectRel)
@@ -243,7 +263,10 @@ public struct Verifier: Sendable {
                     let ok = got.sha256 == file.sha256 && got.size == file.size
                     objects[file.sha256] = ok
                     if !ok {
-                        problem("object-corrupt", objectRel, "inflates to \(got.size) bytes with sha256 \(got.sha256), expected \(file.size) bytes for \(file.path)")
+                        problem(
+                            "object-corrupt", objectRel,
+                            "inflates to \(got.size) bytes with sha256 \(got.sha256), expected \(file.size) bytes for \(file.path)"
+                        )
                     }
                 } catch {
                     objects[file.sha256] = false
@@ -256,7 +279,9 @@ public struct Verifier: Sendable {
     }
 
     /// Reads a small document named by the index and checks its size and hash.
-    private func checkBlob(_ ref: BlobRef, layout: RepositoryLayout, problem: (String, String?, String) -> Void) -> Data? {
+    private func checkBlob(_ ref: BlobRef, layout: RepositoryLayout, problem: (String, String?, String) -> Void)
+        -> Data?
+    {
         guard let data = try? AtomicFile.read(layout.resolve(ref.path), limit: ManifestCoding.maxDocumentBytes) else {
             problem("missing", ref.path, "\(ref.path) is missing or unreadable")
             return nil
@@ -274,7 +299,9 @@ public struct Verifier: Sendable {
     }
 
     /// Checks a large file's size and hash by streaming it.
-    private func checkBlobOnDisk(_ ref: BlobRef, layout: RepositoryLayout, problem: (String, String?, String) -> Void) -> Bool {
+    private func checkBlobOnDisk(_ ref: BlobRef, layout: RepositoryLayout, problem: (String, String?, String) -> Void)
+        -> Bool
+    {
         let path = layout.resolve(ref.path)
         guard let size = try? fileSize(path), let digest = try? digest(of: path) else {
             problem("missing", ref.path, "\(ref.path) is missing or unreadable")
@@ -291,7 +318,9 @@ public struct Verifier: Sendable {
         return true
     }
 
-    private func compare(_ actual: [FileEntry], _ list: FileList, bundle: String, problem: (String, String?, String) -> Void) {
+    private func compare(
+        _ actual: [FileEntry], _ list: FileList, bundle: String, problem: (String, String?, String) -> Void
+    ) {
         for d in list.differences(from: actual) {
             switch d {
             case .missing(let f):
@@ -299,12 +328,18 @@ public struct Verifier: Sendable {
             case .extra(let f):
                 problem("bundle-extra-file", f.path.string, "in \(bundle) but not listed in files.json")
             case .differs(let l, let g):
-                problem("bundle-file-differs", l.path.string, "in \(bundle) it is \(g.size) bytes sha256 \(g.sha256); files.json says \(l.size) bytes sha256 \(l.sha256)")
+                problem(
+                    "bundle-file-differs", l.path.string,
+                    "in \(bundle) it is \(g.size) bytes sha256 \(g.sha256); files.json says \(l.size) bytes sha256 \(l.sha256)"
+                )
             }
         }
     }
 
-    private func checkLinks(_ texts: [(RelativePath, String)], files: [FileEntry], entryName: String, problem: (String, String?, String) -> Void) {
+    private func checkLinks(
+        _ texts: [(RelativePath, String)], files: [FileEntry], entryName: String,
+        problem: (String, String?, String) -> Void
+    ) {
         let paths = Set(files.map(\.path.string))
         var directories: Set<String> = [""]
         for p in paths {
@@ -334,7 +369,9 @@ public struct Verifier: Sendable {
                         problem("link-broken", file.string, "reference \"\(ref)\" is a directory without \(entryName)")
                         continue
                     }
-                    problem("link-broken", file.string, "reference \"\(ref)\" points to \(target), which is not in the package")
+                    problem(
+                        "link-broken", file.string,
+                        "reference \"\(ref)\" points to \(target), which is not in the package")
                 }
             }
         }
@@ -344,7 +381,9 @@ public struct Verifier: Sendable {
 
     /// Verifies one bundle: the strict archive rules, its links, and when a file list is given,
     /// that the bundle's tree equals it exactly.
-    public func verifyBundle(_ path: FilePath, fileList: FileList? = nil, entryName: String = "index.html") -> VerifyReport {
+    public func verifyBundle(_ path: FilePath, fileList: FileList? = nil, entryName: String = "index.html")
+        -> VerifyReport
+    {
         var report = VerifyReport(kind: "bundle", path: path.string)
         func problem(_ code: String, _ file: String?, _ message: String) {
             report.problems.append(VerifyProblem(code: code, file: file, message: message))

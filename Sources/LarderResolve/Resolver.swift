@@ -109,7 +109,7 @@ public final class Resolver: @unchecked Sendable {
             let lease = try reader.pin(id: id)
             leases.append(lease)
             guard let pkg = snapshot().routed(layout, lease.id, lease.version) else {
-                leases.forEach { $0.release() }
+                for l in leases { l.release() }
                 throw .notInstalled(id: id, version: lease.version.description)
             }
             pinned.append(pkg)
@@ -164,7 +164,7 @@ public final class ResolverSession: @unchecked Sendable {
 
     /// Gives the pinned versions back to gc. Idempotent; also done when the session is freed.
     public func release() {
-        leases.forEach { $0.release() }
+        for l in leases { l.release() }
     }
 }
 

@@ -19,7 +19,9 @@ public struct LoadRequest: Sendable {
     public var cors: Bool
 
     /// A request with the headers it carried (none by default).
-    public init(method: String = "GET", url: String, range: String? = nil, ifNoneMatch: String? = nil, cors: Bool = false) {
+    public init(
+        method: String = "GET", url: String, range: String? = nil, ifNoneMatch: String? = nil, cors: Bool = false
+    ) {
         self.method = method
         self.url = url
         self.range = range
@@ -193,7 +195,12 @@ public struct ResourceLoader: Sendable {
 
     /// Answers `request`, with a session's pinned versions when given.
     public func load(_ request: LoadRequest, session: ResolverSession? = nil) -> LoadResult {
-        let (snapshot, table) = session?.table() ?? { let s = resolver.snapshot(); return (s, s.table) }()
+        let (snapshot, table) =
+            session?.table()
+            ?? {
+                let s = resolver.snapshot()
+                return (s, s.table)
+            }()
         switch table.resolve(request.url) {
         case .passthrough(let reason):
             return .passthrough(reason: reason)
@@ -208,20 +215,28 @@ public struct ResourceLoader: Sendable {
         let text = Data("not found: \(reason)\n".utf8)
         return LoadResponse(
             status: 404,
-            headers: [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "\(text.count)"), ("Cache-Control", "no-store")],
+            headers: [
+                ("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "\(text.count)"),
+                ("Cache-Control", "no-store"),
+            ],
             outcome: .notFound(reason: reason), body: .bytes(text))
     }
 
-    private func serve(_ file: LocalFile, _ request: LoadRequest, snapshot: Snapshot, session: ResolverSession?, retried: Bool) -> LoadResult {
+    private func serve(
+        _ file: LocalFile, _ request: LoadRequest, snapshot: Snapshot, session: ResolverSession?, retried: Bool
+    ) -> LoadResult {
         switch respond(file, request, .local(package: file.package, version: file.version)) {
         case .success(let r): return .response(r)
-        case .failure(let problem): return recover(file, problem, request, snapshot: snapshot, session: session, retried: retried)
+        case .failure(let problem):
+            return recover(file, problem, request, snapshot: snapshot, session: session, retried: retried)
         }
     }
 
     /// The response for `file`: without opening it when no bytes are needed (304, 405, 416),
     /// else with it open for the body — or why it could not be opened.
-    private func respond(_ file: LocalFile, _ request: LoadRequest, _ outcome: LoadOutcome) -> Result<LoadResponse, OpenProblem> {
+    private func respond(_ file: LocalFile, _ request: LoadRequest, _ outcome: LoadOutcome) -> Result<
+        LoadResponse, OpenProblem
+    > {
         let plan = ResponsePlanner.plan(
             method: request.method, range: request.range, ifNoneMatch: request.ifNoneMatch, file: file,
             cacheControl: cacheControl, cors: request.cors)
@@ -238,7 +253,8 @@ public struct ResourceLoader: Sendable {
 
     /// A listed file could not be served from `file.version`.
     private func recover(
-        _ file: LocalFile, _ problem: OpenProblem, _ request: LoadRequest, snapshot: Snapshot, session: ResolverSession?, retried: Bool
+        _ file: LocalFile, _ problem: OpenProblem, _ request: LoadRequest, snapshot: Snapshot,
+        session: ResolverSession?, retried: Bool
     ) -> LoadResult {
         let state = (try? SandboxReader(root: resolver.root).state()) ?? snapshot.state
         let pkgState = state[file.package]
@@ -253,14 +269,18 @@ public struct ResourceLoader: Sendable {
         }
         let reason = "\(file.path) of \(file.package)@\(file.version): \(problem.message)"
         if pkgState.active == file.version {
-            logger.warning("a listed file is missing or unreadable; reporting the failure", metadata: ["file": "\(reason)"])
+            logger.warning(
+                "a listed file is missing or unreadable; reporting the failure", metadata: ["file": "\(reason)"])
             reporter?.report(package: file.package, version: file.version, reason: reason)
         }
         // The fallback version (else, for a pinned session, the active one) when it has the path.
-        let candidates = [pkgState.fallback, pinned ? pkgState.active : nil].compactMap { $0 }.filter { $0 != file.version }
+        let candidates = [pkgState.fallback, pinned ? pkgState.active : nil].compactMap { $0 }.filter {
+            $0 != file.version
+        }
         for v in candidates {
             guard let pkg = snapshot.routed(resolver.layout, file.package, v), let f = pkg.files[file.path.string],
-                case .success(let r) = respond(f, request, .fallback(package: f.package, version: f.version, failed: file.version))
+                case .success(let r) = respond(
+                    f, request, .fallback(package: f.package, version: f.version, failed: file.version))
             else { continue }
             return .response(r)
         }
@@ -328,7 +348,11 @@ public final class StoreFailureReporter: FailureReporting, @unchecked Sendable {
                 guard sandbox.state[package].active == version else { return }
                 let outcome = try sandbox.reportFailure(id: package.rawValue, reason: reason)
                 logger.warning(
-                    "failure recorded", metadata: ["package": "\(key)", "health": "\(outcome.health)", "rolledBackTo": "\(outcome.rolledBackTo ?? "-")"])
+                    "failure recorded",
+                    metadata: [
+                        "package": "\(key)", "health": "\(outcome.health)",
+                        "rolledBackTo": "\(outcome.rolledBackTo ?? "-")",
+                    ])
             } catch {
                 logger.error("could not record a failure", metadata: ["package": "\(key)", "error": "\(error)"])
             }

@@ -50,7 +50,9 @@ public final class Snapshot: Sendable {
     }
 
     /// One version of a package as the table routes it, from its file list on disk.
-    static func routed(_ layout: SandboxLayout, _ id: PackageID, _ version: SemanticVersion, _ e: PackageEntry?) -> RoutedPackage? {
+    static func routed(_ layout: SandboxLayout, _ id: PackageID, _ version: SemanticVersion, _ e: PackageEntry?)
+        -> RoutedPackage?
+    {
         guard let data = try? AtomicFile.read(layout.list(id, version)),
             let list = try? ManifestCoding.decode(FileList.self, from: data, document: "list"),
             list.id == id, list.version == version

@@ -33,7 +33,9 @@ extension StagingArea {
 
     /// Inflates a downloaded object into `target`, checking size and SHA-256 while writing. An
     /// object whose content is not the declared one is deleted, so the next sync fetches it anew.
-    static func inflate(_ gz: FilePath, to target: FilePath, expecting f: FileEntry, of list: FileList) throws(StoreError) {
+    static func inflate(_ gz: FilePath, to target: FilePath, expecting f: FileEntry, of list: FileList)
+        throws(StoreError)
+    {
         let corrupt = { (detail: String) in
             StoreError.objectCorrupt(id: list.id.rawValue, version: list.version.description, detail: detail)
         }
@@ -60,7 +62,9 @@ extension StagingArea {
             while true {
                 let n = try io { () throws(FileSystemError) in try SystemCalls.read(input, into: &buffer, path: gz) }
                 if n == 0 { break }
-                try buffer.withUnsafeBytes { raw in try inflater.feed(UnsafeRawBufferPointer(rebasing: raw[0..<n]), sink) }
+                try buffer.withUnsafeBytes { raw in
+                    try inflater.feed(UnsafeRawBufferPointer(rebasing: raw[0..<n]), sink)
+                }
             }
             try inflater.drain(sink)
         } catch let e as StoreError {

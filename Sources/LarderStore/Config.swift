@@ -22,7 +22,8 @@ public enum ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What was wrong, for a person.
     public var description: String {
         switch self {
-        case .notInitialised(let r): "\(r) has no config.json; run `larder init --root \(r) --repo URL --public-key F` first"
+        case .notInitialised(let r):
+            "\(r) has no config.json; run `larder init --root \(r) --repo URL --public-key F` first"
         case .invalid(let d): "configuration: \(d)"
         }
     }
@@ -106,15 +107,19 @@ public struct SyncConfig: Codable, Sendable, Equatable {
         root: FilePath, repository: String, keys: [PublicKey], channel: String, appVersion: SemanticVersion,
         allowInsecureHTTP: Bool
     ) throws(ConfigError) -> SyncConfig {
-        guard let url = URL(string: repository), let scheme = url.scheme?.lowercased(), ["https", "http", "file"].contains(scheme) else {
+        guard let url = URL(string: repository), let scheme = url.scheme?.lowercased(),
+            ["https", "http", "file"].contains(scheme)
+        else {
             throw .invalid("\"\(repository)\" is not a repository URL (https://…, http://… or file://…)")
         }
         guard Channel.isValid(channel) else { throw .invalid("\"\(channel)\" is not a channel name") }
         guard !keys.isEmpty else { throw .invalid("at least one trusted public key is needed") }
         let existing = try? load(root: root)
-        let device = existing?.deviceId ?? (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        let device =
+            existing?.deviceId ?? (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
         let config = SyncConfig(
-            repository: repository.hasSuffix("/") ? repository : repository + "/", trustedKeys: keys.map { KeyFile(public: $0) },
+            repository: repository.hasSuffix("/") ? repository : repository + "/",
+            trustedKeys: keys.map { KeyFile(public: $0) },
             channel: channel, appVersion: appVersion, deviceId: device, allowInsecureHTTP: allowInsecureHTTP)
         do {
             try AtomicFile.makeDirectories(root)

@@ -37,7 +37,7 @@ struct Extractor: ArchiveConsumer {
         if let slash = rel.lastIndex(of: "/") { try ensureDirectory(rel[..<slash]) }
         do throws(FileSystemError) {
             try SystemCalls.mkdir(FilePath(String(rel)), in: rootFD, directoryPath: root)
-        } catch where error.errno == .fileExists {
+        } catch  where error.errno == .fileExists {
             // Made by an earlier entry's path: only a directory may stand there, and the next
             // openat with O_NOFOLLOW below it fails on anything else.
         }

@@ -58,13 +58,16 @@ enum Pins {
     static let ownStart = startTime(of: getpid())
 
     /// Creates a pin file for `version` of `id`.
-    static func create(_ layout: SandboxLayout, _ id: PackageID, _ version: SemanticVersion) throws(FileSystemError) -> PinLease {
+    static func create(_ layout: SandboxLayout, _ id: PackageID, _ version: SemanticVersion) throws(FileSystemError)
+        -> PinLease
+    {
         let dir = layout.pinDirectory(id, version)
         try AtomicFile.makeDirectories(dir)
         let name = "\(getpid())-\(ownStart)-\(UInt32.random(in: 0...UInt32.max))"
         let path = dir.appending(name)
         let fd = try SystemCalls.open(
-            path, .writeOnly, options: [.create, .exclusiveCreate], permissions: [.ownerReadWrite, .groupRead, .otherRead])
+            path, .writeOnly, options: [.create, .exclusiveCreate],
+            permissions: [.ownerReadWrite, .groupRead, .otherRead])
         try SystemCalls.close(fd, path: path)
         return PinLease(id: id, version: version, path: path)
     }

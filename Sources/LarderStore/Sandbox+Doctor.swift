@@ -41,7 +41,9 @@ extension Sandbox {
             for key in state.packages.keys.sorted() {
                 guard let id = PackageID(key), let pkg = state.packages[key] else { continue }
                 for v in pkg.versions where !(good[id]?.contains { $0.0 == v.version } ?? false) {
-                    if !verified.contains("\(id)@\(v.version)") && !problems.contains(where: { $0.hasPrefix("\(id)@\(v.version):") }) {
+                    if !verified.contains("\(id)@\(v.version)")
+                        && !problems.contains(where: { $0.hasPrefix("\(id)@\(v.version):") })
+                    {
                         problems.append("\(id)@\(v.version): in state.json but not on disk")
                     }
                 }
@@ -60,9 +62,11 @@ extension Sandbox {
             // found on disk follow, in version order.
             let known = pkg.versions.filter { v in onDisk.contains(v.version) }
             let found = versions.filter { v, _ in !known.contains { $0.version == v } }.sorted { $0.0 < $1.0 }
-            pkg.versions = known + found.map { v, list in
-                InstalledVersion(version: v, fileCount: list.files.count, size: list.totalSize, installedAt: now)
-            }
+            pkg.versions =
+                known
+                + found.map { v, list in
+                    InstalledVersion(version: v, fileCount: list.files.count, size: list.totalSize, installedAt: now)
+                }
             if let a = pkg.active, !onDisk.contains(a) { pkg.active = nil }
             if let f = pkg.fallback, !onDisk.contains(f) { pkg.fallback = nil }
             if pkg.active == nil {
@@ -71,7 +75,10 @@ extension Sandbox {
                 pkg.fallback = sorted.dropFirst().first
                 pkg.health = .confirmed
             }
-            pkg.record(HistoryEntry(event: .repair, version: pkg.active, reason: "state rebuilt by doctor from the verified versions on disk", at: now))
+            pkg.record(
+                HistoryEntry(
+                    event: .repair, version: pkg.active,
+                    reason: "state rebuilt by doctor from the verified versions on disk", at: now))
             rebuilt[id] = pkg
         }
         // Trees that did not verify are removed; the rebuilt state no longer names them.

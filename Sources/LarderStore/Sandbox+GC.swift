@@ -38,7 +38,10 @@ extension Sandbox {
                     keepList.append(v)
                 } else {
                     doomed.append((id, v))
-                    pkg.record(HistoryEntry(event: .gc, version: v.version, reason: "not active, fallback, pinned or retained", at: now))
+                    pkg.record(
+                        HistoryEntry(
+                            event: .gc, version: v.version, reason: "not active, fallback, pinned or retained", at: now)
+                    )
                 }
             }
             pkg.versions = pkg.versions.filter { v in keepList.contains { $0.version == v.version } }

@@ -64,7 +64,9 @@ extension Sandbox {
 
     /// Activates the fallback of `id`, or the named version on disk. The version left is recorded
     /// as failed (never installed again automatically).
-    public func rollback(id idText: String, to versionText: String? = nil, reason: String = "rolled back by the operator") throws(StoreError) -> RollbackReport {
+    public func rollback(
+        id idText: String, to versionText: String? = nil, reason: String = "rolled back by the operator"
+    ) throws(StoreError) -> RollbackReport {
         try requireWritable()
         let id = try knownPackage(idText)
         var pkg = state[id]

@@ -27,12 +27,14 @@ extension Sandbox {
     /// As `install`, but with `activate: false` the verified version is only placed on disk and
     /// recorded, to be activated later with others (`activate(_:)`).
     package func install(
-        bundle: FilePath, id idText: String, version versionText: String, fileList: FileList?, force: Bool, activate: Bool
+        bundle: FilePath, id idText: String, version versionText: String, fileList: FileList?, force: Bool,
+        activate: Bool
     ) throws(StoreError) -> InstallReport {
         try requireWritable()
         guard let id = PackageID(idText) else { throw .badID(idText) }
         guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
-        return try install(id: id, version: version, fileList: fileList, force: force, activate: activate) { () throws(StoreError) in
+        return try install(id: id, version: version, fileList: fileList, force: force, activate: activate) {
+            () throws(StoreError) in
             let area = try makeStagingArea(id: id, version: version)
             do throws(StoreError) {
                 // With a file list every SHA-256 is checked against it, which makes the CRC redundant.
@@ -50,7 +52,9 @@ extension Sandbox {
     package func install(staged: StagedBundle, fileList: FileList, activate: Bool) throws(StoreError) -> InstallReport {
         defer { staged.area.discard() }
         try requireWritable()
-        return try install(id: staged.area.id, version: staged.area.version, fileList: fileList, force: false, activate: activate) {
+        return try install(
+            id: staged.area.id, version: staged.area.version, fileList: fileList, force: false, activate: activate
+        ) {
             () throws(StoreError) in staged
         }
     }
@@ -59,7 +63,8 @@ extension Sandbox {
     /// that nothing else shares, removed by the next recovery if abandoned.
     package func makeStagingArea(id: PackageID, version: SemanticVersion) throws(StoreError) -> StagingArea {
         try requireWritable()
-        let area = StagingArea(id: id, version: version, directory: layout.newStagingDirectory(id, version), limits: options.limits)
+        let area = StagingArea(
+            id: id, version: version, directory: layout.newStagingDirectory(id, version), limits: options.limits)
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(area.tree) }
         return area
     }
@@ -77,9 +82,14 @@ extension Sandbox {
         var pkg = state[id]
         var changed = false
         if let failed = pkg.failed.first(where: { $0.version == version }) {
-            guard force else { throw .previouslyFailed(id: id.rawValue, version: version.description, reason: failed.reason) }
+            guard force else {
+                throw .previouslyFailed(id: id.rawValue, version: version.description, reason: failed.reason)
+            }
             pkg.failed.removeAll { $0.version == version }
-            pkg.record(HistoryEntry(event: .unfail, version: version, reason: "installed with --force (was: \(failed.reason))", at: now))
+            pkg.record(
+                HistoryEntry(
+                    event: .unfail, version: version, reason: "installed with --force (was: \(failed.reason))", at: now)
+            )
             changed = true
         }
         let previous = pkg.active
@@ -89,13 +99,16 @@ extension Sandbox {
             pkg.versions.removeAll { $0.version == version }
             if pkg.active == version { pkg.active = nil }
             if pkg.fallback == version { pkg.fallback = nil }
-            pkg.record(HistoryEntry(event: .forget, version: version, reason: "its tree was missing from disk", at: now))
+            pkg.record(
+                HistoryEntry(event: .forget, version: version, reason: "its tree was missing from disk", at: now))
             changed = true
         }
         if let existing = pkg.versions.first(where: { $0.version == version }) {
             if let list = fileList {
                 let problems = TreeCheck.problems(tree: target, list: list)
-                if !problems.isEmpty { throw .verification(id: id.rawValue, version: version.description, problems: problems) }
+                if !problems.isEmpty {
+                    throw .verification(id: id.rawValue, version: version.description, problems: problems)
+                }
             }
             var outcome = InstallOutcome.unchanged
             if activate, pkg.active != version {
@@ -132,9 +145,11 @@ extension Sandbox {
             state[id] = pkg
             try commit()
         }
-        options.logger.debug("installed", metadata: ["id": "\(id)", "version": "\(version)", "files": "\(list.files.count)"])
+        options.logger.debug(
+            "installed", metadata: ["id": "\(id)", "version": "\(version)", "files": "\(list.files.count)"])
         return InstallReport(
-            id: id.rawValue, version: version.description, outcome: activate ? .installed : .placed, previous: previous?.description,
+            id: id.rawValue, version: version.description, outcome: activate ? .installed : .placed,
+            previous: previous?.description,
             fallback: pkg.fallback?.description, fileCount: record.fileCount, size: record.size,
             verifiedAgainstFileList: fileList != nil)
     }
@@ -142,7 +157,9 @@ extension Sandbox {
     /// Moves a verified, durable tree into `packages/<id>/<version>` with its list, and records
     /// it in the state (not active). The list is written first, then the tree renamed, then the
     /// state that names both.
-    func place(tree: FilePath, id: PackageID, version: SemanticVersion, list: FileList, trusted: Bool) throws(StoreError) -> InstalledVersion {
+    func place(tree: FilePath, id: PackageID, version: SemanticVersion, list: FileList, trusted: Bool)
+        throws(StoreError) -> InstalledVersion
+    {
         let listPath = layout.list(id, version)
         let target = layout.tree(id, version)
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(listPath.removingLastComponent()) }
@@ -164,10 +181,14 @@ extension Sandbox {
         }
         try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(target.removingLastComponent()) }
         var pkg = state[id]
-        let record = InstalledVersion(version: version, fileCount: list.files.count, size: list.totalSize, installedAt: now)
+        let record = InstalledVersion(
+            version: version, fileCount: list.files.count, size: list.totalSize, installedAt: now)
         pkg.versions.removeAll { $0.version == version }
         pkg.versions.append(record)
-        pkg.record(HistoryEntry(event: .install, version: version, reason: trusted ? "bundle trusted (no file list)" : "verified against its file list", at: now))
+        pkg.record(
+            HistoryEntry(
+                event: .install, version: version,
+                reason: trusted ? "bundle trusted (no file list)" : "verified against its file list", at: now))
         state[id] = pkg
         try commit()
         return record
@@ -176,7 +197,9 @@ extension Sandbox {
     /// Installs a tree assembled in `area` (by `StagingArea.assemble`): it is checked file by
     /// file against `list` (size, SHA-256, nothing missing or extra), made durable, and placed;
     /// with `activate`, activated as pending. The staging area is consumed either way.
-    package func install(assembled area: StagingArea, list: FileList, activate: Bool) throws(StoreError) -> InstalledVersion {
+    package func install(assembled area: StagingArea, list: FileList, activate: Bool) throws(StoreError)
+        -> InstalledVersion
+    {
         defer { area.discard() }
         try requireWritable()
         let tree = area.tree

@@ -136,10 +136,13 @@ public final class Sandbox {
     func removeUnknownTrees() throws(StoreError) {
         for (id, version) in try Self.installedTrees(layout) where !state[id].has(version) {
             if Pins.isPinned(layout, id, version) { continue }
-            options.logger.notice("removing a version the state does not know (interrupted install or deletion)", metadata: ["version": "\(id)@\(version)"])
+            options.logger.notice(
+                "removing a version the state does not know (interrupted install or deletion)",
+                metadata: ["version": "\(id)@\(version)"])
             try removeTree(id, version)
         }
-        for (id, version) in Self.listFiles(layout) where !state[id].has(version) && !AtomicFile.exists(layout.tree(id, version)) {
+        for (id, version) in Self.listFiles(layout)
+        where !state[id].has(version) && !AtomicFile.exists(layout.tree(id, version)) {
             try? SystemCalls.unlink(layout.list(id, version))
         }
     }
@@ -178,15 +181,21 @@ public final class Sandbox {
 
     /// Removes everything inside `dir` (never following a link out of it).
     static func emptyDirectory(_ dir: FilePath) {
-        for entry in (try? SystemCalls.listDirectory(dir)) ?? [] { try? SystemCalls.removeTree(dir.appending(entry.name)) }
+        for entry in (try? SystemCalls.listDirectory(dir)) ?? [] {
+            try? SystemCalls.removeTree(dir.appending(entry.name))
+        }
     }
 
     /// Removes the temporary files of interrupted atomic writes (state.json and file lists).
     static func removeTemporaryStateFiles(_ layout: SandboxLayout) {
-        for n in names(layout.root) where n.hasPrefix(".state.json.tmp-") { try? SystemCalls.unlink(layout.root.appending(n)) }
+        for n in names(layout.root) where n.hasPrefix(".state.json.tmp-") {
+            try? SystemCalls.unlink(layout.root.appending(n))
+        }
         for id in names(layout.lists) {
             let dir = layout.lists.appending(id)
-            for f in names(dir) where f.hasPrefix(".") && f.contains(".tmp-") { try? SystemCalls.unlink(dir.appending(f)) }
+            for f in names(dir) where f.hasPrefix(".") && f.contains(".tmp-") {
+                try? SystemCalls.unlink(dir.appending(f))
+            }
         }
     }
 }

@@ -16,7 +16,8 @@ public struct SandboxReader: Sendable {
     public func state() throws(StoreError) -> SandboxState {
         guard AtomicFile.exists(layout.state) else { return SandboxState() }
         do {
-            return try ManifestCoding.decode(SandboxState.self, from: AtomicFile.read(layout.state), document: "state.json")
+            return try ManifestCoding.decode(
+                SandboxState.self, from: AtomicFile.read(layout.state), document: "state.json")
         } catch {
             throw .corruptState(detail: "\(error)")
         }

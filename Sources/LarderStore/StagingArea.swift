@@ -36,10 +36,14 @@ public struct StagingArea: Sendable {
     func extract(bundle: FilePath, checkCRC: Bool) throws(StoreError) -> StagedBundle {
         var reader = ZipReader(limits: limits)
         reader.checkCRC = checkCRC
-        return try extract { (extractor: inout Extractor) throws(ArchiveError) in try reader.read(bundle, into: &extractor) }
+        return try extract { (extractor: inout Extractor) throws(ArchiveError) in
+            try reader.read(bundle, into: &extractor)
+        }
     }
 
-    private func extract(_ read: (inout Extractor) throws(ArchiveError) -> ArchiveListing) throws(StoreError) -> StagedBundle {
+    private func extract(_ read: (inout Extractor) throws(ArchiveError) -> ArchiveListing) throws(StoreError)
+        -> StagedBundle
+    {
         var extractor: Extractor
         do { extractor = try Extractor(root: tree) } catch { throw .io(error) }
         defer { extractor.close() }

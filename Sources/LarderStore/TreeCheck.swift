@@ -45,7 +45,9 @@ public enum TreeCheck {
             if failed {
                 problems.append("\(f.path): read error")
             } else if hasher.count != f.size || hasher.finish() != f.sha256 {
-                problems.append("\(f.path): \(hasher.count) bytes sha256 \(hasher.finish()), the list says \(f.size) bytes sha256 \(f.sha256)")
+                problems.append(
+                    "\(f.path): \(hasher.count) bytes sha256 \(hasher.finish()), the list says \(f.size) bytes sha256 \(f.sha256)"
+                )
             }
         }
         return problems

@@ -44,7 +44,8 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case .manifest(let e): "the index was refused: \(e)"
         case .rollbackAttack(let s, let a):
             "the index has serial \(s), lower than the \(a) this sandbox accepted (a replayed old index?); nothing was changed"
-        case .serialReused(let s): "the index has serial \(s), already accepted with different contents; nothing was changed"
+        case .serialReused(let s):
+            "the index has serial \(s), already accepted with different contents; nothing was changed"
         case .expired(let at): "the index expired at \(at); nothing new is installed until the publisher re-signs it"
         case .store(let e): e.description
         }

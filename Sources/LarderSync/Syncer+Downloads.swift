@@ -55,10 +55,13 @@ extension Syncer {
     /// Extracts a bundle into `area` on a thread of its own, reading the part file as the
     /// download writes it (see `GrowingPart`); the thread blocks while it waits for bytes, which
     /// no task of the cooperative pool may do.
-    static func extract(_ area: StagingArea, following watch: GrowingPart, size: Int64) async -> Result<StagedBundle, StoreError> {
+    static func extract(_ area: StagingArea, following watch: GrowingPart, size: Int64) async -> Result<
+        StagedBundle, StoreError
+    > {
         await withCheckedContinuation { continuation in
             let thread = Thread {
-                continuation.resume(returning: Result { () throws(StoreError) in try area.extract(streaming: watch, size: size) })
+                continuation.resume(
+                    returning: Result { () throws(StoreError) in try area.extract(streaming: watch, size: size) })
             }
             thread.name = "larder.extract-stream"
             thread.start()

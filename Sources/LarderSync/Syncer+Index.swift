@@ -98,7 +98,8 @@ extension Syncer {
                 continue
             }
             guard Int64(doc.data.count) == e.files.size, SHA256Digest.of(doc.data) == e.files.sha256 else {
-                failures[a.id] = .fileListMismatch("\(e.files.path) does not match the size and sha256 the index declares")
+                failures[a.id] = .fileListMismatch(
+                    "\(e.files.path) does not match the size and sha256 the index declares")
                 continue
             }
             let list: FileList

@@ -62,13 +62,16 @@ public struct Syncer: Sendable {
         let sandbox: Sandbox
         do { sandbox = try Sandbox.open(root) } catch { throw .store(error) }
         do throws(SyncError) {
-            guard let base = URL(string: config.repository) else { throw SyncError.config(.invalid("bad repository URL")) }
+            guard let base = URL(string: config.repository) else {
+                throw SyncError.config(.invalid("bad repository URL"))
+            }
             let t = try transportFor(base, config)
             let (index, changed) = try await acceptIndex(
                 sandbox: sandbox, config: config, transport: t, base: base, record: record)
             let ctx = context(config)
             let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
-            let (lists, failures) = await fetchLists(first, index: index, transport: t, base: base, channel: ctx.channel)
+            let (lists, failures) = await fetchLists(
+                first, index: index, transport: t, base: base, channel: ctx.channel)
             let local = sandbox.localContents()
             let plan = filter(
                 Differ.plan(
@@ -102,7 +105,9 @@ public struct Syncer: Sendable {
                 for d in e.dependencies where wanted.insert(d.id.rawValue).inserted { frontier.append(d.id.rawValue) }
             }
         }
-        for a in plan.actions where wanted.contains(a.id.rawValue) { a.group.forEach { wanted.insert($0.rawValue) } }
+        for a in plan.actions where wanted.contains(a.id.rawValue) {
+            for member in a.group { wanted.insert(member.rawValue) }
+        }
         return Plan(actions: plan.actions.filter { wanted.contains($0.id.rawValue) })
     }
 
@@ -147,7 +152,8 @@ public struct Syncer: Sendable {
         // After the installs: their trees may link contents from a package that is removed.
         results += remove(p.plan, sandbox: p.sandbox)
         let removed = cleanUp(fetched, sandbox: p.sandbox)
-        let order = Dictionary(p.plan.actions.enumerated().map { ($1.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
+        let order = Dictionary(
+            p.plan.actions.enumerated().map { ($1.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
         results.sort { (order[$0.id] ?? 0) < (order[$1.id] ?? 0) }
         return SyncReport(serial: p.index.serial, indexChanged: p.indexChanged, packages: results, removedByGC: removed)
     }
@@ -222,12 +228,15 @@ public struct Syncer: Sendable {
             do throws(StoreError) {
                 switch cost.method {
                 case .bundle:
-                    guard let part = fetched.bundles[a.id] else { throw StoreError.fileList("the bundle was not downloaded") }
+                    guard let part = fetched.bundles[a.id] else {
+                        throw StoreError.fileList("the bundle was not downloaded")
+                    }
                     if let staged = fetched.staged[a.id] {
                         _ = try p.sandbox.install(staged: staged, fileList: list, activate: false)
                     } else {
                         _ = try p.sandbox.install(
-                            bundle: part, id: a.id.rawValue, version: e.version.description, fileList: list, force: false,
+                            bundle: part, id: a.id.rawValue, version: e.version.description, fileList: list,
+                            force: false,
                             activate: false)
                     }
                     try? SystemCalls.unlink(part)
@@ -263,20 +272,21 @@ public struct Syncer: Sendable {
             let members = changes.filter { group.contains($0.id) }
             if let bad = members.first(where: { failed[$0.id] != nil || placed[$0.id] == nil }) {
                 for m in members where failed[m.id] == nil { failed[m.id] = .dependencyGroup(member: bad.id) }
-                members.forEach { activated.insert($0.id) }
+                activated.formUnion(members.map(\.id))
                 continue
             }
             do throws(StoreError) {
                 try sandbox.activate(members.compactMap { m in m.to.map { (m.id, $0) } }, reason: "sync")
                 for m in members {
                     if let from = m.from, entries[m.id]?.revoked.contains(from) == true {
-                        try sandbox.markFailed(id: m.id.rawValue, version: from.description, reason: "revoked by the repository")
+                        try sandbox.markFailed(
+                            id: m.id.rawValue, version: from.description, reason: "revoked by the repository")
                     }
                 }
             } catch {
                 for m in members { failed[m.id] = .store(error) }
             }
-            members.forEach { activated.insert($0.id) }
+            activated.formUnion(members.map(\.id))
         }
     }
 

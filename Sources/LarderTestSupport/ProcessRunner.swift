@@ -77,7 +77,8 @@ public func runProcess(
         stdout: String(decoding: out, as: UTF8.self), stderr: String(decoding: err, as: UTF8.self), stdoutData: out)
     if timedOut {
         throw TestSupportError(
-            "\(executable.lastPathComponent) \(arguments.joined(separator: " ")) timed out after \(timeout)s\n\(result)")
+            "\(executable.lastPathComponent) \(arguments.joined(separator: " ")) timed out after \(timeout)s\n\(result)"
+        )
     }
     return result
 }

@@ -57,11 +57,14 @@
                 switch loader.load(load, session: session) {
                 case .passthrough(let reason):
                     deliver(task, last: true) {
-                        task.didFailWithError(URLError(.fileDoesNotExist, userInfo: [NSLocalizedDescriptionKey: reason]))
+                        task.didFailWithError(
+                            URLError(.fileDoesNotExist, userInfo: [NSLocalizedDescriptionKey: reason]))
                     }
                 case .response(let r):
                     let headers = Dictionary(r.headers, uniquingKeysWith: { a, _ in a })
-                    guard let head = HTTPURLResponse(url: url, statusCode: r.status, httpVersion: "HTTP/1.1", headerFields: headers),
+                    guard
+                        let head = HTTPURLResponse(
+                            url: url, statusCode: r.status, httpVersion: "HTTP/1.1", headerFields: headers),
                         deliver(task, last: false, { task.didReceive(head) })
                     else { return r.close() }
                     do {

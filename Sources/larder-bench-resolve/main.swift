@@ -79,8 +79,10 @@ if !AtomicFile.exists(root.appending("state.json")) {
         let list = FileList(id: packageID, version: version, files: files)
         _ = try sandbox.install(assembled: staging, list: list, activate: true)
         let blob = BlobRef(path: "unused", size: 1, sha256: SHA256Digest.of(Data()))
-        entries.append(PackageEntry(
-            id: list.id, version: list.version, routes: [base(p)], policy: Policy(bypass: ["/api/"]), bundle: blob, files: blob))
+        entries.append(
+            PackageEntry(
+                id: list.id, version: list.version, routes: [base(p)], policy: Policy(bypass: ["/api/"]), bundle: blob,
+                files: blob))
     }
     let index = RepositoryIndex(serial: 1, expires: Date().addingTimeInterval(86400 * 365), packages: entries)
     try SystemCalls.writeFile(ManifestCoding.encode(index), to: SandboxLayout(root: root).acceptedIndex)
@@ -174,8 +176,16 @@ let lookupOnly = measure {
     for url in parsed { if let i = keys[(url.host ?? "") + url.path] { n &+= i } }
     return n
 }
-print("resolve benchmark: \(urls.count) URLs, \(packageCount) packages, \(packageCount * filesPerPackage) files, best of \(rounds) passes")
+print(
+    "resolve benchmark: \(urls.count) URLs, \(packageCount) packages, \(packageCount * filesPerPackage) files, best of \(rounds) passes"
+)
 print(String(format: "  Resolver.resolve(String)                        %7.0f ns/URL", ours.0))
-print(String(format: "  baseline URL(string:) + host/path + Dictionary   %7.0f ns/URL   ratio %.2f", parseAndLookup.0, ours.0 / parseAndLookup.0))
-print(String(format: "  baseline parsed URL host/path + Dictionary       %7.0f ns/URL   ratio %.2f", lookupOnly.0, ours.0 / lookupOnly.0))
+print(
+    String(
+        format: "  baseline URL(string:) + host/path + Dictionary   %7.0f ns/URL   ratio %.2f", parseAndLookup.0,
+        ours.0 / parseAndLookup.0))
+print(
+    String(
+        format: "  baseline parsed URL host/path + Dictionary       %7.0f ns/URL   ratio %.2f", lookupOnly.0,
+        ours.0 / lookupOnly.0))
 print("  (checksums \(ours.1 != 0), \(parseAndLookup.1 == lookupOnly.1))")

@@ -31,7 +31,10 @@ extension LarderCommand {
         @Option(help: ArgumentHelp("Private key file from `larder keygen`.", valueName: "KEY"))
         var key: String
 
-        @Option(name: .customLong("route"), help: ArgumentHelp("A URL prefix the package serves, e.g. https://app.example.com/ (repeatable).", valueName: "URL"))
+        @Option(
+            name: .customLong("route"),
+            help: ArgumentHelp(
+                "A URL prefix the package serves, e.g. https://app.example.com/ (repeatable).", valueName: "URL"))
         var routes: [String] = []
 
         @Option(help: "File served for directory URLs.")
@@ -55,25 +58,40 @@ extension LarderCommand {
         @Flag(help: "Mark the release mandatory.")
         var mandatory = false
 
-        @Option(name: .customLong("depends"), help: ArgumentHelp("A dependency, ID@RANGE, e.g. shared-ui@^1.2.0 (repeatable).", valueName: "ID@RANGE"))
+        @Option(
+            name: .customLong("depends"),
+            help: ArgumentHelp("A dependency, ID@RANGE, e.g. shared-ui@^1.2.0 (repeatable).", valueName: "ID@RANGE"))
         var dependencies: [String] = []
 
-        @Option(help: ArgumentHelp("When a file is missing locally: local-then-network or local-only.", valueName: "MODE"))
+        @Option(
+            help: ArgumentHelp("When a file is missing locally: local-then-network or local-only.", valueName: "MODE"))
         var policy = PolicyMode.localThenNetwork
 
-        @Option(name: .customLong("bypass"), help: ArgumentHelp("A path prefix that always goes to the network, e.g. /api/ (repeatable).", valueName: "PREFIX"))
+        @Option(
+            name: .customLong("bypass"),
+            help: ArgumentHelp(
+                "A path prefix that always goes to the network, e.g. /api/ (repeatable).", valueName: "PREFIX"))
         var bypass: [String] = []
 
         @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS"))
         var ttlDays = 30.0
 
-        @Option(name: .customLong("co-sign"), help: ArgumentHelp("Another private key that also signs the index (during a key rotation; repeatable).", valueName: "KEY"))
+        @Option(
+            name: .customLong("co-sign"),
+            help: ArgumentHelp(
+                "Another private key that also signs the index (during a key rotation; repeatable).", valueName: "KEY"))
         var coSign: [String] = []
 
-        @Option(help: ArgumentHelp("Stricter file-count limit for this pack (at most the default, \(TreeLimits.standard.maxFiles)).", valueName: "N"))
+        @Option(
+            help: ArgumentHelp(
+                "Stricter file-count limit for this pack (at most the default, \(TreeLimits.standard.maxFiles)).",
+                valueName: "N"))
         var maxFiles: Int?
 
-        @Option(help: ArgumentHelp("Stricter total-size limit in bytes (at most the default, \(TreeLimits.standard.maxTotalBytes)).", valueName: "BYTES"))
+        @Option(
+            help: ArgumentHelp(
+                "Stricter total-size limit in bytes (at most the default, \(TreeLimits.standard.maxTotalBytes)).",
+                valueName: "BYTES"))
         var maxTotalSize: Int64?
 
         @OptionGroup var output: OutputOptions

@@ -145,11 +145,13 @@ extension StatusReport: RenderedReport {
             )
             for v in p.versions {
                 lines.append(
-                    "  \(v.version)  \(v.role.rawValue)\(v.pinned ? ", pinned" : "")  \(v.fileCount) files  \(Output.bytes(v.size))")
+                    "  \(v.version)  \(v.role.rawValue)\(v.pinned ? ", pinned" : "")  \(v.fileCount) files  \(Output.bytes(v.size))"
+                )
             }
             for f in p.failed { lines.append("  failed \(f.version): \(f.reason)") }
             for h in p.history.suffix(10) {
-                var line = "  \(ManifestCoding.formatRFC3339(h.at))  \(h.event.rawValue) \(h.version?.description ?? "")"
+                var line =
+                    "  \(ManifestCoding.formatRFC3339(h.at))  \(h.event.rawValue) \(h.version?.description ?? "")"
                 if let from = h.from { line += " (from \(from))" }
                 if let r = h.reason { line += ": \(r)" }
                 lines.append(line)
@@ -165,7 +167,9 @@ extension GCReport: RenderedReport {
             "removed \(removed.isEmpty ? "nothing" : removed.joined(separator: ", "))"
                 + (removed.isEmpty ? "" : ", freed \(Output.bytes(freedBytes))")
         ]
-        if !keptPinned.isEmpty { lines.append("kept (pinned by a live session): \(keptPinned.joined(separator: ", "))") }
+        if !keptPinned.isEmpty {
+            lines.append("kept (pinned by a live session): \(keptPinned.joined(separator: ", "))")
+        }
         return lines
     }
 }
@@ -176,7 +180,9 @@ extension DoctorReport: RenderedReport {
             "verified: \(verifiedVersions.isEmpty ? "none" : verifiedVersions.joined(separator: ", "))",
             ok
                 ? "ok"
-                : (repaired ? "repaired: state rebuilt from the verified versions" : "\(problems.count) problem(s); run with --repair to rebuild"),
+                : (repaired
+                    ? "repaired: state rebuilt from the verified versions"
+                    : "\(problems.count) problem(s); run with --repair to rebuild"),
         ]
     }
 }

@@ -15,7 +15,10 @@ extension LarderCommand {
                 """)
         @Argument(help: "The URL to resolve.") var url: String
         @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
-        @Option(name: .customLong("scheme"), help: ArgumentHelp("Another custom scheme routed like larder: (repeatable).", valueName: "SCHEME")) var schemes: [String] = []
+        @Option(
+            name: .customLong("scheme"),
+            help: ArgumentHelp("Another custom scheme routed like larder: (repeatable).", valueName: "SCHEME"))
+        var schemes: [String] = []
         @OptionGroup var output: OutputOptions
 
         struct Report: RenderedReport {
@@ -37,7 +40,8 @@ extension LarderCommand {
         func run() throws {
             let resolver: Resolver
             do { resolver = try Resolver(root: FilePath(root), schemes: Set(schemes)) } catch {
-                throw Output.failure(command: "resolve", code: error.code, message: error.description, json: output.json)
+                throw Output.failure(
+                    command: "resolve", code: error.code, message: error.description, json: output.json)
             }
             var r = Report(url: url, outcome: "")
             switch resolver.resolve(url) {
@@ -70,7 +74,9 @@ extension LarderCommand.Resolve.Report {
             "local \(file)",
             "  \(package ?? "")@\(version ?? "") \(path ?? "")  \(mime ?? "")  \(length ?? 0) bytes  ETag \(etag ?? "")",
         ]
-        if onDisk == false { lines.append("  missing on disk: the loader would serve the fallback version's copy or pass through") }
+        if onDisk == false {
+            lines.append("  missing on disk: the loader would serve the fallback version's copy or pass through")
+        }
         return lines
     }
 }

@@ -17,7 +17,10 @@ extension LarderCommand {
         @Option(help: "The repository directory.") var repo: String
         @Option(help: ArgumentHelp("Private key file from `larder keygen`.", valueName: "KEY")) var key: String
         @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS")) var ttlDays = 30.0
-        @Option(name: .customLong("co-sign"), help: ArgumentHelp("Another private key that also signs the index (repeatable).", valueName: "KEY")) var coSign: [String] = []
+        @Option(
+            name: .customLong("co-sign"),
+            help: ArgumentHelp("Another private key that also signs the index (repeatable).", valueName: "KEY"))
+        var coSign: [String] = []
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
@@ -56,8 +59,14 @@ extension LarderCommand {
 
         @Option(help: "The repository directory.") var repo: String
         @Option(help: ArgumentHelp("The current private key.", valueName: "KEY")) var key: String
-        @Option(name: .customLong("co-sign"), help: ArgumentHelp("A private key that also signs (repeatable).", valueName: "KEY")) var coSign: [String] = []
-        @Option(name: .customLong("new-public-key"), help: ArgumentHelp("A public key of the new trusted set (repeatable).", valueName: "FILE")) var newKeys: [String]
+        @Option(
+            name: .customLong("co-sign"),
+            help: ArgumentHelp("A private key that also signs (repeatable).", valueName: "KEY")) var coSign: [String] =
+                []
+        @Option(
+            name: .customLong("new-public-key"),
+            help: ArgumentHelp("A public key of the new trusted set (repeatable).", valueName: "FILE")) var newKeys:
+            [String]
         @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS")) var ttlDays = 30.0
         @OptionGroup var output: OutputOptions
 

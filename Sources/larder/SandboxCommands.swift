@@ -42,7 +42,8 @@ extension LarderCommand {
         @OptionGroup var sandbox: SandboxOptions
         @Option(help: "Package id.") var id: String
         @Option(help: "Version (SemVer 2.0.0).") var version: String
-        @Option(help: ArgumentHelp("The version's files.json to verify against.", valueName: "FILES_JSON")) var files: String?
+        @Option(help: ArgumentHelp("The version's files.json to verify against.", valueName: "FILES_JSON")) var files:
+            String?
         @Flag(help: "Install even a version that was rolled back off before.") var force = false
         @OptionGroup var output: OutputOptions
 
@@ -87,7 +88,8 @@ extension LarderCommand {
             abstract: "Activate the fallback version of a package, or a named version on disk.",
             discussion: "The version left is recorded as failed and is never installed again automatically.")
         @Argument(help: "Package id.") var id: String
-        @Option(help: ArgumentHelp("A version on disk to activate instead of the fallback.", valueName: "VERSION")) var to: String?
+        @Option(help: ArgumentHelp("A version on disk to activate instead of the fallback.", valueName: "VERSION"))
+        var to: String?
         @Option(help: "Why (recorded in the history).") var reason = "rolled back by the operator"
         @OptionGroup var sandbox: SandboxOptions
         @OptionGroup var output: OutputOptions
@@ -124,7 +126,8 @@ extension LarderCommand {
         static let configuration = CommandConfiguration(
             commandName: "gc",
             abstract: "Delete versions that are not active, fallback, pinned or retained.",
-            discussion: "Pins held by live processes (an app's web views) are respected; pins of dead processes expire.")
+            discussion: "Pins held by live processes (an app's web views) are respected; pins of dead processes expire."
+        )
         @Option(help: ArgumentHelp("Other versions to keep per package, newest first.", valueName: "N")) var keep = 1
         @OptionGroup var sandbox: SandboxOptions
         @OptionGroup var output: OutputOptions

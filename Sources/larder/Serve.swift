@@ -8,7 +8,8 @@ import SystemPackage
 extension LarderCommand {
     struct Serve: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Serve the sandbox's packages over HTTP on loopback (a gateway a browser or web view loads through).",
+            abstract:
+                "Serve the sandbox's packages over HTTP on loopback (a gateway a browser or web view loads through).",
             discussion: """
                 Requests are routed by their Host header and path: with Chromium started as \
                 --host-resolver-rules="MAP app.example.com 127.0.0.1:PORT", http://app.example.com/ \
@@ -26,22 +27,31 @@ extension LarderCommand {
                 cannot be bound; 64 for a bad --listen.
                 """)
         @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
-        @Option(help: ArgumentHelp("Loopback address and port to listen on (port 0: any free port).", valueName: "HOST:PORT"))
+        @Option(
+            help: ArgumentHelp(
+                "Loopback address and port to listen on (port 0: any free port).", valueName: "HOST:PORT"))
         var listen = "127.0.0.1:8080"
         @Flag(help: "Answer 502 instead of forwarding what no package serves.") var offline = false
-        @Option(help: ArgumentHelp("Scheme for forwarded requests: https (production origins) or http.", valueName: "SCHEME"))
+        @Option(
+            help: ArgumentHelp(
+                "Scheme for forwarded requests: https (production origins) or http.", valueName: "SCHEME"))
         var upstreamScheme = UpstreamScheme.https
-        @Option(name: .customLong("scheme"), help: ArgumentHelp("Another custom scheme routed like larder: (repeatable).", valueName: "SCHEME"))
+        @Option(
+            name: .customLong("scheme"),
+            help: ArgumentHelp("Another custom scheme routed like larder: (repeatable).", valueName: "SCHEME"))
         var schemes: [String] = []
 
         func validate() throws {
             guard Self.parseListen(listen) != nil else {
-                throw ValidationError("--listen must be a loopback HOST:PORT (127.0.0.1, ::1 or localhost), got \(listen)")
+                throw ValidationError(
+                    "--listen must be a loopback HOST:PORT (127.0.0.1, ::1 or localhost), got \(listen)")
             }
         }
 
         static func parseListen(_ text: String) -> (String, Int)? {
-            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else {
+            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+                (0...65535).contains(port)
+            else {
                 return nil
             }
             var host = String(text[..<colon])
@@ -58,7 +68,8 @@ extension LarderCommand {
             }
             let loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: FilePath(root)))
             let gateway = Gateway(
-                loader: loader, host: host, port: port, network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue),
+                loader: loader, host: host, port: port,
+                network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue),
                 log: { Output.line($0) })
             do {
                 try await gateway.run { h, p in

@@ -21,14 +21,19 @@ extension LarderCommand {
                 """)
         @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
         @Option(help: ArgumentHelp("The repository URL.", valueName: "URL")) var repo: String
-        @Option(name: .customLong("public-key"), help: ArgumentHelp("A trusted public key file (repeatable).", valueName: "FILE")) var publicKeys: [String]
+        @Option(
+            name: .customLong("public-key"),
+            help: ArgumentHelp("A trusted public key file (repeatable).", valueName: "FILE")) var publicKeys: [String]
         @Option(help: "Release channel to follow.") var channel = "stable"
-        @Option(help: ArgumentHelp("This app's version (for minClientVersion).", valueName: "VERSION")) var appVersion = "1.0.0"
+        @Option(help: ArgumentHelp("This app's version (for minClientVersion).", valueName: "VERSION")) var appVersion =
+            "1.0.0"
         @Flag(help: "Allow plain http to hosts other than loopback.") var allowHttp = false
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
-            guard SemanticVersion(appVersion) != nil else { throw ValidationError("--app-version \"\(appVersion)\" is not a SemVer version") }
+            guard SemanticVersion(appVersion) != nil else {
+                throw ValidationError("--app-version \"\(appVersion)\" is not a SemVer version")
+            }
             guard !publicKeys.isEmpty else { throw ValidationError("at least one --public-key is needed") }
         }
 
@@ -54,12 +59,16 @@ extension LarderCommand {
 
 /// Options shared by sync and plan.
 struct SyncArguments: ParsableArguments {
-    @Option(help: ArgumentHelp("The sandbox directory (initialised with `larder init`).", valueName: "DIR")) var root: String
-    @Option(name: .customLong("package"), help: ArgumentHelp("Only this package (repeatable).", valueName: "ID")) var packages: [String] = []
+    @Option(help: ArgumentHelp("The sandbox directory (initialised with `larder init`).", valueName: "DIR")) var root:
+        String
+    @Option(name: .customLong("package"), help: ArgumentHelp("Only this package (repeatable).", valueName: "ID"))
+    var packages: [String] = []
     @Option(help: ArgumentHelp("Override the app version of the config.", valueName: "VERSION")) var appVersion: String?
     @Option(help: "Override the channel of the config.") var channel: String?
-    @Option(help: ArgumentHelp("HTTP attempts per request (retries on connection errors, 5xx, 429).", valueName: "N")) var attempts = 5
-    @Option(help: ArgumentHelp("Seconds without a byte before a transfer is abandoned.", valueName: "SECONDS")) var stallTimeout = 20.0
+    @Option(help: ArgumentHelp("HTTP attempts per request (retries on connection errors, 5xx, 429).", valueName: "N"))
+    var attempts = 5
+    @Option(help: ArgumentHelp("Seconds without a byte before a transfer is abandoned.", valueName: "SECONDS"))
+    var stallTimeout = 20.0
     @Option(help: ArgumentHelp("Minimum average transfer rate in bytes/s …", valueName: "BYTES")) var minRate = 2048.0
     @Option(help: ArgumentHelp("… measured over this many seconds.", valueName: "SECONDS")) var rateWindow = 15.0
     @Option(help: ArgumentHelp("Deadline of one transfer, seconds.", valueName: "SECONDS")) var deadline = 600.0
@@ -76,7 +85,9 @@ struct SyncArguments: ParsableArguments {
         o.http.deadline = deadline
         o.packages = packages
         if let v = appVersion {
-            guard let sv = SemanticVersion(v) else { throw ValidationError("--app-version \"\(v)\" is not a SemVer version") }
+            guard let sv = SemanticVersion(v) else {
+                throw ValidationError("--app-version \"\(v)\" is not a SemVer version")
+            }
             o.appVersion = sv
         }
         o.channel = channel
@@ -123,7 +134,9 @@ extension LarderCommand {
                 unreachable or refused, not initialised); 64 usage.
                 """)
         @OptionGroup var args: SyncArguments
-        @Option(help: ArgumentHelp("Progress on stderr: auto (a bar on a terminal), json (JSON lines) or none.", valueName: "MODE"))
+        @Option(
+            help: ArgumentHelp(
+                "Progress on stderr: auto (a bar on a terminal), json (JSON lines) or none.", valueName: "MODE"))
         var progress = ProgressMode.auto
         @OptionGroup var output: OutputOptions
 

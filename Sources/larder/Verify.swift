@@ -23,7 +23,9 @@ extension LarderCommand {
         @Argument(help: ArgumentHelp("A repository directory or a bundle .zip.", valueName: "PATH"))
         var path: String
 
-        @Option(name: .customLong("public-key"), help: ArgumentHelp("A trusted public key file (repeatable); required for a repository.", valueName: "FILE"))
+        @Option(
+            name: .customLong("public-key"),
+            help: ArgumentHelp("A trusted public key file (repeatable); required for a repository.", valueName: "FILE"))
         var publicKeys: [String] = []
 
         @Flag(help: "Check a repository's structure without its signature.")
@@ -60,12 +62,14 @@ extension LarderCommand {
                 var list: FileList?
                 if let f = files {
                     do { list = try Larder.loadFileList(FilePath(f)) } catch {
-                        throw Output.failure(command: "verify", code: "file-list", message: "\(error)", json: output.json)
+                        throw Output.failure(
+                            command: "verify", code: "file-list", message: "\(error)", json: output.json)
                     }
                 }
                 report = verifier.verifyBundle(FilePath(path), fileList: list, entryName: entry)
             }
-            try Output.emit(VerifyOutput(report: report, signatureSkipped: skipSignature && isRepository), json: output.json)
+            try Output.emit(
+                VerifyOutput(report: report, signatureSkipped: skipSignature && isRepository), json: output.json)
             if !report.ok { throw ExitStatus.failure }
         }
     }

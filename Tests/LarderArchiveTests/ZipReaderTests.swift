@@ -13,15 +13,19 @@ struct ZipReaderTests {
     @Test func everyFixtureHasItsOutcome() throws {
         let fx = try Self.fixtures.get()
         // The external tools must all have produced their zips: acceptance is part of the contract.
-        for tool in ["infozip.zip", "infozip-stream.zip", "bsdtar.zip", "python-deflated.zip", "python-stored.zip",
-                     "python-zip64.zip", "python-data-descriptor.zip"] {
+        for tool in [
+            "infozip.zip", "infozip-stream.zip", "bsdtar.zip", "python-deflated.zip", "python-stored.zip",
+            "python-zip64.zip", "python-data-descriptor.zip",
+        ] {
             #expect(fx.expected[tool] == "ok", "\(tool) missing from the fixtures")
         }
         #expect(fx.expected.count >= 25)
         for (name, expected) in fx.expected.sorted(by: { $0.key < $1.key }) {
             let path = try fx.path(name)
             let outcome: Result<ArchiveListing, ArchiveError>
-            do throws(ArchiveError) { outcome = .success(try ZipReader().validate(path)) } catch { outcome = .failure(error) }
+            do throws(ArchiveError) { outcome = .success(try ZipReader().validate(path)) } catch {
+                outcome = .failure(error)
+            }
             switch outcome {
             case .success(let listing):
                 #expect(expected == "ok", "\(name) was accepted but should fail with \(expected)")
@@ -97,7 +101,9 @@ struct ZipReaderTests {
                 var consumer = ValidatingConsumer()
                 do throws(ArchiveError) {
                     let streamed = try ZipReader().read(streaming: source, size: Int64(bytes.count), into: &consumer)
-                    #expect(streamed == whole, "\(name): streamed read accepted what the file read did not, or listed otherwise")
+                    #expect(
+                        streamed == whole,
+                        "\(name): streamed read accepted what the file read did not, or listed otherwise")
                     streamedAccepted += 1
                 } catch {}
             }
@@ -107,13 +113,17 @@ struct ZipReaderTests {
         // A streamed read meets local headers first and may refuse damage the central directory
         // hides (a wrong local size); it must still accept nearly all of what the file read does.
         let accepted = outcomes["accepted"] ?? 0
-        #expect(streamedAccepted <= accepted && streamedAccepted * 10 >= accepted * 8, "\(streamedAccepted) streamed, \(accepted) whole")
+        #expect(
+            streamedAccepted <= accepted && streamedAccepted * 10 >= accepted * 8,
+            "\(streamedAccepted) streamed, \(accepted) whole")
     }
 
     @Test func messagesNameTheEntry() throws {
         let fx = try Self.fixtures.get()
-        let cases = ["dotdot.zip": "../x", "symlink.zip": "link", "absolute.zip": "/tmp/x", "duplicate.zip": "index.html",
-                     "case-collision.zip": "INDEX.html"]
+        let cases = [
+            "dotdot.zip": "../x", "symlink.zip": "link", "absolute.zip": "/tmp/x", "duplicate.zip": "index.html",
+            "case-collision.zip": "INDEX.html",
+        ]
         for (name, entry) in cases {
             let path = try fx.path(name)
             do throws(ArchiveError) {
@@ -192,12 +202,15 @@ struct SplitMix {
 @Suite("Deterministic writer and gzip", .temporaryDirectory("zip"))
 struct WriterTests {
     func makeTree(_ dir: URL) throws -> [(path: RelativePath, source: FilePath)] {
-        let files = ["index.html": "<h1>x</h1>", "img/a.png": String(repeating: "p", count: 5000), "z/é.txt": "e",
-                     "b.js": String(repeating: "console.log(1);\n", count: 200)]
+        let files = [
+            "index.html": "<h1>x</h1>", "img/a.png": String(repeating: "p", count: 5000), "z/é.txt": "e",
+            "b.js": String(repeating: "console.log(1);\n", count: 200),
+        ]
         var out: [(RelativePath, FilePath)] = []
         for (name, text) in files {
             let url = dir.appendingPathComponent(name)
-            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
             try Data(text.utf8).write(to: url)
             out.append((try #require(RelativePath(name)), FilePath(url.path)))
         }
@@ -212,7 +225,8 @@ struct WriterTests {
         let entriesA = try ZipWriter.write(files, to: a)
         // Touch every source: timestamps must not reach the archive.
         for f in files {
-            try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSince1970: 1_234_567)], ofItemAtPath: f.source.string)
+            try FileManager.default.setAttributes(
+                [.modificationDate: Date(timeIntervalSince1970: 1_234_567)], ofItemAtPath: f.source.string)
         }
         let entriesB = try ZipWriter.write(files, to: b)
         let bytesA = try Data(contentsOf: URL(fileURLWithPath: a.string))
@@ -223,8 +237,17 @@ struct WriterTests {
         let listing = try ZipReader().validate(a)
         #expect(listing.files == entriesA.sorted { $0.path < $1.path })
         // And other tools read it: Python's zipfile test and names (UTF-8 flag set).
-        let names = try run("python3", ["-c", "import zipfile,sys;z=zipfile.ZipFile(sys.argv[1]);assert z.testzip() is None;print('\\n'.join(i.filename for i in z.infolist()))", a.string])
-        #expect(String(decoding: names, as: UTF8.self).split(separator: "\n") == ["b.js", "img/a.png", "index.html", "z/é.txt"])
+        let names = try run(
+            "python3",
+            [
+                "-c",
+                "import zipfile,sys;z=zipfile.ZipFile(sys.argv[1]);assert z.testzip() is None;print('\\n'.join(i.filename for i in z.infolist()))",
+                a.string,
+            ])
+        #expect(
+            String(decoding: names, as: UTF8.self).split(separator: "\n") == [
+                "b.js", "img/a.png", "index.html", "z/é.txt",
+            ])
         try run("unzip", ["-tq", a.string])
     }
 

@@ -66,7 +66,8 @@ struct DocumentedValuesTests {
     func historyRoundTrip() throws {
         var pkg = PackageState()
         for (i, e) in HistoryEvent.allCases.enumerated() {
-            pkg.record(HistoryEntry(event: e, version: SemanticVersion(1, 0, UInt64(i)), at: Date(timeIntervalSince1970: 0)))
+            pkg.record(
+                HistoryEntry(event: e, version: SemanticVersion(1, 0, UInt64(i)), at: Date(timeIntervalSince1970: 0)))
         }
         var state = SandboxState()
         state.packages["app"] = pkg
@@ -93,7 +94,9 @@ struct RenderingTests {
         }
         renderer.render(.package(id: "app", outcome: .done))
         renderer.finish()
-        let decoded = try lines.all.map { try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] ?? [:] }
+        let decoded = try lines.all.map {
+            try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] ?? [:]
+        }
         let bytes = decoded.filter { $0["event"] as? String == "bytes" }
         #expect((4...6).contains(bytes.count), "\(bytes.count) byte lines")
         #expect(bytes.last?["done"] as? Int == 16_384_000, "the last count is flushed")
@@ -110,10 +113,14 @@ struct RenderingTests {
             for (i, zone) in ["Asia/Shanghai", "UTC", "America/Los_Angeles"].enumerated() {
                 let repo = ws.dir.appendingPathComponent("repo-\(i)")
                 let r = try larder(
-                    ["pack", source.path, "--repo", repo.path, "--id", "sample-app", "--version", "1.0.0", "--key", ws.key.path],
+                    [
+                        "pack", source.path, "--repo", repo.path, "--id", "sample-app", "--version", "1.0.0", "--key",
+                        ws.key.path,
+                    ],
                     environment: ["TZ": zone])
                 #expect(r.status == 0, "\(r)")
-                bundles.append(try Data(contentsOf: repo.appendingPathComponent("packages/sample-app/1.0.0/bundle.zip")))
+                bundles.append(
+                    try Data(contentsOf: repo.appendingPathComponent("packages/sample-app/1.0.0/bundle.zip")))
             }
             #expect(bundles.count == 3 && Set(bundles).count == 1)
         }

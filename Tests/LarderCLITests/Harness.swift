@@ -150,13 +150,21 @@ struct Workspace {
     }
 
     /// `larder pack SRC --repo REPO --id ID --version V --key KEY [extra]`.
-    func pack(_ source: URL, id: String = "sample-app", version: String, repo: URL? = nil, _ extra: [String] = []) throws -> RunResult {
-        try larder(["pack", source.path, "--repo", (repo ?? self.repo).path, "--id", id, "--version", version, "--key", key.path] + extra)
+    func pack(_ source: URL, id: String = "sample-app", version: String, repo: URL? = nil, _ extra: [String] = [])
+        throws -> RunResult
+    {
+        try larder(
+            [
+                "pack", source.path, "--repo", (repo ?? self.repo).path, "--id", id, "--version", version, "--key",
+                key.path,
+            ] + extra)
     }
 
     /// Packs and requires success.
     @discardableResult
-    func packOK(_ source: URL, id: String = "sample-app", version: String, repo: URL? = nil, _ extra: [String] = []) throws -> RunResult {
+    func packOK(_ source: URL, id: String = "sample-app", version: String, repo: URL? = nil, _ extra: [String] = [])
+        throws -> RunResult
+    {
         let r = try pack(source, id: id, version: version, repo: repo, extra)
         guard r.status == 0 else { throw HarnessError("pack \(id) \(version) failed: \(r)") }
         return r

@@ -146,7 +146,8 @@ struct InProcessCommandTests {
         let partial = await runInProcess(["sync", "--root", env.root, "--json", "--progress", "none"])
         #expect(partial.status == 2, "\(partial)")
         let report = try partial.json(SyncReport.self)
-        #expect(report.packages.first?.outcome == .failed && report.packages.first?.code == "hash-mismatch", "\(report)")
+        #expect(
+            report.packages.first?.outcome == .failed && report.packages.first?.code == "hash-mismatch", "\(report)")
     }
 
     @Test("doctor: ok on a healthy sandbox (exit 0), names a damaged file (exit 1), repairs with --repair")

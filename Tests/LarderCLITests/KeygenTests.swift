@@ -76,7 +76,8 @@ struct KeygenTests {
             let r = try larder(["keygen", "--out", out, "--json"])
             #expect(r.status == 0, "\(r)")
             let report = try decode(KeygenJSON.self, r)
-            let publicKey = try KeyFile.publicKey(from: try Data(contentsOf: URL(fileURLWithPath: out + ".pub")), path: out)
+            let publicKey = try KeyFile.publicKey(
+                from: try Data(contentsOf: URL(fileURLWithPath: out + ".pub")), path: out)
             #expect(report.keyId == publicKey.keyID)
             #expect(isHex(report.keyId, count: 16))
             #expect(report.publicKey == publicKey.base64)

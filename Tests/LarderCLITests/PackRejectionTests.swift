@@ -83,17 +83,21 @@ let rejections: [Rejection] = [
     Rejection(
         name: "a symbolic link", code: "symlink", mentions: ["css/link.css", "symbolic link"],
         prepare: sample { src in
-            try FileManager.default.createSymbolicLink(atPath: src.appendingPathComponent("css/link.css").path, withDestinationPath: "app.css")
+            try FileManager.default.createSymbolicLink(
+                atPath: src.appendingPathComponent("css/link.css").path, withDestinationPath: "app.css")
         }),
     Rejection(
         name: "a FIFO", code: "special-file", mentions: ["js/pipe", "FIFO"],
         prepare: sample { src in try makeFIFO(src.appendingPathComponent("js/pipe")) }),
     Rejection(
         name: "a name that is not UTF-8", code: "path-not-utf8", mentions: ["data/f\u{FFFD}.txt", "not valid UTF-8"],
-        prepare: sample { src in try createRawFile([0x66, 0xFF, 0x2E, 0x74, 0x78, 0x74], in: src.appendingPathComponent("data")) }),
+        prepare: sample { src in
+            try createRawFile([0x66, 0xFF, 0x2E, 0x74, 0x78, 0x74], in: src.appendingPathComponent("data"))
+        }),
     // An NFD name is refused on its own, before any collision check can see its NFC twin.
     Rejection(
-        name: "Café.txt (NFC) next to cafe\u{301}.txt (NFD)", code: "path-not-nfc", mentions: ["cafe\u{301}.txt", "NFC"],
+        name: "Café.txt (NFC) next to cafe\u{301}.txt (NFD)", code: "path-not-nfc",
+        mentions: ["cafe\u{301}.txt", "NFC"],
         prepare: sample { src in
             try createRawFile("Caf\u{E9}.txt", in: src)
             try createRawFile("cafe\u{301}.txt", in: src)
@@ -126,7 +130,8 @@ let rejections: [Rejection] = [
         mentionsSource: true,
         prepare: { ws in
             let src = ws.dir.appendingPathComponent("empty")
-            try FileManager.default.createDirectory(at: src.appendingPathComponent("sub"), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                at: src.appendingPathComponent("sub"), withIntermediateDirectories: true)
             return src
         }),
     Rejection(name: "a bad id", id: "Bad_ID", code: "bad-id", mentions: ["\"Bad_ID\""]),
@@ -134,13 +139,16 @@ let rejections: [Rejection] = [
     Rejection(
         name: "a bad channel", extra: ["--channel", "Beta"], code: "bad-channel", mentions: ["\"Beta\""]),
     Rejection(
-        name: "a bad --min-client-version", extra: ["--min-client-version", "1.x"], code: "bad-version", mentions: ["\"1.x\""]),
+        name: "a bad --min-client-version", extra: ["--min-client-version", "1.x"], code: "bad-version",
+        mentions: ["\"1.x\""]),
     Rejection(name: "a rollout over 100", extra: ["--rollout", "101"], code: "bad-rollout", mentions: ["101"]),
     Rejection(
-        name: "a bad dependency", extra: ["--depends", "shared-ui"], code: "bad-dependency", mentions: ["\"shared-ui\""]),
+        name: "a bad dependency", extra: ["--depends", "shared-ui"], code: "bad-dependency", mentions: ["\"shared-ui\""]
+    ),
     Rejection(
         name: "a version lower than the newest", version: "0.9.0", code: "version-not-newer",
-        mentions: ["sample-app 0.9.0", "newest published version 1.0.0", "channel stable"], prepare: packedFirst("1.0.0")),
+        mentions: ["sample-app 0.9.0", "newest published version 1.0.0", "channel stable"],
+        prepare: packedFirst("1.0.0")),
     Rejection(
         name: "a pre-release of the newest", version: "1.0.0-beta.1", code: "version-not-newer",
         mentions: ["sample-app 1.0.0-beta.1", "1.0.0 on channel stable"], prepare: packedFirst("1.0.0")),
@@ -152,7 +160,8 @@ let rejections: [Rejection] = [
         mentions: ["sample-app 1.0.0"], prepare: packedFirst("1.0.0")),
     Rejection(name: "--max-files 3", extra: ["--max-files", "3"], code: "limit-files", mentions: ["limit 3"]),
     Rejection(
-        name: "--max-total-size 100", extra: ["--max-total-size", "100"], code: "limit-total-size", mentions: ["limit 100"]),
+        name: "--max-total-size 100", extra: ["--max-total-size", "100"], code: "limit-total-size",
+        mentions: ["limit 100"]),
     Rejection(
         name: "a path longer than 1024 bytes", code: "path-too-long",
         mentions: [longComponents[0] + "/" + longComponents[1], "(limit 1024)"],
@@ -169,7 +178,9 @@ let rejections: [Rejection] = [
             for _ in 0..<33 { dir = dir.appendingPathComponent("d") }
             try writeText("deep\n", to: dir.appendingPathComponent("f.txt"))
         }),
-    Rejection(name: "a missing entry file", extra: ["--entry", "nope.html"], code: "entry-missing", mentions: ["\"nope.html\""]),
+    Rejection(
+        name: "a missing entry file", extra: ["--entry", "nope.html"], code: "entry-missing",
+        mentions: ["\"nope.html\""]),
     Rejection(name: "a bad route", extra: ["--route", "notaurl"], code: "bad-route", mentions: ["route \"notaurl\""]),
     Rejection(
         name: "a larder:// route", extra: ["--route", "larder://sample-app/"], code: "bad-route",
@@ -194,7 +205,8 @@ struct PackRejectionTests {
 
             let r = try ws.pack(src, id: c.id, version: c.version, c.extra)
             #expect(r.status == 1, "\(r)")
-            #expect(r.stderr.split(separator: "\n").contains { $0.hasPrefix("larder pack: error [\(c.code)]: ") }, "\(r)")
+            #expect(
+                r.stderr.split(separator: "\n").contains { $0.hasPrefix("larder pack: error [\(c.code)]: ") }, "\(r)")
             for m in c.mentions { #expect(containsBytes(r.stderr, m), "stderr should name \(m): \(r)") }
             if c.mentionsSource { #expect(r.stderr.contains(src.path), "\(r)") }
             #expect(r.stdout.isEmpty, "\(r)")
@@ -224,7 +236,10 @@ struct PackRejectionTests {
             (["--repo", "REPO", "--id", "sample-app", "--version", "1.0.0", "--policy", "bogus"], "bogus"),
             (["--repo", "REPO", "--id", "sample-app", "--version", "1.0.0", "--max-files", "0"], "--max-files"),
             (["--repo", "REPO", "--id", "sample-app", "--version", "1.0.0", "--max-files", "50001"], "--max-files"),
-            (["--repo", "REPO", "--id", "sample-app", "--version", "1.0.0", "--max-total-size", "0"], "--max-total-size"),
+            (
+                ["--repo", "REPO", "--id", "sample-app", "--version", "1.0.0", "--max-total-size", "0"],
+                "--max-total-size"
+            ),
             (["--repo", "REPO", "--id", "sample-app", "--version", "1.0.0", "--ttl-days", "0"], "--ttl-days"),
             (["--repo", "REPO", "--id", "sample-app", "--version", "1.0.0", "--bypass", "api/"], "api/"),
         ])
@@ -235,7 +250,8 @@ struct PackRejectionTests {
             let r = try larder(["pack", src.path, "--key", ws.key.path] + args.map { $0 == "REPO" ? repo : $0 })
             #expect(r.status == 64, "\(r)")
             #expect(r.stderr.contains(mention), "\(r)")
-            #expect(!FileManager.default.fileExists(atPath: ws.repo.path), "a usage error must not create the repository")
+            #expect(
+                !FileManager.default.fileExists(atPath: ws.repo.path), "a usage error must not create the repository")
         }
     }
 
@@ -264,7 +280,9 @@ struct PackRejectionTests {
     func badKey() throws {
         try withWorkspace { ws in
             let src = try copySampleApp(to: ws.dir)
-            let r = try larder(["pack", src.path, "--repo", ws.repo.path, "--id", "a", "--version", "1.0.0", "--key", ws.pub.path])
+            let r = try larder([
+                "pack", src.path, "--repo", ws.repo.path, "--id", "a", "--version", "1.0.0", "--key", ws.pub.path,
+            ])
             #expect(r.status == 1, "\(r)")
             #expect(r.stderr.contains("error [key]"), "\(r)")
             #expect(r.stderr.contains(ws.pub.path), "\(r)")
@@ -281,7 +299,10 @@ struct PackRejectionTests {
             let other = ws.dir.appendingPathComponent("other")
             #expect(try larder(["keygen", "--out", other.path]).status == 0)
             try setCatalogVersion(src, "1.1.0")
-            let r = try larder(["pack", src.path, "--repo", ws.repo.path, "--id", "sample-app", "--version", "1.1.0", "--key", other.path + ".key"])
+            let r = try larder([
+                "pack", src.path, "--repo", ws.repo.path, "--id", "sample-app", "--version", "1.1.0", "--key",
+                other.path + ".key",
+            ])
             #expect(r.status == 1, "\(r)")
             #expect(r.stderr.contains("error [index-untrusted]"), "\(r)")
             #expect(snapshot(ws.repo) == before)
@@ -314,8 +335,11 @@ struct PackRejectionTests {
     func stricterLimitsAtTheEdge() throws {
         try withWorkspace { ws in
             let src = try copySampleApp(to: ws.dir)
-            let probe = try decode(PackJSON.self, try ws.packOK(src, version: "1.0.0", repo: ws.dir.appendingPathComponent("probe"), ["--json"]))
-            let r = try ws.pack(src, version: "1.0.0", ["--max-files", "\(probe.fileCount)", "--max-total-size", "\(probe.totalSize)"])
+            let probe = try decode(
+                PackJSON.self,
+                try ws.packOK(src, version: "1.0.0", repo: ws.dir.appendingPathComponent("probe"), ["--json"]))
+            let r = try ws.pack(
+                src, version: "1.0.0", ["--max-files", "\(probe.fileCount)", "--max-total-size", "\(probe.totalSize)"])
             #expect(r.status == 0, "\(r)")
         }
     }
@@ -331,7 +355,9 @@ struct PackRejectionTests {
             #expect(r.stderr.contains("shared-ui"), "\(r)")
             #expect(bytes(ws.index) == nil)
             #expect(r.stderr.contains("error [missing-dependency]"), "\(r)")
-            #expect(!FileManager.default.fileExists(atPath: ws.repo.appendingPathComponent("packages/sample-app/1.0.0").path))
+            #expect(
+                !FileManager.default.fileExists(
+                    atPath: ws.repo.appendingPathComponent("packages/sample-app/1.0.0").path))
             // Retrying without the bad dependency must work.
             let retry = try ws.pack(src, version: "1.0.0")
             #expect(retry.status == 0, "\(retry)")

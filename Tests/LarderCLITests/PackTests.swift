@@ -18,8 +18,10 @@ struct PackTests {
 
             let version = "packages/sample-app/1.0.0"
             for name in ["bundle.zip", "files.json"] {
-                let x = try #require(bytes(repoA.appendingPathComponent("\(version)/\(name)")), "\(name) missing in repo-a")
-                let y = try #require(bytes(repoB.appendingPathComponent("\(version)/\(name)")), "\(name) missing in repo-b")
+                let x = try #require(
+                    bytes(repoA.appendingPathComponent("\(version)/\(name)")), "\(name) missing in repo-a")
+                let y = try #require(
+                    bytes(repoB.appendingPathComponent("\(version)/\(name)")), "\(name) missing in repo-b")
                 #expect(SHA256Digest.of(x) == SHA256Digest.of(y), "\(name) differs between two packs of the same tree")
             }
             let ra = try decode(PackJSON.self, a)
@@ -51,13 +53,16 @@ struct PackTests {
             #expect(first.expires > Date().addingTimeInterval(29 * 24 * 3600))
 
             let list = try ManifestCoding.decode(
-                FileList.self, from: try Data(contentsOf: ws.repo.appendingPathComponent(first.fileList.path)), document: "files.json")
+                FileList.self, from: try Data(contentsOf: ws.repo.appendingPathComponent(first.fileList.path)),
+                document: "files.json")
             #expect(list.files.count == first.fileCount)
             #expect(list.totalSize == first.totalSize)
             for f in list.files {
                 let hex = f.sha256.hex
-                #expect(FileManager.default.fileExists(atPath: ws.repo.appendingPathComponent("objects/\(hex.prefix(2))/\(hex)").path),
-                        "object of \(f.path) missing")
+                #expect(
+                    FileManager.default.fileExists(
+                        atPath: ws.repo.appendingPathComponent("objects/\(hex.prefix(2))/\(hex)").path),
+                    "object of \(f.path) missing")
             }
 
             try setCatalogVersion(src, "1.1.0")

@@ -13,7 +13,9 @@ struct RevokeTests {
         try ws.packOK(src, version: "1.1.0")
     }
 
-    private func revoke(_ ws: Workspace, _ version: String, id: String = "sample-app", _ extra: [String] = []) throws -> RunResult {
+    private func revoke(_ ws: Workspace, _ version: String, id: String = "sample-app", _ extra: [String] = []) throws
+        -> RunResult
+    {
         try larder(["revoke", id, version, "--repo", ws.repo.path, "--key", ws.key.path] + extra)
     }
 
@@ -39,9 +41,12 @@ struct RevokeTests {
             let index = try ws.loadIndex()
             #expect(index.serial == 3)
             #expect(try revokedList(ws) == ["1.1.0"])
-            #expect(index.packages.first?.version.description == "1.1.0", "revoking does not change the current version")
+            #expect(
+                index.packages.first?.version.description == "1.1.0", "revoking does not change the current version")
             // Nothing is deleted.
-            #expect(FileManager.default.fileExists(atPath: ws.repo.appendingPathComponent("packages/sample-app/1.1.0/bundle.zip").path))
+            #expect(
+                FileManager.default.fileExists(
+                    atPath: ws.repo.appendingPathComponent("packages/sample-app/1.1.0/bundle.zip").path))
 
             let v = try ws.verify()
             #expect(v.status == 0, "\(v)")

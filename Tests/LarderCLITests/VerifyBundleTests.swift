@@ -14,7 +14,8 @@ func makeSmallSite(_ root: URL) throws {
         """, to: root.appendingPathComponent("index.html"))
     try writeText("body { background: url(../img/dot.png); }\n", to: root.appendingPathComponent("css/site.css"))
     try writeText("console.log('hi');\n", to: root.appendingPathComponent("js/app.js"))
-    try writeText("<!doctype html><a href=\"../index.html\">home</a>\n", to: root.appendingPathComponent("pages/index.html"))
+    try writeText(
+        "<!doctype html><a href=\"../index.html\">home</a>\n", to: root.appendingPathComponent("pages/index.html"))
     let png = root.appendingPathComponent("img/dot.png")
     try FileManager.default.createDirectory(at: png.deletingLastPathComponent(), withIntermediateDirectories: true)
     try Data([0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0, 0, 0, 0]).write(to: png)
@@ -40,10 +41,18 @@ private let pythonZipScript = """
 
 let zipTools: [ZipTool] = [
     ZipTool(name: "Info-ZIP zip -r") { dir, zip in try tool("zip", ["-q", "-r", zip.path, "."], cwd: dir) },
-    ZipTool(name: "Info-ZIP zip -r -D (no directory entries)") { dir, zip in try tool("zip", ["-q", "-r", "-D", zip.path, "."], cwd: dir) },
-    ZipTool(name: "Python zipfile ZIP_DEFLATED") { dir, zip in try python(pythonZipScript, [dir.path, zip.path, "ZIP_DEFLATED"]) },
-    ZipTool(name: "Python zipfile ZIP_STORED") { dir, zip in try python(pythonZipScript, [dir.path, zip.path, "ZIP_STORED"]) },
-    ZipTool(name: "bsdtar --format zip (./ prefix)") { dir, zip in try tool("bsdtar", ["--format", "zip", "-cf", zip.path, "-C", dir.path, "."]) },
+    ZipTool(name: "Info-ZIP zip -r -D (no directory entries)") { dir, zip in
+        try tool("zip", ["-q", "-r", "-D", zip.path, "."], cwd: dir)
+    },
+    ZipTool(name: "Python zipfile ZIP_DEFLATED") { dir, zip in
+        try python(pythonZipScript, [dir.path, zip.path, "ZIP_DEFLATED"])
+    },
+    ZipTool(name: "Python zipfile ZIP_STORED") { dir, zip in
+        try python(pythonZipScript, [dir.path, zip.path, "ZIP_STORED"])
+    },
+    ZipTool(name: "bsdtar --format zip (./ prefix)") { dir, zip in
+        try tool("bsdtar", ["--format", "zip", "-cf", zip.path, "-C", dir.path, "."])
+    },
 ]
 
 /// A hostile single bundle and what verify must say about it.
@@ -56,15 +65,31 @@ struct HostileZip: Sendable, CustomTestStringConvertible {
 }
 
 let hostileZips: [HostileZip] = [
-    HostileZip(name: "../x", entries: [("index.html", "<p>hi</p>"), ("../x", "x")], code: "path-dot-component", mentions: ["\"../x\""]),
-    HostileZip(name: "a/../../x", entries: [("index.html", "<p>hi</p>"), ("a/../../x", "x")], code: "path-dot-component", mentions: ["a/../../x"]),
-    HostileZip(name: "/etc/x", entries: [("index.html", "<p>hi</p>"), ("/etc/x", "x")], code: "path-absolute", mentions: ["/etc/x"]),
-    HostileZip(name: "C:/x", entries: [("index.html", "<p>hi</p>"), ("C:/x", "x")], code: "path-drive-letter", mentions: ["C:/x"]),
+    HostileZip(
+        name: "../x", entries: [("index.html", "<p>hi</p>"), ("../x", "x")], code: "path-dot-component",
+        mentions: ["\"../x\""]),
+    HostileZip(
+        name: "a/../../x", entries: [("index.html", "<p>hi</p>"), ("a/../../x", "x")], code: "path-dot-component",
+        mentions: ["a/../../x"]),
+    HostileZip(
+        name: "/etc/x", entries: [("index.html", "<p>hi</p>"), ("/etc/x", "x")], code: "path-absolute",
+        mentions: ["/etc/x"]),
+    HostileZip(
+        name: "C:/x", entries: [("index.html", "<p>hi</p>"), ("C:/x", "x")], code: "path-drive-letter",
+        mentions: ["C:/x"]),
     // libarchive turns "\\" into "/" before the reader sees a name; what it yields is checked.
-    HostileZip(name: "a\\..\\x", entries: [("index.html", "<p>hi</p>"), ("a\\..\\x", "x")], code: "path-dot-component", mentions: ["a/../x"]),
-    HostileZip(name: "a duplicate entry", entries: [("index.html", "<p>1</p>"), ("index.html", "<p>2</p>")], code: "entry-duplicate", mentions: ["index.html"]),
-    HostileZip(name: "A.txt and a.txt", entries: [("index.html", "<p>hi</p>"), ("A.txt", "1"), ("a.txt", "2")], code: "entry-collision", mentions: ["A.txt", "a.txt"]),
-    HostileZip(name: "a file used as a directory", entries: [("index.html", "<p>hi</p>"), ("a", "1"), ("a/b", "2")], code: "entry-file-directory-conflict", mentions: ["a/b"]),
+    HostileZip(
+        name: "a\\..\\x", entries: [("index.html", "<p>hi</p>"), ("a\\..\\x", "x")], code: "path-dot-component",
+        mentions: ["a/../x"]),
+    HostileZip(
+        name: "a duplicate entry", entries: [("index.html", "<p>1</p>"), ("index.html", "<p>2</p>")],
+        code: "entry-duplicate", mentions: ["index.html"]),
+    HostileZip(
+        name: "A.txt and a.txt", entries: [("index.html", "<p>hi</p>"), ("A.txt", "1"), ("a.txt", "2")],
+        code: "entry-collision", mentions: ["A.txt", "a.txt"]),
+    HostileZip(
+        name: "a file used as a directory", entries: [("index.html", "<p>hi</p>"), ("a", "1"), ("a/b", "2")],
+        code: "entry-file-directory-conflict", mentions: ["a/b"]),
     HostileZip(name: "only a directory", entries: [("dir/", "")], code: "archive-empty", mentions: ["no files"]),
 ]
 
@@ -154,8 +179,10 @@ struct VerifyBundleTests {
                 "{\"path\": \"\(path)\", \"size\": \(text.utf8.count), \"sha256\": \"\(SHA256Digest.of(Data(text.utf8)).hex)\"}"
             }
             let list = dir.appendingPathComponent("files.json")
-            let json = "{\"schemaVersion\": 1, \"id\": \"x\", \"version\": \"1.0.0\", \"files\": [" +
-                [entry("a/b.txt", "x"), entry("caf\u{e9}.txt", "y"), entry("index.html", "<p>hi</p>")].joined(separator: ", ") + "]}"
+            let json =
+                "{\"schemaVersion\": 1, \"id\": \"x\", \"version\": \"1.0.0\", \"files\": ["
+                + [entry("a/b.txt", "x"), entry("caf\u{e9}.txt", "y"), entry("index.html", "<p>hi</p>")].joined(
+                    separator: ", ") + "]}"
             try Data(json.utf8).write(to: list)
             let r = try larder(["verify", zip.path, "--files", list.path])
             #expect(r.status == 0, "\(r)")
@@ -168,7 +195,8 @@ struct VerifyBundleTests {
         try withSandbox { dir in
             let site = dir.appendingPathComponent("site")
             try writeText("<p>hi</p>\n", to: site.appendingPathComponent("index.html"))
-            try FileManager.default.createSymbolicLink(atPath: site.appendingPathComponent("link").path, withDestinationPath: "/etc/passwd")
+            try FileManager.default.createSymbolicLink(
+                atPath: site.appendingPathComponent("link").path, withDestinationPath: "/etc/passwd")
             let zip = dir.appendingPathComponent("link.zip")
             try tool("zip", ["-q", "-r", "-y", zip.path, "."], cwd: site)
             let r = try larder(["verify", zip.path])
@@ -197,7 +225,8 @@ struct VerifyBundleTests {
     func brokenLinkInBundle() throws {
         try withSandbox { dir in
             let zip = dir.appendingPathComponent("links.zip")
-            try makeZip(zip, [("index.html", "<img src=\"img/missing.png\"><a href=\"sub/\">x</a>"), ("sub/page.html", "<p/>")])
+            try makeZip(
+                zip, [("index.html", "<img src=\"img/missing.png\"><a href=\"sub/\">x</a>"), ("sub/page.html", "<p/>")])
             let r = try larder(["verify", zip.path])
             #expect(r.status == 1, "\(r)")
             let lines = r.stdout.split(separator: "\n").filter { $0.contains("[link-broken]") }

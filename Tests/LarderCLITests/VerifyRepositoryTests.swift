@@ -14,7 +14,8 @@ func packSample(_ ws: Workspace) throws -> FileList {
     let src = try copySampleApp(to: ws.dir)
     try ws.packOK(src, version: "1.0.0")
     return try ManifestCoding.decode(
-        FileList.self, from: try Data(contentsOf: ws.repo.appendingPathComponent("packages/sample-app/1.0.0/files.json")),
+        FileList.self,
+        from: try Data(contentsOf: ws.repo.appendingPathComponent("packages/sample-app/1.0.0/files.json")),
         document: "files.json")
 }
 
@@ -59,7 +60,8 @@ let filesRel = "packages/sample-app/1.0.0/files.json"
 
 let corruptions: [Corruption] = [
     Corruption(
-        name: "(a) a flipped byte in bundle.zip", code: "hash-mismatch", mentions: { _ in ["sample-app@1.0.0", bundleRel] },
+        name: "(a) a flipped byte in bundle.zip", code: "hash-mismatch",
+        mentions: { _ in ["sample-app@1.0.0", bundleRel] },
         apply: { ws, _ in
             let url = ws.repo.appendingPathComponent(bundleRel)
             var data = try Data(contentsOf: url)
@@ -138,20 +140,27 @@ let corruptions: [Corruption] = [
     Corruption(
         name: "(f) an object deleted", code: "object-missing",
         mentions: { list in [try objectPath(list, "index.html"), "index.html"] },
-        apply: { ws, list in try FileManager.default.removeItem(at: ws.repo.appendingPathComponent(try objectPath(list, "index.html"))) }),
+        apply: { ws, list in
+            try FileManager.default.removeItem(at: ws.repo.appendingPathComponent(try objectPath(list, "index.html")))
+        }),
     Corruption(
         name: "(g) an object replaced by gzip of other content", code: "object-corrupt",
         mentions: { list in [try objectPath(list, "css/app.css"), "css/app.css"] },
         apply: { ws, list in
             let url = ws.repo.appendingPathComponent(try objectPath(list, "css/app.css"))
-            try python("import gzip, sys; open(sys.argv[1], 'wb').write(gzip.compress(b'other content\\n', mtime=0))", [url.path])
+            try python(
+                "import gzip, sys; open(sys.argv[1], 'wb').write(gzip.compress(b'other content\\n', mtime=0))",
+                [url.path])
         }),
     Corruption(
         name: "an object that is not gzip", code: "object-corrupt",
         mentions: { list in [try objectPath(list, "js/app.js")] },
-        apply: { ws, list in try Data("plain text".utf8).write(to: ws.repo.appendingPathComponent(try objectPath(list, "js/app.js"))) }),
+        apply: { ws, list in
+            try Data("plain text".utf8).write(to: ws.repo.appendingPathComponent(try objectPath(list, "js/app.js")))
+        }),
     Corruption(
-        name: "the index expired (re-signed)", code: "index-expired", mentions: { _ in ["index.json", "1970-01-02T00:00:00Z"] },
+        name: "the index expired (re-signed)", code: "index-expired",
+        mentions: { _ in ["index.json", "1970-01-02T00:00:00Z"] },
         apply: { ws, _ in try ws.resign { $0.expires = Date(timeIntervalSince1970: 86_400) } }),
     Corruption(
         name: "an interrupted publication", code: "publication-interrupted", mentions: { _ in ["index.json.pending"] },
@@ -173,7 +182,8 @@ struct VerifyRepositoryTests {
             let r = try ws.verify()
             #expect(r.status == 0, "\(r)")
             let keyID = try ws.privateKey().publicKey.keyID
-            let summary = "repository \(ws.repo.path): 0 problem(s); 1 package(s), \(list.files.count) file(s), \(list.files.count) object(s) checked; serial 1; signed by \(keyID)"
+            let summary =
+                "repository \(ws.repo.path): 0 problem(s); 1 package(s), \(list.files.count) file(s), \(list.files.count) object(s) checked; serial 1; signed by \(keyID)"
             #expect(r.stdout == summary + "\n", "\(r)")
             #expect(r.stderr.isEmpty, "\(r)")
 
@@ -249,8 +259,12 @@ struct VerifyRepositoryTests {
             let src = try copySampleApp(to: ws.dir)
             let indexURL = src.appendingPathComponent("index.html")
             let html = try String(contentsOf: indexURL, encoding: .utf8)
-            try Data(html.replacingOccurrences(of: "</head>", with: "  <link rel=\"stylesheet\" href=\"missing.css\">\n</head>").utf8)
-                .write(to: indexURL)
+            try Data(
+                html.replacingOccurrences(
+                    of: "</head>", with: "  <link rel=\"stylesheet\" href=\"missing.css\">\n</head>"
+                ).utf8
+            )
+            .write(to: indexURL)
             try ws.packOK(src, version: "1.0.0")
             let r = try ws.verify()
             #expect(r.status == 1, "\(r)")

@@ -22,19 +22,27 @@ struct DifferTests {
     }
 
     static func list(_ i: String, _ version: String, files: [(String, Int64, String)]) -> FileList {
-        FileList(id: id(i), version: v(version), files: files.map {
-            FileEntry(path: RelativePath($0.0)!, size: $0.1, sha256: SHA256Digest.of(Data($0.2.utf8)))
-        })
+        FileList(
+            id: id(i), version: v(version),
+            files: files.map {
+                FileEntry(path: RelativePath($0.0)!, size: $0.1, sha256: SHA256Digest.of(Data($0.2.utf8)))
+            })
     }
 
-    static func state(_ pkgs: [String: (active: String?, fallback: String?, onDisk: [String], failed: [String])]) -> SandboxState {
+    static func state(_ pkgs: [String: (active: String?, fallback: String?, onDisk: [String], failed: [String])])
+        -> SandboxState
+    {
         var s = SandboxState()
         for (k, p) in pkgs {
             var ps = PackageState()
             ps.active = p.active.map(v)
             ps.fallback = p.fallback.map(v)
-            ps.versions = p.onDisk.map { InstalledVersion(version: v($0), fileCount: 1, size: 1, installedAt: Date(timeIntervalSince1970: 0)) }
-            ps.failed = p.failed.map { FailedVersion(version: v($0), reason: "test", at: Date(timeIntervalSince1970: 0)) }
+            ps.versions = p.onDisk.map {
+                InstalledVersion(version: v($0), fileCount: 1, size: 1, installedAt: Date(timeIntervalSince1970: 0))
+            }
+            ps.failed = p.failed.map {
+                FailedVersion(version: v($0), reason: "test", at: Date(timeIntervalSince1970: 0))
+            }
             s.packages[k] = ps
         }
         return s
@@ -49,7 +57,8 @@ struct DifferTests {
 
     @Test func firstInstallAndUnchanged() throws {
         let idx = RepositoryIndex(serial: 1, expires: .distantFuture, packages: [Self.entry("app", "2.0.0")])
-        let p = Differ.plan(index: idx, state: SandboxState(), context: Self.ctx, fileLists: [Self.id("app"): Self.appList])
+        let p = Differ.plan(
+            index: idx, state: SandboxState(), context: Self.ctx, fileLists: [Self.id("app"): Self.appList])
         let a = try only(p, "app")
         #expect(a.kind == .install && a.to == Self.v("2.0.0"))
         let same = Differ.plan(index: idx, state: Self.state(["app": ("2.0.0", nil, ["2.0.0"], [])]), context: Self.ctx)
@@ -61,17 +70,24 @@ struct DifferTests {
         let st = Self.state(["app": ("1.0.0", nil, ["1.0.0"], [])])
         // app.js (50 KB) is already local: only index.html is fetched, as an object.
         let local: Set = [SHA256Digest.of(Data("b".utf8))]
-        let a = try only(Differ.plan(index: idx, state: st, context: Self.ctx, fileLists: [Self.id("app"): Self.appList], localContents: local), "app")
+        let a = try only(
+            Differ.plan(
+                index: idx, state: st, context: Self.ctx, fileLists: [Self.id("app"): Self.appList],
+                localContents: local), "app")
         #expect(a.kind == .update && a.from == Self.v("1.0.0"))
         #expect(a.cost == FetchCost(method: .objects, bytes: 1000, requests: 1, reused: 1, bundleBytes: 100_000))
         // Nothing local: 51 KB in 2 requests vs a 100 KB bundle → objects still; many small
         // files tip it to the bundle.
         let many = Self.list("app", "2.0.0", files: (0..<200).map { ("f\($0).js", 500, "c\($0)") })
-        let b = try only(Differ.plan(index: idx, state: st, context: Self.ctx, fileLists: [Self.id("app"): many]), "app")
+        let b = try only(
+            Differ.plan(index: idx, state: st, context: Self.ctx, fileLists: [Self.id("app"): many]), "app")
         #expect(b.cost?.method == .bundle && b.cost?.requests == 1)
         // Everything local: nothing to fetch.
         let all: Set = [SHA256Digest.of(Data("a".utf8)), SHA256Digest.of(Data("b".utf8))]
-        let c = try only(Differ.plan(index: idx, state: st, context: Self.ctx, fileLists: [Self.id("app"): Self.appList], localContents: all), "app")
+        let c = try only(
+            Differ.plan(
+                index: idx, state: st, context: Self.ctx, fileLists: [Self.id("app"): Self.appList], localContents: all),
+            "app")
         #expect(c.cost?.method == .local && c.cost?.bytes == 0)
     }
 
@@ -84,15 +100,18 @@ struct DifferTests {
     func skips(_ expected: String, _ e: PackageEntry) throws {
         let idx = RepositoryIndex(serial: 1, expires: .distantFuture, packages: [e])
         let st = Self.state(["app": ("1.0.0", nil, ["1.0.0"], [])])
-        let a = try only(Differ.plan(index: idx, state: st, context: Self.ctx, fileLists: [Self.id("app"): Self.appList]), "app")
+        let a = try only(
+            Differ.plan(index: idx, state: st, context: Self.ctx, fileLists: [Self.id("app"): Self.appList]), "app")
         #expect(a.kind == .skip)
         #expect(a.skip?.rawValue == expected, "\(a)")
     }
 
     @Test func previouslyFailedAndChannels() throws {
-        let idx = RepositoryIndex(serial: 1, expires: .distantFuture, packages: [
-            Self.entry("app", "2.0.0"), Self.entry("beta-only", "1.0.0-beta.1", channel: "beta"),
-        ])
+        let idx = RepositoryIndex(
+            serial: 1, expires: .distantFuture,
+            packages: [
+                Self.entry("app", "2.0.0"), Self.entry("beta-only", "1.0.0-beta.1", channel: "beta"),
+            ])
         let st = Self.state(["app": ("1.0.0", nil, ["1.0.0", "2.0.0"], ["2.0.0"])])
         let p = Differ.plan(index: idx, state: st, context: Self.ctx, fileLists: [Self.id("app"): Self.appList])
         #expect(try only(p, "app").skip == .previouslyFailed)
@@ -106,7 +125,8 @@ struct DifferTests {
     }
 
     @Test func revokedActiveRollsBack() throws {
-        let idx = RepositoryIndex(serial: 2, expires: .distantFuture, packages: [Self.entry("app", "2.0.0", revoked: ["2.0.0"])])
+        let idx = RepositoryIndex(
+            serial: 2, expires: .distantFuture, packages: [Self.entry("app", "2.0.0", revoked: ["2.0.0"])])
         let st = Self.state(["app": ("2.0.0", "1.0.0", ["1.0.0", "2.0.0"], [])])
         let a = try only(Differ.plan(index: idx, state: st, context: Self.ctx), "app")
         #expect(a.kind == .rollback && a.from == Self.v("2.0.0") && a.to == Self.v("1.0.0"))
@@ -114,27 +134,39 @@ struct DifferTests {
 
     @Test func removedFromIndex() throws {
         let idx = RepositoryIndex(serial: 2, expires: .distantFuture, packages: [])
-        let a = try only(Differ.plan(index: idx, state: Self.state(["old": ("1.0.0", nil, ["1.0.0"], [])]), context: Self.ctx), "old")
+        let a = try only(
+            Differ.plan(index: idx, state: Self.state(["old": ("1.0.0", nil, ["1.0.0"], [])]), context: Self.ctx), "old"
+        )
         #expect(a.kind == .remove)
     }
 
     @Test func dependencyGroupsAndOrder() throws {
-        let idx = RepositoryIndex(serial: 1, expires: .distantFuture, packages: [
-            Self.entry("app", "2.0.0", deps: [("ui", "^2.0.0")]), Self.entry("ui", "2.0.0"),
-        ])
+        let idx = RepositoryIndex(
+            serial: 1, expires: .distantFuture,
+            packages: [
+                Self.entry("app", "2.0.0", deps: [("ui", "^2.0.0")]), Self.entry("ui", "2.0.0"),
+            ])
         let uiList = Self.list("ui", "2.0.0", files: [("ui.js", 10, "u")])
-        let p = Differ.plan(index: idx, state: SandboxState(), context: Self.ctx, fileLists: [Self.id("app"): Self.appList, Self.id("ui"): uiList])
+        let p = Differ.plan(
+            index: idx, state: SandboxState(), context: Self.ctx,
+            fileLists: [Self.id("app"): Self.appList, Self.id("ui"): uiList])
         #expect(p.changes.map(\.id.rawValue) == ["ui", "app"], "dependencies first")
         #expect(try only(p, "app").group == [Self.id("app"), Self.id("ui")])
         // ui not in this device's rollout → app cannot go either.
-        let idx2 = RepositoryIndex(serial: 1, expires: .distantFuture, packages: [
-            Self.entry("app", "2.0.0", deps: [("ui", "^2.0.0")]), Self.entry("ui", "2.0.0", rollout: 0),
-        ])
-        let q = Differ.plan(index: idx2, state: SandboxState(), context: Self.ctx, fileLists: [Self.id("app"): Self.appList, Self.id("ui"): uiList])
+        let idx2 = RepositoryIndex(
+            serial: 1, expires: .distantFuture,
+            packages: [
+                Self.entry("app", "2.0.0", deps: [("ui", "^2.0.0")]), Self.entry("ui", "2.0.0", rollout: 0),
+            ])
+        let q = Differ.plan(
+            index: idx2, state: SandboxState(), context: Self.ctx,
+            fileLists: [Self.id("app"): Self.appList, Self.id("ui"): uiList])
         #expect(try only(q, "ui").skip == .notInRollout)
         #expect(try only(q, "app").skip == .dependencyUnavailable)
         // Satisfied by what is already active.
-        let r = Differ.plan(index: idx2, state: Self.state(["ui": ("2.1.0", nil, ["2.1.0"], [])]), context: Self.ctx, fileLists: [Self.id("app"): Self.appList])
+        let r = Differ.plan(
+            index: idx2, state: Self.state(["ui": ("2.1.0", nil, ["2.1.0"], [])]), context: Self.ctx,
+            fileLists: [Self.id("app"): Self.appList])
         #expect(try only(r, "app").kind == .install)
     }
 
@@ -144,7 +176,9 @@ struct DifferTests {
     func rolloutSpread(_ percent: Int) {
         let r = Rollout(percent: percent, salt: "app@2.0.0")
         let n = 20_000
-        let inside = (0..<n).filter { r.includes(deviceID: "device-\($0)", id: Self.id("app"), version: Self.v("2.0.0")) }.count
+        let inside = (0..<n).filter {
+            r.includes(deviceID: "device-\($0)", id: Self.id("app"), version: Self.v("2.0.0"))
+        }.count
         let share = Double(inside) / Double(n) * 100
         #expect(abs(share - Double(percent)) < 1.5, "\(share)% for \(percent)%")
     }
@@ -152,9 +186,13 @@ struct DifferTests {
     @Test func bucketsAreStableAndPerRelease() {
         let a = Rollout.bucket(deviceID: "dev", id: Self.id("app"), version: Self.v("2.0.0"), salt: "s")
         #expect(a == Rollout.bucket(deviceID: "dev", id: Self.id("app"), version: Self.v("2.0.0"), salt: "s"))
-        let others = (0..<50).map { Rollout.bucket(deviceID: "dev", id: Self.id("app"), version: Self.v("2.0.\($0 + 1)"), salt: "s") }
+        let others = (0..<50).map {
+            Rollout.bucket(deviceID: "dev", id: Self.id("app"), version: Self.v("2.0.\($0 + 1)"), salt: "s")
+        }
         #expect(Set(others).count > 20, "buckets should move between releases")
-        #expect(Rollout(percent: 0, salt: "").includes(deviceID: "x", id: Self.id("app"), version: Self.v("1.0.0")) == false)
+        #expect(
+            Rollout(percent: 0, salt: "").includes(deviceID: "x", id: Self.id("app"), version: Self.v("1.0.0")) == false
+        )
         #expect(Rollout(percent: 100, salt: "").includes(deviceID: "x", id: Self.id("app"), version: Self.v("1.0.0")))
     }
 }

@@ -16,13 +16,15 @@ struct ManifestTests {
         """
 
     static func index(_ entries: String, extra: String = "", schema: Int = 1) -> Data {
-        Data("""
+        Data(
+            """
             {"schemaVersion": \(schema), "serial": 7, "expires": "2030-01-02T03:04:05Z", \(extra) "packages": [\(entries)]}
             """.utf8)
     }
 
     @Test func defaultsForOptionalFields() throws {
-        let idx = try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(Self.minimalEntry), document: "index.json")
+        let idx = try ManifestCoding.decode(
+            RepositoryIndex.self, from: Self.index(Self.minimalEntry), document: "index.json")
         let p = try #require(idx.packages.first)
         #expect(p.entry == "index.html")
         #expect(p.channel == "stable")
@@ -35,14 +37,17 @@ struct ManifestTests {
     }
 
     @Test func unknownFieldsAreIgnored() throws {
-        let entry = Self.minimalEntry.replacingOccurrences(of: "\"id\": \"app\"", with: "\"id\": \"app\", \"delta\": {\"from\": \"0.9.0\"}")
-        let idx = try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(entry, extra: "\"future\": [1, 2],"), document: "index.json")
+        let entry = Self.minimalEntry.replacingOccurrences(
+            of: "\"id\": \"app\"", with: "\"id\": \"app\", \"delta\": {\"from\": \"0.9.0\"}")
+        let idx = try ManifestCoding.decode(
+            RepositoryIndex.self, from: Self.index(entry, extra: "\"future\": [1, 2],"), document: "index.json")
         #expect(idx.packages.count == 1)
     }
 
     @Test func otherSchemaVersionRefused() {
         #expect(throws: ManifestError.unsupportedSchema(document: "index.json", found: 2, supported: 1)) {
-            try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(Self.minimalEntry, schema: 2), document: "index.json")
+            try ManifestCoding.decode(
+                RepositoryIndex.self, from: Self.index(Self.minimalEntry, schema: 2), document: "index.json")
         }
     }
 
@@ -66,21 +71,30 @@ struct ManifestTests {
         } catch {
             #expect(error.description.contains("missing field \"version\""), "\(error)")
         }
-        let dotdot = Data("{\"schemaVersion\":1,\"id\":\"a\",\"version\":\"1.0.0\",\"files\":[{\"path\":\"../x\",\"size\":1,\"sha256\":\"\(String(repeating: "0", count: 64))\"}]}".utf8)
-        #expect(throws: ManifestError.self) { try ManifestCoding.decode(FileList.self, from: dotdot, document: "files.json") }
+        let dotdot = Data(
+            "{\"schemaVersion\":1,\"id\":\"a\",\"version\":\"1.0.0\",\"files\":[{\"path\":\"../x\",\"size\":1,\"sha256\":\"\(String(repeating: "0", count: 64))\"}]}"
+                .utf8)
+        #expect(throws: ManifestError.self) {
+            try ManifestCoding.decode(FileList.self, from: dotdot, document: "files.json")
+        }
     }
 
     @Test func tooLargeRefused() {
         let big = Data(repeating: 0x20, count: ManifestCoding.maxDocumentBytes + 1)
-        #expect(throws: ManifestError.tooLarge(document: "index.json", size: big.count, limit: ManifestCoding.maxDocumentBytes)) {
+        #expect(
+            throws: ManifestError.tooLarge(
+                document: "index.json", size: big.count, limit: ManifestCoding.maxDocumentBytes)
+        ) {
             try ManifestCoding.decode(RepositoryIndex.self, from: big, document: "index.json")
         }
     }
 
     @Test func canonicalEncodingIsStable() throws {
-        let idx = try ManifestCoding.decode(RepositoryIndex.self, from: Self.index(Self.minimalEntry), document: "index.json")
+        let idx = try ManifestCoding.decode(
+            RepositoryIndex.self, from: Self.index(Self.minimalEntry), document: "index.json")
         let once = try ManifestCoding.encode(idx)
-        let again = try ManifestCoding.encode(try ManifestCoding.decode(RepositoryIndex.self, from: once, document: "index.json"))
+        let again = try ManifestCoding.encode(
+            try ManifestCoding.decode(RepositoryIndex.self, from: once, document: "index.json"))
         #expect(once == again)
         #expect(once.last == 0x0A)
         #expect(!String(decoding: once, as: UTF8.self).contains("\\/"))
@@ -88,10 +102,12 @@ struct ManifestTests {
 
     @Test func fileListsAreSortedByPathBytes() throws {
         let d = try #require(SHA256Digest(hex: String(repeating: "c", count: 64)))
-        let list = FileList(id: try #require(PackageID("a")), version: try #require(SemanticVersion("1.0.0")), files: [
-            FileEntry(path: try #require(RelativePath("b.js")), size: 1, sha256: d),
-            FileEntry(path: try #require(RelativePath("a/x.js")), size: 2, sha256: d),
-        ])
+        let list = FileList(
+            id: try #require(PackageID("a")), version: try #require(SemanticVersion("1.0.0")),
+            files: [
+                FileEntry(path: try #require(RelativePath("b.js")), size: 1, sha256: d),
+                FileEntry(path: try #require(RelativePath("a/x.js")), size: 2, sha256: d),
+            ])
         #expect(list.files.map(\.path.string) == ["a/x.js", "b.js"])
         #expect(list.totalSize == 3)
     }
@@ -107,7 +123,8 @@ struct ManifestTests {
         let files = try Data(contentsOf: dir.appendingPathComponent("files.json"))
         #expect(try !ManifestCoding.decode(FileList.self, from: files, document: "files.json").files.isEmpty)
         let sig = try Data(contentsOf: dir.appendingPathComponent("index.json.sig"))
-        #expect(try !ManifestCoding.decode(SignatureFile.self, from: sig, document: "index.json.sig").signatures.isEmpty)
+        #expect(
+            try !ManifestCoding.decode(SignatureFile.self, from: sig, document: "index.json.sig").signatures.isEmpty)
         let key = try Data(contentsOf: dir.appendingPathComponent("key.pub"))
         _ = try KeyFile.publicKey(from: key, path: "key.pub")
     }
@@ -118,7 +135,8 @@ struct ManifestTests {
 
     @Test func invalidExamplesAreRefused() throws {
         let dir = manifestsDirectory.appendingPathComponent("examples/invalid")
-        let names = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".json") }.sorted()
+        let names = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.hasSuffix(".json") }
+            .sorted()
         #expect(names.count > 10)
         for name in names where Self.schemaOnly[name] == nil {
             let data = try Data(contentsOf: dir.appendingPathComponent(name))
@@ -126,13 +144,18 @@ struct ManifestTests {
             if name.hasPrefix("index-") {
                 if let idx = try? ManifestCoding.decode(RepositoryIndex.self, from: data, document: name) {
                     refused = !IndexRules.issues(idx).isEmpty
-                } else { refused = true }
+                } else {
+                    refused = true
+                }
             } else if name.hasPrefix("files-") {
                 refused = (try? ManifestCoding.decode(FileList.self, from: data, document: name)) == nil
             } else if name.hasPrefix("signature-") {
-                refused = (try? ManifestCoding.decode(SignatureFile.self, from: data, document: name)).map { sig in
-                    sig.signatures.contains { $0.algorithm != "ed25519" || Data(base64Encoded: $0.signature)?.count != 64 }
-                } ?? true
+                refused =
+                    (try? ManifestCoding.decode(SignatureFile.self, from: data, document: name)).map { sig in
+                        sig.signatures.contains {
+                            $0.algorithm != "ed25519" || Data(base64Encoded: $0.signature)?.count != 64
+                        }
+                    } ?? true
             } else if name.hasPrefix("key-") {
                 refused = (try? KeyFile.publicKey(from: data, path: name)) == nil
             } else {
@@ -148,7 +171,9 @@ struct ManifestTests {
 
 @Suite("Index rules")
 struct IndexRulesTests {
-    static func entry(_ id: String, _ version: String, routes: [String] = [], channel: String = "stable", deps: [Dependency] = []) throws -> PackageEntry {
+    static func entry(
+        _ id: String, _ version: String, routes: [String] = [], channel: String = "stable", deps: [Dependency] = []
+    ) throws -> PackageEntry {
         let pid = try #require(PackageID(id))
         let v = try #require(SemanticVersion(version))
         let d = try #require(SHA256Digest(hex: String(repeating: "a", count: 64)))
@@ -160,24 +185,31 @@ struct IndexRulesTests {
     }
 
     @Test func cleanIndex() throws {
-        let idx = RepositoryIndex(serial: 1, expires: Date(), packages: [
-            try Self.entry("a", "1.0.0", routes: ["https://a.example/"]),
-            try Self.entry("a", "2.0.0-beta.1", routes: ["https://a.example/"], channel: "beta"),
-            try Self.entry("b", "1.0.0", deps: [Dependency(id: try #require(PackageID("a")), range: try #require(VersionRange("^1.0.0")))]),
-        ])
+        let idx = RepositoryIndex(
+            serial: 1, expires: Date(),
+            packages: [
+                try Self.entry("a", "1.0.0", routes: ["https://a.example/"]),
+                try Self.entry("a", "2.0.0-beta.1", routes: ["https://a.example/"], channel: "beta"),
+                try Self.entry(
+                    "b", "1.0.0",
+                    deps: [Dependency(id: try #require(PackageID("a")), range: try #require(VersionRange("^1.0.0")))]),
+            ])
         #expect(IndexRules.issues(idx).isEmpty)
     }
 
     @Test func problems() throws {
         var bad = try Self.entry("c", "1.0.0")
         bad.bundle.path = "elsewhere.zip"
-        let idx = RepositoryIndex(serial: 1, expires: Date(), packages: [
-            try Self.entry("a", "1.0.0", routes: ["https://shared.example/"]),
-            try Self.entry("a", "1.1.0"),
-            try Self.entry("b", "1.0.0", routes: ["HTTPS://Shared.example:443/"],
-                           deps: [Dependency(id: try #require(PackageID("zz")), range: try #require(VersionRange("*")))]),
-            bad,
-        ])
+        let idx = RepositoryIndex(
+            serial: 1, expires: Date(),
+            packages: [
+                try Self.entry("a", "1.0.0", routes: ["https://shared.example/"]),
+                try Self.entry("a", "1.1.0"),
+                try Self.entry(
+                    "b", "1.0.0", routes: ["HTTPS://Shared.example:443/"],
+                    deps: [Dependency(id: try #require(PackageID("zz")), range: try #require(VersionRange("*")))]),
+                bad,
+            ])
         let codes = IndexRules.issues(idx).map(\.code)
         #expect(codes.contains("duplicate-entry"))
         #expect(codes.contains("route-conflict"))

@@ -12,7 +12,8 @@ struct RelativePathTests {
     @Test(arguments: [
         ("", "path-empty"), ("/etc/passwd", "path-absolute"), ("../x", "path-dot-component"),
         ("a/../../x", "path-dot-component"), ("a/./b", "path-dot-component"), ("a//b", "path-empty-component"),
-        ("a\\b", "path-backslash"), ("a\u{0}b", "path-nul"), ("C:/x", "path-drive-letter"), ("c:x", "path-drive-letter"),
+        ("a\\b", "path-backslash"), ("a\u{0}b", "path-nul"), ("C:/x", "path-drive-letter"),
+        ("c:x", "path-drive-letter"),
         ("a\u{1}b", "path-control-character"), ("cafe\u{301}.txt", "path-not-nfc"),
     ])
     func refused(_ s: String, _ code: String) {
@@ -48,7 +49,9 @@ struct RelativePathTests {
     }
 
     @Test func packageIDs() {
-        for ok in ["a", "sample-app", "x.y_z-1", "0abc", String(repeating: "a", count: 64)] { #expect(PackageID(ok) != nil, "\(ok)") }
+        for ok in ["a", "sample-app", "x.y_z-1", "0abc", String(repeating: "a", count: 64)] {
+            #expect(PackageID(ok) != nil, "\(ok)")
+        }
         for bad in ["", "A", "Bad_ID", "-x", ".x", "a/b", "a b", String(repeating: "a", count: 65), "é"] {
             #expect(PackageID(bad) == nil, "\(bad)")
         }
@@ -65,8 +68,10 @@ struct RouteTests {
         #expect(RoutePrefix("https://a.com/") == RoutePrefix("https://A.COM:443/"))
     }
 
-    @Test(arguments: ["notaurl", "https:///nohost", "larder://x/", "https://a.com/?q=1", "https://a.com/#f",
-                      "https://u:p@a.com/", "https://a.com/../x/"])
+    @Test(arguments: [
+        "notaurl", "https:///nohost", "larder://x/", "https://a.com/?q=1", "https://a.com/#f",
+        "https://u:p@a.com/", "https://a.com/../x/",
+    ])
     func refused(_ s: String) {
         #expect(RoutePrefix(s) == nil)
         #expect(RoutePrefix.problem(s) != nil)

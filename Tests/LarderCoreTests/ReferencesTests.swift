@@ -31,7 +31,8 @@ struct ReferencesTests {
             @font-face { src: url("../fonts/a.woff2") format("woff2"), url( ../fonts/a.woff ); }
             .x { background: url(data:image/png;base64,AAAA) }
             """
-        #expect(References.inCSS(css) == ["base.css", "../fonts/a.woff2", "../fonts/a.woff", "data:image/png;base64,AAAA"])
+        #expect(
+            References.inCSS(css) == ["base.css", "../fonts/a.woff2", "../fonts/a.woff", "data:image/png;base64,AAAA"])
     }
 
     @Test func resolution() throws {

@@ -5,20 +5,29 @@ import Testing
 @Suite("Route table")
 struct RouteTableTests {
     static func list(_ id: String, _ files: [String]) -> FileList {
-        FileList(id: PackageID(id)!, version: SemanticVersion("1.2.0")!, files: files.map {
-            FileEntry(path: RelativePath($0)!, size: Int64($0.count), sha256: SHA256Digest.of(Data($0.utf8)))
-        })
+        FileList(
+            id: PackageID(id)!, version: SemanticVersion("1.2.0")!,
+            files: files.map {
+                FileEntry(path: RelativePath($0)!, size: Int64($0.count), sha256: SHA256Digest.of(Data($0.utf8)))
+            })
     }
 
-    static let table = RouteTable(packages: [
-        RoutedPackage(
-            list: list("app", ["index.html", "css/app.css", "js/app.js", "pages/about/index.html", "img/logo.png", "caf\u{e9}.txt"]),
-            routes: [RoutePrefix("https://app.example.com/")!], entry: "index.html", spaFallback: true,
-            policy: Policy(mode: .localThenNetwork, bypass: ["/api/"])),
-        RoutedPackage(
-            list: list("docs", ["index.html", "guide.html"]), routes: [RoutePrefix("https://app.example.com/docs/")!],
-            entry: "index.html", spaFallback: false, policy: Policy(mode: .localOnly)),
-    ], schemes: ["myapp"])
+    static let table = RouteTable(
+        packages: [
+            RoutedPackage(
+                list: list(
+                    "app",
+                    [
+                        "index.html", "css/app.css", "js/app.js", "pages/about/index.html", "img/logo.png",
+                        "caf\u{e9}.txt",
+                    ]),
+                routes: [RoutePrefix("https://app.example.com/")!], entry: "index.html", spaFallback: true,
+                policy: Policy(mode: .localThenNetwork, bypass: ["/api/"])),
+            RoutedPackage(
+                list: list("docs", ["index.html", "guide.html"]),
+                routes: [RoutePrefix("https://app.example.com/docs/")!],
+                entry: "index.html", spaFallback: false, policy: Policy(mode: .localOnly)),
+        ], schemes: ["myapp"])
 
     func file(_ r: Resolution) -> String? {
         if case .local(let f) = r { return "\(f.package)/\(f.path)" }
@@ -53,7 +62,8 @@ struct RouteTableTests {
 
     @Test(arguments: [
         "https://app.example.com/%2e%2e/secret", "https://app.example.com/..%2fsecret", "https://app.example.com/a%5cb",
-        "https://app.example.com/a%00b", "https://app.example.com/%252e%252e/x", "https://app.example.com/../../etc/passwd",
+        "https://app.example.com/a%00b", "https://app.example.com/%252e%252e/x",
+        "https://app.example.com/../../etc/passwd",
         "larder://app/../../etc/passwd", "https://app.example.com/%zz",
     ])
     func refusesTraversal(_ url: String) {
@@ -67,17 +77,34 @@ struct RouteTableTests {
 
     @Test func overlongPathsAreRefused() {
         let long = "https://app.example.com/" + String(repeating: "a/", count: 2100) + "x.js"
-        if case .notFound(let r) = Self.table.resolve(long) { #expect(r.contains("longer than 4096")) } else { Issue.record("overlong path") }
+        if case .notFound(let r) = Self.table.resolve(long) {
+            #expect(r.contains("longer than 4096"))
+        } else {
+            Issue.record("overlong path")
+        }
         let climbing = "larder://app/" + String(repeating: "a/../", count: 1000) + "index.html"
-        if case .notFound(let r) = Self.table.resolve(climbing) { #expect(r.contains("longer than 4096")) } else { Issue.record("overlong dot path") }
+        if case .notFound(let r) = Self.table.resolve(climbing) {
+            #expect(r.contains("longer than 4096"))
+        } else {
+            Issue.record("overlong dot path")
+        }
         // Just under the limit, a deep but legal path is looked up (and is simply absent here).
         let deep = "https://app.example.com/docs/" + String(repeating: "d/", count: 1000) + "x.html"
-        if case .notFound(let r) = Self.table.resolve(deep) { #expect(r.contains("local-only")) } else { Issue.record("deep path") }
+        if case .notFound(let r) = Self.table.resolve(deep) {
+            #expect(r.contains("local-only"))
+        } else {
+            Issue.record("deep path")
+        }
     }
 
     @Test func encodedSeparatorsAreRefusedOutright() {
-        for url in ["https://app.example.com/..%2fsecret", "https://app.example.com/a%5cb", "https://app.example.com/a%00b", "https://app.example.com/%zz"] {
-            if case .notFound(let r) = Self.table.resolve(url) { #expect(r.contains("refused"), "\(url): \(r)") } else {
+        for url in [
+            "https://app.example.com/..%2fsecret", "https://app.example.com/a%5cb", "https://app.example.com/a%00b",
+            "https://app.example.com/%zz",
+        ] {
+            if case .notFound(let r) = Self.table.resolve(url) {
+                #expect(r.contains("refused"), "\(url): \(r)")
+            } else {
                 Issue.record("\(url) must be refused")
             }
         }
@@ -85,22 +112,50 @@ struct RouteTableTests {
 
     @Test func policies() {
         // Missing file: local-then-network passes through, local-only is not found.
-        if case .passthrough = Self.table.resolve("https://app.example.com/missing.js") {} else { Issue.record("passthrough expected") }
-        if case .notFound = Self.table.resolve("https://app.example.com/docs/missing.html") {} else { Issue.record("notFound expected") }
-        // Bypass prefixes always go to the network; other hosts and schemes are not routed.
-        for api in ["https://app.example.com/api/items", "https://app.example.com//api/items", "https://app.example.com/./api/items", "https://app.example.com/%61pi/items"] {
-            if case .passthrough(let r) = Self.table.resolve(api) { #expect(r.contains("bypass"), "\(api)") } else { Issue.record("bypass: \(api)") }
+        if case .passthrough = Self.table.resolve("https://app.example.com/missing.js") {
+        } else {
+            Issue.record("passthrough expected")
         }
-        if case .passthrough = Self.table.resolve("https://other.example.com/index.html") {} else { Issue.record("other host") }
-        if case .passthrough = Self.table.resolve("http://app.example.com/index.html") {} else { Issue.record("other scheme") }
-        for other in ["https://app.example.com:8443/index.html", "https://app.example.com:x/index.html", "https://app.example.com:99999/",
-            "ftp://app.example.com/index.html", "app.example.com/index.html", "https:/app.example.com/", "", "https://"] {
+        if case .notFound = Self.table.resolve("https://app.example.com/docs/missing.html") {
+        } else {
+            Issue.record("notFound expected")
+        }
+        // Bypass prefixes always go to the network; other hosts and schemes are not routed.
+        for api in [
+            "https://app.example.com/api/items", "https://app.example.com//api/items",
+            "https://app.example.com/./api/items", "https://app.example.com/%61pi/items",
+        ] {
+            if case .passthrough(let r) = Self.table.resolve(api) {
+                #expect(r.contains("bypass"), "\(api)")
+            } else {
+                Issue.record("bypass: \(api)")
+            }
+        }
+        if case .passthrough = Self.table.resolve("https://other.example.com/index.html") {
+        } else {
+            Issue.record("other host")
+        }
+        if case .passthrough = Self.table.resolve("http://app.example.com/index.html") {
+        } else {
+            Issue.record("other scheme")
+        }
+        for other in [
+            "https://app.example.com:8443/index.html", "https://app.example.com:x/index.html",
+            "https://app.example.com:99999/",
+            "ftp://app.example.com/index.html", "app.example.com/index.html", "https:/app.example.com/", "", "https://",
+        ] {
             if case .passthrough = Self.table.resolve(other) {} else { Issue.record("\(other) must pass through") }
         }
         if case .notFound = Self.table.resolve("larder://nope/index.html") {} else { Issue.record("unknown package") }
         // SPA fallback only for extension-less paths, and only where enabled.
-        if case .passthrough = Self.table.resolve("https://app.example.com/missing.css") {} else { Issue.record("no SPA for files") }
-        if case .notFound = Self.table.resolve("https://app.example.com/docs/some/route") {} else { Issue.record("no SPA in docs") }
+        if case .passthrough = Self.table.resolve("https://app.example.com/missing.css") {
+        } else {
+            Issue.record("no SPA for files")
+        }
+        if case .notFound = Self.table.resolve("https://app.example.com/docs/some/route") {
+        } else {
+            Issue.record("no SPA in docs")
+        }
     }
 
     @Test func headersData() {

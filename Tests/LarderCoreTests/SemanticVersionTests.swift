@@ -32,15 +32,19 @@ struct SemanticVersionTests {
         #expect(Set([a, b]).count == 1)
     }
 
-    @Test(arguments: ["1.0.0", "0.0.4", "1.2.3", "10.20.30", "1.1.2-prerelease+meta", "1.0.0-alpha.beta.1",
-                      "1.0.0-alpha0.valid", "1.0.0-0A.is.legal", "1.2.3----RC-SNAPSHOT.12.9.1--.12+788", "2.0.0+build.1848"])
+    @Test(arguments: [
+        "1.0.0", "0.0.4", "1.2.3", "10.20.30", "1.1.2-prerelease+meta", "1.0.0-alpha.beta.1",
+        "1.0.0-alpha0.valid", "1.0.0-0A.is.legal", "1.2.3----RC-SNAPSHOT.12.9.1--.12+788", "2.0.0+build.1848",
+    ])
     func validVersions(_ text: String) throws {
         let v = try #require(SemanticVersion(text))
         #expect(v.description == text)
     }
 
-    @Test(arguments: ["1", "1.2", "1.2.3.4", "01.1.1", "1.01.1", "1.1.01", "1.2.3-0123", "1.2.3-", "1.2.3+",
-                      "v1.2.3", "1.2.3-alpha..1", "1.2.3-alpha_1", "", " 1.2.3", "1.2.-3", "+invalid", "-invalid"])
+    @Test(arguments: [
+        "1", "1.2", "1.2.3.4", "01.1.1", "1.01.1", "1.1.01", "1.2.3-0123", "1.2.3-", "1.2.3+",
+        "v1.2.3", "1.2.3-alpha..1", "1.2.3-alpha_1", "", " 1.2.3", "1.2.-3", "+invalid", "-invalid",
+    ])
     func invalidVersions(_ text: String) {
         #expect(SemanticVersion(text) == nil)
     }

@@ -98,8 +98,9 @@ struct FaultInjectionTests {
         #expect(contents(file) == Array("new".utf8))
     }
 
-    @Test("AtomicFile.write leaves the old content, and no temporary file, when a step fails with EIO",
-          arguments: [SystemCall.write, .fsync, .close, .rename])
+    @Test(
+        "AtomicFile.write leaves the old content, and no temporary file, when a step fails with EIO",
+        arguments: [SystemCall.write, .fsync, .close, .rename])
     func atomicWriteKeepsTheOldContent(failing kind: SystemCall) throws {
         let dir = try testDirectory()
         let file = dir.appending("state.json")

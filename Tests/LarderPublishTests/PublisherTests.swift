@@ -1,10 +1,10 @@
 import Foundation
 import LarderArchive
-import LarderFileSystem
 import LarderCore
+import LarderFileSystem
 import LarderPublish
-import SystemPackage
 import LarderTestSupport
+import SystemPackage
 import Testing
 
 /// The package root, found from this file's path.
@@ -50,7 +50,8 @@ struct Workspace {
     func resign(_ index: RepositoryIndex) throws {
         let bytes = try ManifestCoding.encode(index)
         try bytes.write(to: repo.appendingPathComponent("index.json"))
-        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [key])).write(to: repo.appendingPathComponent("index.json.sig"))
+        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [key])).write(
+            to: repo.appendingPathComponent("index.json.sig"))
     }
 
     func verify() -> VerifyReport { Verifier(trustedKeys: [key.publicKey]).verifyRepository(repoPath) }
@@ -81,7 +82,9 @@ struct PublisherTests {
         defer { ws.cleanup() }
         let a = try ws.publisher().pack(ws.request("1.0.0"))
         for name in try FileManager.default.subpathsOfDirectory(atPath: ws.app.path) {
-            try? FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSince1970: 99)], ofItemAtPath: ws.app.appendingPathComponent(name).path)
+            try? FileManager.default.setAttributes(
+                [.modificationDate: Date(timeIntervalSince1970: 99)],
+                ofItemAtPath: ws.app.appendingPathComponent(name).path)
         }
         var other = ws.request("1.0.0")
         other.repository = FilePath(ws.root.appendingPathComponent("repo2").path)
@@ -96,9 +99,12 @@ struct PublisherTests {
         _ = try ws.publisher().pack(ws.request("1.0.0"))
         try ws.write("data/catalog.json", "{\"version\": \"1.1.0\", \"items\": []}\n")
         // A renamed but unchanged file costs nothing either.
-        try FileManager.default.moveItem(at: ws.app.appendingPathComponent("js/app.js"), to: ws.app.appendingPathComponent("js/app.3f9a.js"))
-        try ws.write("index.html", String(decoding: try Data(contentsOf: ws.app.appendingPathComponent("index.html")), as: UTF8.self)
-            .replacingOccurrences(of: "js/app.js", with: "js/app.3f9a.js"))
+        try FileManager.default.moveItem(
+            at: ws.app.appendingPathComponent("js/app.js"), to: ws.app.appendingPathComponent("js/app.3f9a.js"))
+        try ws.write(
+            "index.html",
+            String(decoding: try Data(contentsOf: ws.app.appendingPathComponent("index.html")), as: UTF8.self)
+                .replacingOccurrences(of: "js/app.js", with: "js/app.3f9a.js"))
         let r = try ws.publisher().pack(ws.request("1.1.0"))
         #expect(r.serial == 2)
         #expect(r.objectsWritten == 2, "catalog.json and index.html changed")
@@ -112,11 +118,18 @@ struct PublisherTests {
         let p = ws.publisher()
         _ = try p.pack(ws.request("1.0.0"))
         let before = try ws.data("index.json")
-        #expect(throws: PublishError.versionExists(id: "sample-app", version: "1.0.0")) { try p.pack(ws.request("1.0.0")) }
-        #expect(throws: PublishError.versionNotNewer(id: "sample-app", version: "0.9.0", newest: "1.0.0", channel: "stable")) {
+        #expect(throws: PublishError.versionExists(id: "sample-app", version: "1.0.0")) {
+            try p.pack(ws.request("1.0.0"))
+        }
+        #expect(
+            throws: PublishError.versionNotNewer(id: "sample-app", version: "0.9.0", newest: "1.0.0", channel: "stable")
+        ) {
             try p.pack(ws.request("0.9.0"))
         }
-        #expect(throws: PublishError.versionNotNewer(id: "sample-app", version: "1.0.0-rc.1", newest: "1.0.0", channel: "stable")) {
+        #expect(
+            throws: PublishError.versionNotNewer(
+                id: "sample-app", version: "1.0.0-rc.1", newest: "1.0.0", channel: "stable")
+        ) {
             try p.pack(ws.request("1.0.0-rc.1"))
         }
         #expect(throws: PublishError.badID("Bad_ID")) { try p.pack(ws.request("1.0.0", id: "Bad_ID")) }
@@ -192,8 +205,12 @@ struct PublisherTests {
         for i in 0..<6 {
             try ws.write("data/catalog.json", "{\"version\": \"1.0.\(i)\", \"items\": []}\n")
             _ = try ws.publisher().pack(ws.request("1.0.\(i)"))
-            let m = try #require(FileManager.default.attributesOfItem(atPath: ws.repo.appendingPathComponent("index.json").path)[.modificationDate] as? Date)
-            let sig = try #require(FileManager.default.attributesOfItem(atPath: ws.repo.appendingPathComponent("index.json.sig").path)[.modificationDate] as? Date)
+            let m = try #require(
+                FileManager.default.attributesOfItem(atPath: ws.repo.appendingPathComponent("index.json").path)[
+                    .modificationDate] as? Date)
+            let sig = try #require(
+                FileManager.default.attributesOfItem(atPath: ws.repo.appendingPathComponent("index.json.sig").path)[
+                    .modificationDate] as? Date)
             #expect(Int(m.timeIntervalSince1970) > previous, "publication \(i)")
             #expect(Int(sig.timeIntervalSince1970) >= Int(m.timeIntervalSince1970))
             previous = Int(m.timeIntervalSince1970)
@@ -208,7 +225,9 @@ struct PublisherTests {
         let held = try FileLock(path: FilePath(ws.repo.appendingPathComponent(".larder-publish.lock").path), timeout: 1)
         var p = ws.publisher()
         p.lockTimeout = 0.3
-        #expect(throws: PublishError.busy(holderPID: getpid())) { try p.revoke(id: "sample-app", version: "1.0.0", repository: ws.repoPath) }
+        #expect(throws: PublishError.busy(holderPID: getpid())) {
+            try p.revoke(id: "sample-app", version: "1.0.0", repository: ws.repoPath)
+        }
         held.unlock()
         #expect(try p.revoke(id: "sample-app", version: "1.0.0", repository: ws.repoPath).serial == 2)
     }
@@ -225,7 +244,8 @@ struct PublisherTests {
         idx.packages[0].revoked = [try #require(SemanticVersion("1.0.0"))]
         let bytes = try ManifestCoding.encode(idx)
         try bytes.write(to: ws.repo.appendingPathComponent("index.json.pending"))
-        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [ws.key])).write(to: ws.repo.appendingPathComponent("index.json.sig"))
+        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [ws.key])).write(
+            to: ws.repo.appendingPathComponent("index.json.sig"))
         // Right now the repository does not verify (old index, new signature), and verify says why.
         let broken = ws.verify()
         #expect(broken.problems.map(\.code).contains("signature-invalid"))
@@ -249,7 +269,8 @@ struct PublisherTests {
         idx.serial = 50
         let bytes = try ManifestCoding.encode(idx)
         try bytes.write(to: ws.repo.appendingPathComponent("index.json.pending"))
-        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [PrivateKey()])).write(to: ws.repo.appendingPathComponent("index.json.sig.pending"))
+        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [PrivateKey()])).write(
+            to: ws.repo.appendingPathComponent("index.json.sig.pending"))
         try ws.write("data/catalog.json", "{\"version\": \"1.1.0\", \"items\": []}\n")
         #expect(try p.pack(ws.request("1.1.0")).serial == 2)
     }
@@ -312,7 +333,8 @@ struct VerifierTests {
         let other = Verifier(trustedKeys: [PrivateKey().publicKey]).verifyRepository(ws.repoPath)
         #expect(codes(other) == ["signature-untrusted"])
         let url = ws.repo.appendingPathComponent("index.json")
-        let text = String(decoding: try Data(contentsOf: url), as: UTF8.self).replacingOccurrences(of: "\"percent\" : 100", with: "\"percent\" : 10")
+        let text = String(decoding: try Data(contentsOf: url), as: UTF8.self).replacingOccurrences(
+            of: "\"percent\" : 100", with: "\"percent\" : 10")
         try Data(text.utf8).write(to: url)
         #expect(codes(ws.verify()) == ["signature-invalid"])
     }
@@ -330,11 +352,13 @@ struct VerifierTests {
         let ws = try published()
         defer { ws.cleanup() }
         let bundle = ws.repo.appendingPathComponent("packages/sample-app/1.0.0/bundle.zip")
-        let script = "import zipfile,sys\nwith zipfile.ZipFile(sys.argv[1],'w') as z:\n z.writestr('index.html','<h1>x</h1>')\n z.writestr('../x','escape')\n"
+        let script =
+            "import zipfile,sys\nwith zipfile.ZipFile(sys.argv[1],'w') as z:\n z.writestr('index.html','<h1>x</h1>')\n z.writestr('../x','escape')\n"
         try runTool("python3", ["-c", script, bundle.path])
         let d = try Data(contentsOf: bundle)
         var idx = try ws.index()
-        idx.packages[0].bundle = BlobRef(path: idx.packages[0].bundle.path, size: Int64(d.count), sha256: SHA256Digest.of(d))
+        idx.packages[0].bundle = BlobRef(
+            path: idx.packages[0].bundle.path, size: Int64(d.count), sha256: SHA256Digest.of(d))
         try ws.resign(idx)
         let r = ws.verify()
         #expect(codes(r).contains("path-dot-component"))
@@ -346,7 +370,8 @@ struct VerifierTests {
     @Test func missingAndAlteredObjects() throws {
         let ws = try published()
         defer { ws.cleanup() }
-        let list = try ManifestCoding.decode(FileList.self, from: ws.data("packages/sample-app/1.0.0/files.json"), document: "f")
+        let list = try ManifestCoding.decode(
+            FileList.self, from: ws.data("packages/sample-app/1.0.0/files.json"), document: "f")
         let first = RepositoryLayout.objectPath(list.files[0].sha256)
         let second = RepositoryLayout.objectPath(list.files[1].sha256)
         try FileManager.default.removeItem(at: ws.repo.appendingPathComponent(first))
@@ -370,8 +395,14 @@ struct VerifierTests {
         try ws.write("css/extra.css", "@import url(\"../../outside.css\");\n.a { background: url(../img/nope.png) }\n")
         _ = try ws.publisher().pack(ws.request("1.0.0"))
         let r = ws.verify()
-        #expect(r.problems.contains { $0.code == "link-broken" && $0.file == "index.html" && $0.message.contains("css/missing.css") })
-        #expect(r.problems.contains { $0.code == "link-broken" && $0.file == "css/extra.css" && $0.message.contains("img/nope.png") })
+        #expect(
+            r.problems.contains {
+                $0.code == "link-broken" && $0.file == "index.html" && $0.message.contains("css/missing.css")
+            })
+        #expect(
+            r.problems.contains {
+                $0.code == "link-broken" && $0.file == "css/extra.css" && $0.message.contains("img/nope.png")
+            })
         #expect(r.problems.contains { $0.code == "link-escapes" && $0.file == "css/extra.css" })
         #expect(r.problems.count == 3, "\(r.problems)")
     }
@@ -390,7 +421,9 @@ struct VerifierTests {
         // Tamper (and re-sign): a route claimed twice and a dependency on nothing.
         var idx = try ws.index()
         idx.packages[1].routes = ["https://APP.example.com:443/"]
-        idx.packages[0].dependencies = [Dependency(id: try #require(PackageID("ghost")), range: try #require(VersionRange("*")))]
+        idx.packages[0].dependencies = [
+            Dependency(id: try #require(PackageID("ghost")), range: try #require(VersionRange("*")))
+        ]
         try ws.resign(idx)
         #expect(Set(codes(ws.verify())) == ["route-conflict", "route-not-normalised", "missing-dependency"])
         // pack refuses to create a conflicting route in the first place.

@@ -2,8 +2,8 @@ import Foundation
 import LarderCore
 import LarderResolve
 import LarderStore
-import SystemPackage
 import LarderTestSupport
+import SystemPackage
 import Testing
 
 /// Runs `larder` with `args`; returns stdout, failing the test on a non-zero exit.
@@ -68,12 +68,14 @@ struct ConcurrencyTests {
         let group = DispatchGroup()
         for t in 0..<6 {
             let pinned = t % 3 == 0
-            let url = pinned ? "https://app.example.com/docs/data/catalog.json" : "https://app.example.com/data/catalog.json"
+            let url =
+                pinned ? "https://app.example.com/docs/data/catalog.json" : "https://app.example.com/data/catalog.json"
             group.enter()
             Thread.detachNewThread { [session] in
                 defer { group.leave() }
                 while !seen.stopped {
-                    guard case .response(let r) = loader.load(LoadRequest(url: url), session: pinned ? session : nil) else {
+                    guard case .response(let r) = loader.load(LoadRequest(url: url), session: pinned ? session : nil)
+                    else {
                         seen.problem("\(url): passthrough")
                         continue
                     }
@@ -100,7 +102,10 @@ struct ConcurrencyTests {
         let root = env.root.string
         for v in ["2.0.0", "3.0.0"] {
             for id in ["sample-app", "docs"] {
-                try larder(["install", env.bundle(id, v).string, "--root", root, "--id", id, "--version", v, "--files", env.list(id, v).string])
+                try larder([
+                    "install", env.bundle(id, v).string, "--root", root, "--id", id, "--version", v, "--files",
+                    env.list(id, v).string,
+                ])
                 try larder(["confirm", id, "--root", root])
             }
             usleep(30_000)
@@ -116,7 +121,9 @@ struct ConcurrencyTests {
         #expect(gc.contains("sample-app@1.0.0") && gc.contains("docs@1.0.0"), "\(gc)")
         let report = try JSONDecoder().decode(GCReport.self, from: Data(gc.utf8))
         #expect(report.removed.contains("sample-app@1.0.0") && report.keptPinned.contains("docs@1.0.0"), "\(report)")
-        if case .local(let f) = resolver.resolve("https://app.example.com/") { #expect(f.version.description == "3.0.0") } else {
+        if case .local(let f) = resolver.resolve("https://app.example.com/") {
+            #expect(f.version.description == "3.0.0")
+        } else {
             Issue.record("expected 3.0.0")
         }
         session.release()

@@ -4,8 +4,8 @@ import LarderFileSystem
 import LarderPublish
 import LarderResolve
 import LarderStore
-import SystemPackage
 import LarderTestSupport
+import SystemPackage
 import Testing
 
 #if canImport(Glibc)
@@ -65,7 +65,8 @@ final class ResolveEnv: @unchecked Sendable {
     func install(_ version: String, id: String = "sample-app") throws {
         let sandbox = try Sandbox.open(root)
         defer { sandbox.close() }
-        let list = try ManifestCoding.decode(FileList.self, from: AtomicFile.read(self.list(id, version)), document: "list")
+        let list = try ManifestCoding.decode(
+            FileList.self, from: AtomicFile.read(self.list(id, version)), document: "list")
         _ = try sandbox.install(bundle: bundle(id, version), id: id, version: version, fileList: list)
         try cacheIndex()
     }
@@ -139,7 +140,9 @@ struct ResolverTests {
         let first = resolver.snapshot()
         // The generation word follows every state write.
         let word = try AtomicFile.read(SandboxLayout(root: env.root).generation)
-        #expect(word.count == 8 && word.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }.littleEndian == first.generation)
+        #expect(
+            word.count == 8
+                && word.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }.littleEndian == first.generation)
         // An update committed by another writer is noticed on the next call, no reload asked.
         try env.publish("2.0.0")
         try env.install("2.0.0")
@@ -165,7 +168,9 @@ struct ResolverTests {
         try env.install("2.0.0")
         try FileManager.default.removeItem(atPath: SandboxLayout(root: env.root).generation.string)
         usleep(20_000)  // past the 5 ms throttle
-        if case .local(let g) = resolver.resolve("larder://sample-app/index.html") { #expect(g.version.description == "2.0.0") } else {
+        if case .local(let g) = resolver.resolve("larder://sample-app/index.html") {
+            #expect(g.version.description == "2.0.0")
+        } else {
             Issue.record("expected 2.0.0")
         }
     }
@@ -183,7 +188,9 @@ struct ResolverTests {
         let url = "https://app.example.com/css/app.css"
         guard let full = response(loader.load(LoadRequest(url: url))) else { return }
         #expect(full.status == 200 && full.header("Content-Length") == "\(onDisk.count)")
-        #expect(full.header("Content-Type") == "text/css; charset=utf-8" && full.outcome == .local(package: PackageID("sample-app")!, version: SemanticVersion("1.0.0")!))
+        #expect(
+            full.header("Content-Type") == "text/css; charset=utf-8"
+                && full.outcome == .local(package: PackageID("sample-app")!, version: SemanticVersion("1.0.0")!))
         #expect(try drain(full) == onDisk)
         guard let part = response(loader.load(LoadRequest(url: url, range: "bytes=10-19"))) else { return }
         #expect(part.status == 206 && part.header("Content-Range") == "bytes 10-19/\(onDisk.count)")
@@ -197,18 +204,30 @@ struct ResolverTests {
         let etag = try #require(full.header("ETag"))
         #expect(response(loader.load(LoadRequest(url: url, ifNoneMatch: etag)))?.status == 304)
         #expect(response(loader.load(LoadRequest(method: "POST", url: url)))?.status == 405)
-        #expect(response(loader.load(LoadRequest(url: "larder://sample-app/css/app.css", cors: true)))?.header("Access-Control-Allow-Origin") == "*")
+        #expect(
+            response(loader.load(LoadRequest(url: "larder://sample-app/css/app.css", cors: true)))?.header(
+                "Access-Control-Allow-Origin") == "*")
         // local-only: a missing file is a 404 with a body, never an empty 200.
-        guard let missing = response(loader.load(LoadRequest(url: "https://app.example.com/docs/nope.html"))) else { return }
+        guard let missing = response(loader.load(LoadRequest(url: "https://app.example.com/docs/nope.html"))) else {
+            return
+        }
         #expect(missing.status == 404)
         #expect(try !drain(missing).isEmpty)
         // local-then-network and bypass prefixes pass through.
-        if case .passthrough = loader.load(LoadRequest(url: "https://app.example.com/nope.js")) {} else { Issue.record("passthrough") }
-        if case .passthrough(let why) = loader.load(LoadRequest(url: "https://app.example.com/api/items")) { #expect(why.contains("bypass")) } else {
+        if case .passthrough = loader.load(LoadRequest(url: "https://app.example.com/nope.js")) {
+        } else {
+            Issue.record("passthrough")
+        }
+        if case .passthrough(let why) = loader.load(LoadRequest(url: "https://app.example.com/api/items")) {
+            #expect(why.contains("bypass"))
+        } else {
             Issue.record("bypass")
         }
         // Traversal never reaches the file system.
-        for bad in ["https://app.example.com/..%2f..%2fstate.json", "larder://sample-app/%2e%2e/%2e%2e/state.json", "larder://sample-app/a%00b"] {
+        for bad in [
+            "https://app.example.com/..%2f..%2fstate.json", "larder://sample-app/%2e%2e/%2e%2e/state.json",
+            "larder://sample-app/a%00b",
+        ] {
             if case .response(let r) = loader.load(LoadRequest(url: bad)) { #expect(r.status == 404, "\(bad)") }
         }
     }
@@ -224,19 +243,30 @@ struct ResolverTests {
         let reporter = StoreFailureReporter(root: env.root, interval: 0)
         let loader = ResourceLoader(resolver: resolver, reporter: reporter)
         // v2 lost a file its list names, and another was truncated.
-        try FileManager.default.removeItem(at: env.tree("sample-app", "2.0.0").appendingPathComponent("data/catalog.json"))
+        try FileManager.default.removeItem(
+            at: env.tree("sample-app", "2.0.0").appendingPathComponent("data/catalog.json"))
         let js = env.tree("sample-app", "2.0.0").appendingPathComponent("js/app.js")
         chmod(js.path, 0o644)
         truncate(js.path, 10)
-        guard let r = response(loader.load(LoadRequest(url: "https://app.example.com/data/catalog.json"))) else { return }
+        guard let r = response(loader.load(LoadRequest(url: "https://app.example.com/data/catalog.json"))) else {
+            return
+        }
         #expect(r.status == 200)
-        #expect(r.outcome == .fallback(package: PackageID("sample-app")!, version: SemanticVersion("1.0.0")!, failed: SemanticVersion("2.0.0")!))
+        #expect(
+            r.outcome
+                == .fallback(
+                    package: PackageID("sample-app")!, version: SemanticVersion("1.0.0")!,
+                    failed: SemanticVersion("2.0.0")!))
         #expect(String(decoding: try drain(r, chunk: 1 << 16), as: UTF8.self).contains("\"1.0.0\""))
         reporter.flush()
         var state = try SandboxReader(root: env.root).state()[PackageID("sample-app")!]
         #expect(state.failures == 1 && state.active?.description == "2.0.0")
         guard let t = response(loader.load(LoadRequest(url: "https://app.example.com/js/app.js"))) else { return }
-        #expect(t.outcome == .fallback(package: PackageID("sample-app")!, version: SemanticVersion("1.0.0")!, failed: SemanticVersion("2.0.0")!))
+        #expect(
+            t.outcome
+                == .fallback(
+                    package: PackageID("sample-app")!, version: SemanticVersion("1.0.0")!,
+                    failed: SemanticVersion("2.0.0")!))
         // The third failure of the pending 2.0.0 rolls it back (the standard policy).
         _ = loader.load(LoadRequest(url: "https://app.example.com/data/catalog.json"))
         reporter.flush()
@@ -244,7 +274,9 @@ struct ResolverTests {
         #expect(state.active?.description == "1.0.0", "\(state)")
         #expect(state.hasFailed(SemanticVersion("2.0.0")!))
         // Now the active version serves it directly.
-        #expect(response(loader.load(LoadRequest(url: "https://app.example.com/data/catalog.json")))?.outcome == .local(package: PackageID("sample-app")!, version: SemanticVersion("1.0.0")!))
+        #expect(
+            response(loader.load(LoadRequest(url: "https://app.example.com/data/catalog.json")))?.outcome
+                == .local(package: PackageID("sample-app")!, version: SemanticVersion("1.0.0")!))
     }
 
     @Test func missingFileWithoutFallbackPassesThrough() throws {
@@ -276,13 +308,20 @@ struct ResolverTests {
         try env.install("3.0.0")
         let gc = try env.withSandbox { try $0.gc(keep: 0) }
         #expect(gc.keptPinned == ["sample-app@1.0.0"])
-        if case .local(let f) = session.resolve("https://app.example.com/data/catalog.json") { #expect(f.version.description == "1.0.0") } else {
+        if case .local(let f) = session.resolve("https://app.example.com/data/catalog.json") {
+            #expect(f.version.description == "1.0.0")
+        } else {
             Issue.record("session: expected 1.0.0")
         }
-        if case .local(let f) = resolver.resolve("https://app.example.com/data/catalog.json") { #expect(f.version.description == "3.0.0") } else {
+        if case .local(let f) = resolver.resolve("https://app.example.com/data/catalog.json") {
+            #expect(f.version.description == "3.0.0")
+        } else {
             Issue.record("live: expected 3.0.0")
         }
-        guard let r = response(loader.load(LoadRequest(url: "https://app.example.com/data/catalog.json"), session: session)) else { return }
+        guard
+            let r = response(
+                loader.load(LoadRequest(url: "https://app.example.com/data/catalog.json"), session: session))
+        else { return }
         #expect(String(decoding: try drain(r, chunk: 1 << 16), as: UTF8.self).contains("\"1.0.0\""))
         session.release()
         let after = try env.withSandbox { try $0.gc(keep: 0) }

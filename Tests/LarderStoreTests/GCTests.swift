@@ -137,7 +137,8 @@ struct GCTests {
         let first = try sandbox.gc(keep: 0)
         #expect(first.removed == [])
         #expect(first.keptPinned == ["\(sampleID)@1.0.0"])
-        #expect(TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.0.0")), list: try env.list("1.0.0")) == [])
+        #expect(
+            TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.0.0")), list: try env.list("1.0.0")) == [])
         #expect(sandbox.state[pid(sampleID)].has(ver("1.0.0")))
 
         lease.release()

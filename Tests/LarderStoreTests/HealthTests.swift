@@ -179,7 +179,8 @@ struct HealthTests {
         #expect(reinstalled.outcome == .installed)
         pkg = try env.reader.state()[pid(sampleID)]
         #expect(pkg.active == ver("1.1.0") && pkg.failed.isEmpty)
-        #expect(TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.1.0")), list: try env.list("1.1.0")) == [])
+        #expect(
+            TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.1.0")), list: try env.list("1.1.0")) == [])
     }
 
     @Test("force clears the failed mark even when the failed version is already active")
@@ -198,7 +199,9 @@ struct HealthTests {
 
         _ = try env.install(sandbox, "1.1.0", force: true)
         #expect(!sandbox.state[pid(sampleID)].hasFailed(ver("1.1.0")), "force did not clear the failed mark")
-        #expect(try !env.reader.state()[pid(sampleID)].hasFailed(ver("1.1.0")), "force did not clear the failed mark on disk")
+        #expect(
+            try !env.reader.state()[pid(sampleID)].hasFailed(ver("1.1.0")),
+            "force did not clear the failed mark on disk")
         // And a later install without force is accepted.
         _ = try env.install(sandbox, "1.1.0")
     }

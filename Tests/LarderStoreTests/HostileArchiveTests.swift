@@ -15,7 +15,9 @@ struct HostileArchiveTests {
         "caf\u{e9}/na\u{ef}ve.txt": "accents\n",
     ]
 
-    @Test("every refused fixture of make-zips.py is refused with its code and changes nothing", arguments: ZipFixtures.names(ok: false))
+    @Test(
+        "every refused fixture of make-zips.py is refused with its code and changes nothing",
+        arguments: ZipFixtures.names(ok: false))
     func refused(_ name: String) throws {
         let fixtures = try ZipFixtures.get()
         let expected = try #require(fixtures.expected[name])
@@ -26,7 +28,8 @@ struct HostileArchiveTests {
         let canary = env.dir.url.appendingPathComponent("canary")
         for (rel, text) in Self.canaryFiles {
             let url = canary.appendingPathComponent(rel)
-            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
             try Data(text.utf8).write(to: url)
         }
         let sandbox = try env.open()
@@ -65,7 +68,8 @@ struct HostileArchiveTests {
         let reopened = try env.open()
         defer { reopened.close() }
         #expect(reopened.state[pid(sampleID)].active == ver("1.0.0"))
-        #expect(TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.0.0")), list: try env.list("1.0.0")) == [])
+        #expect(
+            TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.0.0")), list: try env.list("1.0.0")) == [])
         #expect(try env.stateBytes() == stateBefore)
     }
 }

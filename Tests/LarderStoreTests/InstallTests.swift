@@ -30,12 +30,16 @@ struct InstallTests {
 
         // Its list is recorded.
         let recorded = try ManifestCoding.decode(
-            FileList.self, from: Data(contentsOf: URL(fileURLWithPath: env.layout.list(pid(sampleID), ver("1.0.0")).string)), document: "list")
+            FileList.self,
+            from: Data(contentsOf: URL(fileURLWithPath: env.layout.list(pid(sampleID), ver("1.0.0")).string)),
+            document: "list")
         #expect(recorded.id == pid(sampleID) && recorded.version == ver("1.0.0"))
         if withList {
             #expect(recorded == list)
         } else {
-            #expect(recorded.files.map { [$0.path.string, "\($0.size)", $0.sha256.hex] } == list.files.map { [$0.path.string, "\($0.size)", $0.sha256.hex] })
+            #expect(
+                recorded.files.map { [$0.path.string, "\($0.size)", $0.sha256.hex] }
+                    == list.files.map { [$0.path.string, "\($0.size)", $0.sha256.hex] })
         }
 
         // Active and pending, in memory and on disk.
@@ -54,7 +58,9 @@ struct InstallTests {
         #expect(names(env.dir.path) == ["bundles", "sandbox"])
     }
 
-    @Test("installing another version keeps the previous one as fallback; an installed version is re-activated without extracting")
+    @Test(
+        "installing another version keeps the previous one as fallback; an installed version is re-activated without extracting"
+    )
     func secondVersionAndReactivation() throws {
         let env = try StoreEnv()
         defer { env.cleanup() }
@@ -108,7 +114,9 @@ struct InstallTests {
         try env.install(sandbox, "1.0.0")
         try env.install(sandbox, "1.0.0", id: otherID)
         #expect(Set(sandbox.state.packages.keys) == [sampleID, otherID])
-        #expect(TreeCheck.problems(tree: env.layout.tree(pid(otherID), ver("1.0.0")), list: try env.list("1.0.0", id: otherID)) == [])
+        #expect(
+            TreeCheck.problems(
+                tree: env.layout.tree(pid(otherID), ver("1.0.0")), list: try env.list("1.0.0", id: otherID)) == [])
         #expect(sandbox.status().packages.map(\.id) == [otherID, sampleID])
     }
 
@@ -148,12 +156,18 @@ struct InstallTests {
     func fixtureSetIsComplete() throws {
         let fixtures = try ZipFixtures.get()
         let ok = ZipFixtures.names(ok: true)
-        for name in ["python-deflated.zip", "python-stored.zip", "python-zip64.zip", "python-data-descriptor.zip", "infozip.zip", "bsdtar.zip"] {
+        for name in [
+            "python-deflated.zip", "python-stored.zip", "python-zip64.zip", "python-data-descriptor.zip", "infozip.zip",
+            "bsdtar.zip",
+        ] {
             #expect(ok.contains(name), "\(name) is not an accepted fixture (is zip/bsdtar installed?)")
         }
         let hostile = ZipFixtures.names(ok: false)
         #expect(hostile.count >= 20)
-        #expect(Set(hostile.map { fixtures.expected[$0]! }).isSuperset(of: ["path-dot-component", "path-absolute", "entry-type", "limit-compression-ratio"]))
+        #expect(
+            Set(hostile.map { fixtures.expected[$0]! }).isSuperset(of: [
+                "path-dot-component", "path-absolute", "entry-type", "limit-compression-ratio",
+            ]))
     }
 
     @Test("the limits in Sandbox.Options are applied to bundles")
@@ -180,7 +194,9 @@ struct InstallTests {
         options.allowCorruptState = true
         let sandbox = try env.open(options)
         #expect(sandbox.stateProblem != nil)
-        expectStoreError("state-corrupt", "installing would replace the unreadable state.json with one that forgets 1.0.0") {
+        expectStoreError(
+            "state-corrupt", "installing would replace the unreadable state.json with one that forgets 1.0.0"
+        ) {
             try env.install(sandbox, "1.1.0")
         }
         #expect(try env.stateBytes() == garbage)

@@ -44,11 +44,13 @@ struct LockTests {
         try env.open().close()
 
         let ready = env.dir.url.appendingPathComponent("holder-ready").path
-        let holder = try Child("/usr/bin/python3", [
-            "-c",
-            "import fcntl, sys, time\nf = open(sys.argv[1], 'a')\nfcntl.flock(f, fcntl.LOCK_EX)\nopen(sys.argv[2], 'w').close()\ntime.sleep(30)\n",
-            env.layout.lock.string, ready,
-        ])
+        let holder = try Child(
+            "/usr/bin/python3",
+            [
+                "-c",
+                "import fcntl, sys, time\nf = open(sys.argv[1], 'a')\nfcntl.flock(f, fcntl.LOCK_EX)\nopen(sys.argv[2], 'w').close()\ntime.sleep(30)\n",
+                env.layout.lock.string, ready,
+            ])
         defer { holder.stop() }
         let deadline = Date().addingTimeInterval(10)
         while !FileManager.default.fileExists(atPath: ready), Date() < deadline { usleep(10_000) }
@@ -95,7 +97,8 @@ struct RecoveryTests {
         #expect(env.fileExists(part), "partial downloads are kept for Range resume")
         #expect(try env.stateBytes() == before)
         #expect(reopened.state[pid(sampleID)].active == ver("1.0.0"))
-        #expect(TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.0.0")), list: try env.list("1.0.0")) == [])
+        #expect(
+            TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.0.0")), list: try env.list("1.0.0")) == [])
     }
 
     @Test("temporary files of an interrupted list write are removed on open")
@@ -156,7 +159,8 @@ struct RecoveryTests {
         defer { env.cleanup() }
         try env.withSandbox { try env.install($0, "1.0.0") }
         let orphan = env.layout.tree(pid(sampleID), ver("1.1.0"))
-        try FileManager.default.copyItem(atPath: env.layout.tree(pid(sampleID), ver("1.0.0")).string, toPath: orphan.string)
+        try FileManager.default.copyItem(
+            atPath: env.layout.tree(pid(sampleID), ver("1.0.0")).string, toPath: orphan.string)
         let pinDir = env.layout.pinDirectory(pid(sampleID), ver("1.1.0"))
         try FileManager.default.createDirectory(atPath: pinDir.string, withIntermediateDirectories: true)
         let pin = pinDir.appending("\(getpid())-\(try processStartTime(getpid()))-1")
@@ -170,7 +174,10 @@ struct RecoveryTests {
 
     @Test(
         "a corrupt state.json makes open fail and is left byte for byte",
-        arguments: ["garbage \u{1}\u{2}\u{3}", "{\"schemaVersion\": 1, \"generation\": 3, \"packages\": {", "", "{\"schemaVersion\": 999, \"generation\": 1, \"packages\": {}}"])
+        arguments: [
+            "garbage \u{1}\u{2}\u{3}", "{\"schemaVersion\": 1, \"generation\": 3, \"packages\": {", "",
+            "{\"schemaVersion\": 999, \"generation\": 1, \"packages\": {}}",
+        ])
     func corruptState(_ text: String) throws {
         let env = try StoreEnv()
         defer { env.cleanup() }
@@ -235,7 +242,8 @@ struct DoctorTests {
             try env.install(sandbox, "1.0.0", id: otherID)
         }
         // 1.2.0, the highest, no longer verifies.
-        try Data("tampered".utf8).write(to: URL(fileURLWithPath: env.layout.tree(pid(sampleID), ver("1.2.0")).appending("index.html").string))
+        try Data("tampered".utf8).write(
+            to: URL(fileURLWithPath: env.layout.tree(pid(sampleID), ver("1.2.0")).appending("index.html").string))
         try Data("not json".utf8).write(to: URL(fileURLWithPath: env.layout.state.string))
         expectStoreError("state-corrupt") { _ = try env.open() }
 
@@ -245,7 +253,9 @@ struct DoctorTests {
         let report = try sandbox.doctor(repair: true)
         #expect(report.repaired)
         #expect(report.problems.contains { $0.hasPrefix("state.json") })
-        #expect(report.problems.contains { $0.contains("\(sampleID)@1.2.0") && $0.contains("index.html") }, "\(report.problems)")
+        #expect(
+            report.problems.contains { $0.contains("\(sampleID)@1.2.0") && $0.contains("index.html") },
+            "\(report.problems)")
         #expect(Set(report.verifiedVersions) == ["\(sampleID)@1.0.0", "\(sampleID)@1.1.0", "\(otherID)@1.0.0"])
 
         let state = try env.reader.state()
@@ -295,7 +305,8 @@ struct DoctorTests {
         let check = try sandbox.doctor(repair: false)
         #expect(!check.ok && !check.repaired)
         #expect(check.problems.count == 1, "\(check.problems)")
-        #expect(check.problems.allSatisfy { $0.contains("\(sampleID)@1.1.0") && $0.contains(file) }, "\(check.problems)")
+        #expect(
+            check.problems.allSatisfy { $0.contains("\(sampleID)@1.1.0") && $0.contains(file) }, "\(check.problems)")
         #expect(Set(check.verifiedVersions) == ["\(sampleID)@1.0.0", "\(sampleID)@1.2.0"])
         #expect(try env.stateBytes() == before)
 
@@ -317,13 +328,15 @@ struct DoctorTests {
         defer { env.cleanup() }
         let sandbox = try env.open()
         try env.installConfirmed(sandbox, ["1.0.0", "1.1.0", "1.2.0"])
-        try Data("x".utf8).write(to: URL(fileURLWithPath: env.layout.tree(pid(sampleID), ver("1.2.0")).appending("index.html").string))
+        try Data("x".utf8).write(
+            to: URL(fileURLWithPath: env.layout.tree(pid(sampleID), ver("1.2.0")).appending("index.html").string))
         let report = try sandbox.doctor(repair: true)
         #expect(report.problems.contains { $0.contains("\(sampleID)@1.2.0") && $0.contains("index.html") })
         let pkg = try env.reader.state()[pid(sampleID)]
         #expect(pkg.active == ver("1.1.0"))
         #expect(pkg.versions.map(\.version) == [ver("1.0.0"), ver("1.1.0")])
-        #expect(TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.1.0")), list: try env.list("1.1.0")) == [])
+        #expect(
+            TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver("1.1.0")), list: try env.list("1.1.0")) == [])
     }
 
     @Test("a missing version is reported even when another version's name starts with its name")
@@ -337,7 +350,8 @@ struct DoctorTests {
             _ = try sandbox.confirm(id: sampleID)
         }
         try FileManager.default.removeItem(atPath: env.layout.tree(pid(sampleID), ver("1.0.1")).string)
-        try Data("x".utf8).write(to: URL(fileURLWithPath: env.layout.tree(pid(sampleID), ver("1.0.10")).appending("index.html").string))
+        try Data("x".utf8).write(
+            to: URL(fileURLWithPath: env.layout.tree(pid(sampleID), ver("1.0.10")).appending("index.html").string))
         let report = try sandbox.doctor(repair: false)
         #expect(report.problems.contains { $0.hasPrefix("\(sampleID)@1.0.10: index.html") }, "\(report.problems)")
         #expect(report.problems.contains("\(sampleID)@1.0.1: in state.json but not on disk"), "\(report.problems)")
@@ -352,7 +366,8 @@ struct DoctorTests {
         try env.installConfirmed(sandbox, order)
         try env.installConfirmed(sandbox, ["1.0.0", "1.1.0"], id: otherID)
         // Damage elsewhere, so that repair runs.
-        try FileManager.default.removeItem(atPath: env.layout.tree(pid(otherID), ver("1.0.0")).appending("index.html").string)
+        try FileManager.default.removeItem(
+            atPath: env.layout.tree(pid(otherID), ver("1.0.0")).appending("index.html").string)
         #expect(try sandbox.doctor(repair: true).repaired)
 
         let pkg = try env.reader.state()[pid(sampleID)]
@@ -381,7 +396,8 @@ struct DoctorTests {
 extension FileList {
     /// Writes the list as the store records it.
     func write(to path: FilePath) throws {
-        try FileManager.default.createDirectory(atPath: path.removingLastComponent().string, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: path.removingLastComponent().string, withIntermediateDirectories: true)
         try ManifestCoding.encode(self).write(to: URL(fileURLWithPath: path.string))
     }
 }

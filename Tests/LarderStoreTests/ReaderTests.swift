@@ -48,7 +48,7 @@ struct ReaderTests {
         try env.withSandbox { try env.install($0, "1.0.0") }
         expectStoreError("unknown-package") { _ = try reader.pin(id: "ghost") }
         expectStoreError("bad-id") { _ = try reader.pin(id: "Not An ID") }
-        #expect(names(env.layout.pins).allSatisfy { $0 == sampleID } )
+        #expect(names(env.layout.pins).allSatisfy { $0 == sampleID })
         #expect(!env.fileExists(env.layout.pins.appending("ghost")))
         let lease = try reader.pin(id: sampleID)
         #expect(lease.version == ver("1.0.0"))

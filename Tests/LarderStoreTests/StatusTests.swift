@@ -55,8 +55,14 @@ struct StatusTests {
         _ = try sandbox.confirm(id: sampleID)
 
         let history = try #require(try env.reader.status().packages.first).history
-        #expect(history.map(\.event) == [.install, .activate, .confirm, .install, .activate, .failure, .rollback, .install, .activate, .confirm])
-        #expect(history.map { $0.version?.description ?? "-" } == ["1.0.0", "1.0.0", "1.0.0", "1.1.0", "1.1.0", "1.1.0", "1.0.0", "1.2.0", "1.2.0", "1.2.0"])
+        #expect(
+            history.map(\.event) == [
+                .install, .activate, .confirm, .install, .activate, .failure, .rollback, .install, .activate, .confirm,
+            ])
+        #expect(
+            history.map { $0.version?.description ?? "-" } == [
+                "1.0.0", "1.0.0", "1.0.0", "1.1.0", "1.1.0", "1.1.0", "1.0.0", "1.2.0", "1.2.0", "1.2.0",
+            ])
         #expect(history[4].from == ver("1.0.0"))
         #expect(history[5].reason == "404 on /app.js")
         #expect(history[6].from == ver("1.1.0"))

@@ -3,9 +3,9 @@ import LarderCore
 import LarderFileSystem
 import LarderPublish
 import LarderStore
+import LarderTestSupport
 import Logging
 import SystemPackage
-import LarderTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -102,7 +102,8 @@ struct SampleReleases: Sendable {
             for v in versions {
                 let catalog = "{\"id\": \"\(id)\", \"version\": \"\(v)\", \"items\": []}\n"
                 let report = try repository.publish(
-                    v, id: id, edit: { app in try Data(catalog.utf8).write(to: app.appendingPathComponent("data/catalog.json")) }
+                    v, id: id,
+                    edit: { app in try Data(catalog.utf8).write(to: app.appendingPathComponent("data/catalog.json")) }
                 ) { $0.routes = ["https://\(id).example.com/"] }
                 let bundle = try Data(contentsOf: URL(fileURLWithPath: repo.appending(report.bundle.path).string))
                 let listBytes = try Data(contentsOf: URL(fileURLWithPath: repo.appending(report.fileList.path).string))
@@ -208,8 +209,12 @@ final class StoreEnv {
 
     /// Installs a sample release (verified against its files.json unless `withList` is false).
     @discardableResult
-    func install(_ sandbox: Sandbox, _ version: String, id: String = sampleID, withList: Bool = true, force: Bool = false) throws -> InstallReport {
-        try sandbox.install(bundle: bundle(version, id: id), id: id, version: version, fileList: withList ? list(version, id: id) : nil, force: force)
+    func install(
+        _ sandbox: Sandbox, _ version: String, id: String = sampleID, withList: Bool = true, force: Bool = false
+    ) throws -> InstallReport {
+        try sandbox.install(
+            bundle: bundle(version, id: id), id: id, version: version, fileList: withList ? list(version, id: id) : nil,
+            force: force)
     }
 
     /// Installs each version in turn, confirming each one so the previous becomes the fallback.
@@ -323,7 +328,8 @@ func fields(_ o: HealthOutcome) -> [String?] { [o.id, o.active, o.health.rawValu
 /// Runs `body`, expecting a `StoreError` with `code`; returns the error.
 @discardableResult
 func expectStoreError(
-    _ code: String, _ comment: Comment? = nil, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void
+    _ code: String, _ comment: Comment? = nil, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws -> Void
 ) -> StoreError? {
     let error = #expect(throws: StoreError.self, comment, sourceLocation: sourceLocation) { try body() }
     if let error {

@@ -31,7 +31,9 @@ struct VerificationTests {
         return FileList(id: list.id, version: list.version, files: files)
     }
 
-    @Test("a file list that differs from the bundle is refused naming the path; the state is untouched", arguments: Tamper.allCases)
+    @Test(
+        "a file list that differs from the bundle is refused naming the path; the state is untouched",
+        arguments: Tamper.allCases)
     func mismatch(_ how: Tamper) throws {
         let env = try StoreEnv()
         defer { env.cleanup() }
@@ -94,11 +96,15 @@ struct VerificationTests {
         altered.replaceSubrange(range, with: Data("<h1>HI</h1>".utf8))
 
         let contents: [(String, String)] = [
-            ("index.html", "<h1>hi</h1>"), ("css/app.css", String(repeating: "body{}", count: 50)), ("caf\u{e9}/na\u{ef}ve.txt", "x"),
+            ("index.html", "<h1>hi</h1>"), ("css/app.css", String(repeating: "body{}", count: 50)),
+            ("caf\u{e9}/na\u{ef}ve.txt", "x"),
         ]
         let list = FileList(
             id: pid("fixture"), version: ver("1.0.0"),
-            files: contents.map { FileEntry(path: RelativePath($0.0)!, size: Int64($0.1.utf8.count), sha256: SHA256Digest.of(Data($0.1.utf8))) })
+            files: contents.map {
+                FileEntry(
+                    path: RelativePath($0.0)!, size: Int64($0.1.utf8.count), sha256: SHA256Digest.of(Data($0.1.utf8)))
+            })
 
         let env = try StoreEnv()
         defer { env.cleanup() }
@@ -112,7 +118,9 @@ struct VerificationTests {
         }
         #expect(error?.description.contains("index.html") == true)
         // Without a list, the zip's own CRC-32 does.
-        let crc = #expect(throws: StoreError.self) { _ = try sandbox.install(bundle: bad, id: "fixture", version: "1.0.0") }
+        let crc = #expect(throws: StoreError.self) {
+            _ = try sandbox.install(bundle: bad, id: "fixture", version: "1.0.0")
+        }
         #expect(crc?.code != nil && crc?.code != "verification-failed")
         #expect(sandbox.state.packages.isEmpty)
         #expect(names(env.layout.packages) == [] || names(env.layout.packages.appending("fixture")) == [])
@@ -123,7 +131,9 @@ struct VerificationTests {
         #expect(report.outcome == .installed && report.verifiedAgainstFileList)
     }
 
-    @Test("a file list of another version or another package is refused", arguments: [("1.0.0", sampleID), ("1.1.0", otherID)])
+    @Test(
+        "a file list of another version or another package is refused",
+        arguments: [("1.0.0", sampleID), ("1.1.0", otherID)])
     func foreignList(_ listVersion: String, _ listID: String) throws {
         let env = try StoreEnv()
         defer { env.cleanup() }

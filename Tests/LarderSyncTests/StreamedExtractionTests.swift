@@ -1,10 +1,11 @@
 import Foundation
 import LarderCore
 import LarderStore
-@testable import LarderFetch
-@testable import LarderSync
 import SystemPackage
 import Testing
+
+@testable import LarderFetch
+@testable import LarderSync
 
 /// A transport over a file:// repository that delivers a bundle in steps the test controls, to
 /// observe extraction while the download is still under way. Documents come from the real
@@ -36,9 +37,13 @@ final class PacedTransport: Transport, @unchecked Sendable {
         try await FileTransport().document(url, etag: etag, maxBytes: maxBytes)
     }
 
-    func download(_ url: URL, to part: FilePath, expecting: LarderFetch.Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
+    func download(
+        _ url: URL, to part: FilePath, expecting: LarderFetch.Expectation, progress: ProgressHandler?,
+        watch: GrowingPart?
+    ) async throws(FetchError) {
         guard url.path.hasSuffix(".zip") else {
-            return try await FileTransport().download(url, to: part, expecting: expecting, progress: progress, watch: watch)
+            return try await FileTransport().download(
+                url, to: part, expecting: expecting, progress: progress, watch: watch)
         }
         let data: Data
         do { data = try Data(contentsOf: url) } catch { throw .io("\(error)") }
@@ -95,7 +100,10 @@ struct SilentTransport: Transport {
         try await FileTransport().document(url, etag: etag, maxBytes: maxBytes)
     }
 
-    func download(_ url: URL, to part: FilePath, expecting: LarderFetch.Expectation, progress: ProgressHandler?, watch: GrowingPart?) async throws(FetchError) {
+    func download(
+        _ url: URL, to part: FilePath, expecting: LarderFetch.Expectation, progress: ProgressHandler?,
+        watch: GrowingPart?
+    ) async throws(FetchError) {
         try await FileTransport().download(url, to: part, expecting: expecting, progress: progress, watch: nil)
     }
 }

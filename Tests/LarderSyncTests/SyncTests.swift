@@ -1,13 +1,13 @@
 import Foundation
 import LarderArchive
 import LarderCore
+import LarderFetch
 import LarderFileSystem
 import LarderPublish
 import LarderStore
-import LarderFetch
 import LarderSync
-import SystemPackage
 import LarderTestSupport
+import SystemPackage
 import Testing
 
 let packageRoot = TestPaths.packageRoot
@@ -32,16 +32,22 @@ final class SyncEnv: @unchecked Sendable {
 
     /// Packs a copy of the sample app whose catalogue names `catalog` (default: the version).
     @discardableResult
-    func publish(_ version: String, id: String = "sample-app", catalog: String? = nil, deps: [String] = [], ttl: TimeInterval = 30 * 86400, at: Date? = nil) throws -> PackReport {
-        try repository.publish(version, id: id, edit: SampleRepository.setCatalogVersion(catalog ?? version), at: at ?? clock) {
+    func publish(
+        _ version: String, id: String = "sample-app", catalog: String? = nil, deps: [String] = [],
+        ttl: TimeInterval = 30 * 86400, at: Date? = nil
+    ) throws -> PackReport {
+        try repository.publish(
+            version, id: id, edit: SampleRepository.setCatalogVersion(catalog ?? version), at: at ?? clock
+        ) {
             $0.dependencies = deps
             $0.timeToLive = ttl
         }
     }
 
     func initialise(keys: [PublicKey]? = nil) throws {
-        _ = try SyncConfig.initialise(root: root, repository: repo.absoluteString, keys: keys ?? [key.publicKey], channel: "stable",
-                                      appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
+        _ = try SyncConfig.initialise(
+            root: root, repository: repo.absoluteString, keys: keys ?? [key.publicKey], channel: "stable",
+            appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
     }
 
     func sync(transport: (any Transport)? = nil) async throws(SyncError) -> SyncReport {
@@ -81,8 +87,12 @@ struct SyncTests {
         #expect(try env.active() == "2.0.0")
         // The assembled tree is exact.
         let layout = SandboxLayout(root: env.root)
-        let list = try ManifestCoding.decode(FileList.self, from: AtomicFile.read(layout.list(PackageID("sample-app")!, SemanticVersion("2.0.0")!)), document: "l")
-        #expect(TreeCheck.problems(tree: layout.tree(PackageID("sample-app")!, SemanticVersion("2.0.0")!), list: list) == [])
+        let list = try ManifestCoding.decode(
+            FileList.self, from: AtomicFile.read(layout.list(PackageID("sample-app")!, SemanticVersion("2.0.0")!)),
+            document: "l")
+        #expect(
+            TreeCheck.problems(tree: layout.tree(PackageID("sample-app")!, SemanticVersion("2.0.0")!), list: list) == []
+        )
 
         _ = try Publisher(key: env.key).revoke(id: "sample-app", version: "2.0.0", repository: FilePath(env.repo.path))
         let third = try await env.sync()
@@ -99,7 +109,9 @@ struct SyncTests {
         try env.initialise()
         let first = RecordingTransport()
         _ = try await env.sync(transport: first)
-        #expect(first.calls.first == .document(url: env.repo.appendingPathComponent("index.json").absoluteString, etag: nil))
+        #expect(
+            first.calls.first == .document(url: env.repo.appendingPathComponent("index.json").absoluteString, etag: nil)
+        )
         #expect(first.calls.filter { if case .download = $0 { true } else { false } }.count == 1, "\(first.calls)")
 
         let again = RecordingTransport()
@@ -120,7 +132,10 @@ struct SyncTests {
         // One file of the sample app changes from version to version (data/catalog.json).
         #expect(downloads.count == 1 && downloads.allSatisfy { $0.contains("/objects/") }, "\(downloads)")
         let documents = update.calls.compactMap { if case .document(let u, _) = $0 { u } else { nil } }
-        #expect(documents.map { URL(string: $0)?.lastPathComponent ?? "" } == ["index.json", "index.json.sig", "files.json"])
+        #expect(
+            documents.map { URL(string: $0)?.lastPathComponent ?? "" } == [
+                "index.json", "index.json.sig", "files.json",
+            ])
     }
 
     @Test("a failed object download fails its package with the transport's code; the next sync resumes and succeeds")
@@ -133,7 +148,8 @@ struct SyncTests {
         try env.publish("1.1.0")
         // Every object 1.1.0 adds answers 503; the index, signature and list come through.
         let objects = FailingTransport(
-            failing: Dictionary(uniqueKeysWithValues: try changedObjects(env).map { ($0, FetchError.status(url: $0, code: 503)) }),
+            failing: Dictionary(
+                uniqueKeysWithValues: try changedObjects(env).map { ($0, FetchError.status(url: $0, code: 503)) }),
             forwardingTo: FileTransport())
         let r = try await env.sync(transport: objects)
         #expect(r.hasFailures && r.packages.first?.code == "http-status", "\(r)")
@@ -146,10 +162,13 @@ struct SyncTests {
     func changedObjects(_ env: SyncEnv) throws -> [String] {
         func list(_ v: String) throws -> FileList {
             try ManifestCoding.decode(
-                FileList.self, from: AtomicFile.read(try env.repository.fileList("sample-app", v)), document: "files.json")
+                FileList.self, from: AtomicFile.read(try env.repository.fileList("sample-app", v)),
+                document: "files.json")
         }
         let old = Set(try list("1.0.0").files.map(\.sha256))
-        return try list("1.1.0").files.filter { !old.contains($0.sha256) }.map { RepositoryLayout.objectPath($0.sha256) }
+        return try list("1.1.0").files.filter { !old.contains($0.sha256) }.map {
+            RepositoryLayout.objectPath($0.sha256)
+        }
     }
 
     @Test func untrustedAndTamperedIndex() async throws {
@@ -164,7 +183,8 @@ struct SyncTests {
         // Edit the index after signing: refused, 1.0.0 stays.
         try env.publish("2.0.0")
         let indexURL = env.repo.appendingPathComponent("index.json")
-        let text = try String(contentsOf: indexURL, encoding: .utf8).replacingOccurrences(of: "\"percent\" : 100", with: "\"percent\" : 99")
+        let text = try String(contentsOf: indexURL, encoding: .utf8).replacingOccurrences(
+            of: "\"percent\" : 100", with: "\"percent\" : 99")
         try Data(text.utf8).write(to: indexURL)
         do {
             _ = try await env.sync()
@@ -199,11 +219,13 @@ struct SyncTests {
         // Same serial, different (validly signed) bytes.
         try FileManager.default.removeItem(at: env.repo)
         try FileManager.default.moveItem(at: current, to: env.repo)
-        var idx = try ManifestCoding.decode(RepositoryIndex.self, from: Data(contentsOf: env.repo.appendingPathComponent("index.json")), document: "i")
+        var idx = try ManifestCoding.decode(
+            RepositoryIndex.self, from: Data(contentsOf: env.repo.appendingPathComponent("index.json")), document: "i")
         idx.packages[0].rollout.percent = 50
         let bytes = try ManifestCoding.encode(idx)
         try bytes.write(to: env.repo.appendingPathComponent("index.json"))
-        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [env.key])).write(to: env.repo.appendingPathComponent("index.json.sig"))
+        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [env.key])).write(
+            to: env.repo.appendingPathComponent("index.json.sig"))
         do {
             _ = try await env.sync()
             Issue.record("a reused serial must be refused")
@@ -242,8 +264,12 @@ struct SyncTests {
         let report = try await env.sync()
         #expect(report.hasFailures)
         let by = Dictionary(report.packages.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
-        #expect(by["ui"]?.outcome == .failed && by["ui"]?.reason.contains("sha256") == true, "\(String(describing: by["ui"]))")
-        #expect(by["app"]?.outcome == .failed && by["app"]?.reason.contains("dependency group") == true, "\(String(describing: by["app"]))")
+        #expect(
+            by["ui"]?.outcome == .failed && by["ui"]?.reason.contains("sha256") == true,
+            "\(String(describing: by["ui"]))")
+        #expect(
+            by["app"]?.outcome == .failed && by["app"]?.reason.contains("dependency group") == true,
+            "\(String(describing: by["app"]))")
         #expect(by["other"]?.outcome == .done)
         #expect(try env.active("other") == "1.0.0")
         #expect(try env.active("app") == nil && env.active("ui") == nil)
@@ -265,7 +291,8 @@ struct SyncTests {
         try env.initialise()
         _ = try await env.sync()
         let newKey = PrivateKey()
-        let rotation = try Publisher(key: env.key, coSigners: [newKey]).rotateKeys(to: [newKey.publicKey], repository: FilePath(env.repo.path))
+        let rotation = try Publisher(key: env.key, coSigners: [newKey]).rotateKeys(
+            to: [newKey.publicKey], repository: FilePath(env.repo.path))
         #expect(rotation.keys == [newKey.publicKey.keyID])
         _ = try await env.sync()
         let config = try SyncConfig.load(root: env.root)
@@ -273,19 +300,24 @@ struct SyncTests {
         // The new key alone now publishes, and the device follows.
         let src = env.dir.appendingPathComponent("src-rot")
         try FileManager.default.copyItem(at: packageRoot.appendingPathComponent("Examples/sample-app"), to: src)
-        try Data("{\"version\": \"2.0.0\", \"items\": []}\n".utf8).write(to: src.appendingPathComponent("data/catalog.json"))
-        _ = try Publisher(key: newKey).pack(PackRequest(source: FilePath(src.path), repository: FilePath(env.repo.path), id: "sample-app", version: "2.0.0"))
+        try Data("{\"version\": \"2.0.0\", \"items\": []}\n".utf8).write(
+            to: src.appendingPathComponent("data/catalog.json"))
+        _ = try Publisher(key: newKey).pack(
+            PackRequest(
+                source: FilePath(src.path), repository: FilePath(env.repo.path), id: "sample-app", version: "2.0.0"))
         let after = try await env.sync()
         #expect(after.hasFailures == false)
         #expect(try env.active() == "2.0.0")
         // An attacker's "rotation" signed by its own key is refused outright.
         let attacker = PrivateKey()
-        var idx = try ManifestCoding.decode(RepositoryIndex.self, from: Data(contentsOf: env.repo.appendingPathComponent("index.json")), document: "i")
+        var idx = try ManifestCoding.decode(
+            RepositoryIndex.self, from: Data(contentsOf: env.repo.appendingPathComponent("index.json")), document: "i")
         idx.serial += 1
         idx.keys = [KeyFile(public: attacker.publicKey)]
         let bytes = try ManifestCoding.encode(idx)
         try bytes.write(to: env.repo.appendingPathComponent("index.json"))
-        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [attacker])).write(to: env.repo.appendingPathComponent("index.json.sig"))
+        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [attacker])).write(
+            to: env.repo.appendingPathComponent("index.json.sig"))
         do {
             _ = try await env.sync()
             Issue.record("a rotation signed by an untrusted key must be refused")
@@ -308,7 +340,9 @@ struct SyncTests {
         try env.publish("2.0.0", id: "b", catalog: "same-new-content")
         let r = try await env.sync()
         #expect(r.hasFailures == false, "\(r)")
-        #expect(r.packages.filter { $0.action == .update }.allSatisfy { $0.outcome == .done && $0.method == .objects }, "\(r)")
+        #expect(
+            r.packages.filter { $0.action == .update }.allSatisfy { $0.outcome == .done && $0.method == .objects },
+            "\(r)")
         #expect(try env.active("a") == "2.0.0" && env.active("b") == "2.0.0")
     }
 
