@@ -153,32 +153,8 @@ public struct Publisher: Sendable {
     /// Packs `request.source` as a new version into `request.repository`.
     public func pack(_ request: PackRequest) throws(PublishError) -> PackReport {
         // 1. Everything that can be refused without touching the disk.
-        guard let id = PackageID(request.id) else { throw .badID(request.id) }
-        guard let version = SemanticVersion(request.version) else { throw .badVersion(request.version) }
-        guard Channel.isValid(request.channel) else { throw .badChannel(request.channel) }
-        // Routes are stored normalised, so the signed index has one spelling per prefix.
-        var routes: [String] = []
-        for r in request.routes {
-            guard let prefix = RoutePrefix(r) else { throw .badRoute(r, reason: RoutePrefix.problem(r) ?? "invalid") }
-            routes.append(prefix.description)
-        }
-        guard (0...100).contains(request.rolloutPercent) else { throw .badRollout(request.rolloutPercent) }
-        var minClient: SemanticVersion?
-        if let m = request.minClientVersion {
-            guard let v = SemanticVersion(m) else { throw .badVersion(m) }
-            minClient = v
-        }
-        let dependencies = try request.dependencies.map { text throws(PublishError) -> Dependency in
-            guard let at = text.firstIndex(of: "@"), let depID = PackageID(String(text[..<at])),
-                let range = VersionRange(String(text[text.index(after: at)...]))
-            else { throw .badDependency(text) }
-            return Dependency(id: depID, range: range)
-        }
-        let entryPath: RelativePath
-        switch RelativePath.validate(request.entry, limits: request.limits) {
-        case .success(let p): entryPath = p
-        case .failure(let problem): throw .badName(path: request.entry, problem: problem)
-        }
+        let valid = try Self.validate(request)
+        let (id, version, entryPath) = (valid.id, valid.version, valid.entry)
 
         // 2. The repository as it stands (completing an interrupted publication first), under
         // the publishers' lock.
@@ -234,39 +210,17 @@ public struct Publisher: Sendable {
             sha256: SHA256Digest.of(fileListData))
 
         // 5. Objects the repository lacks (content-addressed, so writing one is idempotent).
-        var objectsWritten = 0
-        var objectsReused = 0
-        var objectBytes: Int64 = 0
-        var seen: Set<SHA256Digest> = []
-        for (file, source) in zip(fileList.files, tree.files.map(\.source)) where seen.insert(file.sha256).inserted {
-            let objectPath = layout.resolve(RepositoryLayout.objectPath(file.sha256))
-            if AtomicFile.exists(objectPath) {
-                objectsReused += 1
-                continue
-            }
-            try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(objectPath.removingLastComponent()) }
-            let result: (size: Int64, sha256: SHA256Digest, compressedSize: Int64)
-            do { result = try Gzip.compressFile(source, to: objectPath) } catch {
-                if case .io(let e) = error { throw .io(e) }
-                throw .compression(path: source.string, detail: error.description)
-            }
-            guard result.size == file.size, result.sha256 == file.sha256 else {
-                try? SystemCalls.unlink(objectPath)
-                throw .changedWhilePacking(path: file.path.string)
-            }
-            objectsWritten += 1
-            objectBytes += result.compressedSize
-        }
+        let objects = try writeObjects(fileList, sources: tree.files.map(\.source), layout: layout)
 
         // 6. The new index, checked against the rules before anything becomes visible.
         var index = current ?? RepositoryIndex(serial: 0, expires: now(), packages: [])
         let previous = index.packages.first { $0.id == id && $0.channel == request.channel }
         let entry = PackageEntry(
-            id: id, version: version, routes: routes, entry: entryPath.string,
+            id: id, version: version, routes: valid.routes, entry: entryPath.string,
             spaFallback: request.spaFallback, policy: request.policy, bundle: bundleRef, files: fileListRef,
-            minClientVersion: minClient, channel: request.channel,
+            minClientVersion: valid.minClientVersion, channel: request.channel,
             rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(id)@\(version)"),
-            mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: dependencies)
+            mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: valid.dependencies)
         index.packages.removeAll { $0.id == id && $0.channel == request.channel }
         index.packages.append(entry)
         if let issue = IndexRules.issues(index).first { throw .indexRule(issue) }
@@ -287,13 +241,87 @@ public struct Publisher: Sendable {
             "packed",
             metadata: [
                 "id": "\(id)", "version": "\(version)", "serial": "\(published.serial)",
-                "objectsWritten": "\(objectsWritten)",
+                "objectsWritten": "\(objects.written)",
             ])
         return PackReport(
             id: id.rawValue, version: version.description, channel: request.channel, serial: published.serial,
             expires: published.expires, bundle: bundleRef, fileList: fileListRef, fileCount: fileList.files.count,
-            totalSize: fileList.totalSize, objectsWritten: objectsWritten, objectsReused: objectsReused,
-            objectBytesWritten: objectBytes, signedBy: key.publicKey.keyID)
+            totalSize: fileList.totalSize, objectsWritten: objects.written, objectsReused: objects.reused,
+            objectBytesWritten: objects.bytes, signedBy: key.publicKey.keyID)
+    }
+
+    /// A pack request's values, parsed and checked.
+    struct ValidatedRequest {
+        let id: PackageID
+        let version: SemanticVersion
+        /// The routes in normalised form (the signed index has one spelling per prefix).
+        let routes: [String]
+        let minClientVersion: SemanticVersion?
+        let dependencies: [Dependency]
+        let entry: RelativePath
+    }
+
+    /// Everything in a request that can be refused without touching the disk.
+    static func validate(_ request: PackRequest) throws(PublishError) -> ValidatedRequest {
+        guard let id = PackageID(request.id) else { throw .badID(request.id) }
+        guard let version = SemanticVersion(request.version) else { throw .badVersion(request.version) }
+        guard Channel.isValid(request.channel) else { throw .badChannel(request.channel) }
+        var routes: [String] = []
+        for r in request.routes {
+            guard let prefix = RoutePrefix(r) else { throw .badRoute(r, reason: RoutePrefix.problem(r) ?? "invalid") }
+            routes.append(prefix.description)
+        }
+        guard (0...100).contains(request.rolloutPercent) else { throw .badRollout(request.rolloutPercent) }
+        var minClient: SemanticVersion?
+        if let m = request.minClientVersion {
+            guard let v = SemanticVersion(m) else { throw .badVersion(m) }
+            minClient = v
+        }
+        let dependencies = try request.dependencies.map { text throws(PublishError) -> Dependency in
+            guard let at = text.firstIndex(of: "@"), let depID = PackageID(String(text[..<at])),
+                let range = VersionRange(String(text[text.index(after: at)...]))
+            else { throw .badDependency(text) }
+            return Dependency(id: depID, range: range)
+        }
+        let entryPath: RelativePath
+        switch RelativePath.validate(request.entry, limits: request.limits) {
+        case .success(let p): entryPath = p
+        case .failure(let problem): throw .badName(path: request.entry, problem: problem)
+        }
+        return ValidatedRequest(
+            id: id, version: version, routes: routes, minClientVersion: minClient, dependencies: dependencies,
+            entry: entryPath)
+    }
+
+    /// Writes the gzip object of every content of `fileList` the repository lacks (each checked
+    /// against the list as it is compressed: a source that changed meanwhile is refused).
+    func writeObjects(
+        _ fileList: FileList, sources: [FilePath], layout: RepositoryLayout
+    ) throws(PublishError) -> (written: Int, reused: Int, bytes: Int64) {
+        var written = 0
+        var reused = 0
+        var bytes: Int64 = 0
+        var seen: Set<SHA256Digest> = []
+        for (file, source) in zip(fileList.files, sources) where seen.insert(file.sha256).inserted {
+            let objectPath = layout.resolve(RepositoryLayout.objectPath(file.sha256))
+            if AtomicFile.exists(objectPath) {
+                reused += 1
+                continue
+            }
+            try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(objectPath.removingLastComponent()) }
+            let result: (size: Int64, sha256: SHA256Digest, compressedSize: Int64)
+            do { result = try Gzip.compressFile(source, to: objectPath) } catch {
+                if case .io(let e) = error { throw .io(e) }
+                throw .compression(path: source.string, detail: error.description)
+            }
+            guard result.size == file.size, result.sha256 == file.sha256 else {
+                try? SystemCalls.unlink(objectPath)
+                throw .changedWhilePacking(path: file.path.string)
+            }
+            written += 1
+            bytes += result.compressedSize
+        }
+        return (written, reused, bytes)
     }
 
     // MARK: revoke
