@@ -98,20 +98,117 @@ public enum ManifestCoding {
         }
     }
 
-    /// `2026-01-02T03:04:05Z`.
+    /// `2026-01-02T03:04:05Z`: UTC, whole seconds — the time is rounded to the millisecond, then
+    /// the milliseconds are dropped, as `ISO8601DateFormatter` does. Computed directly —
+    /// a formatter per date made encoding a large `state.json` spend most of its time building
+    /// formatters — and equal, byte for byte, to `ISO8601DateFormatter`'s output (a test checks).
     public static func formatRFC3339(_ date: Date) -> String {
+        let millis = (date.timeIntervalSince1970 * 1000).rounded()
+        let seconds = Int64((millis / 1000).rounded(.down))
+        let days = seconds >= 0 ? seconds / 86_400 : -((-seconds + 86_399) / 86_400)
+        let secondOfDay = seconds - days * 86_400
+        let (y, m, d) = civil(fromDays: days)
+        guard (0...9999).contains(y) else { return foundationFormat(date) }
+        var out = [UInt8]()
+        out.reserveCapacity(20)
+        func put(_ v: Int64, _ width: Int) {
+            var digits = [UInt8](repeating: 0x30, count: width)
+            var n = v
+            for i in stride(from: width - 1, through: 0, by: -1) {
+                digits[i] = 0x30 + UInt8(n % 10)
+                n /= 10
+            }
+            out += digits
+        }
+        put(y, 4)
+        out.append(0x2D)
+        put(m, 2)
+        out.append(0x2D)
+        put(d, 2)
+        out.append(0x54)
+        put(secondOfDay / 3600, 2)
+        out.append(0x3A)
+        put(secondOfDay / 60 % 60, 2)
+        out.append(0x3A)
+        put(secondOfDay % 60, 2)
+        out.append(0x5A)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Parses RFC 3339 with or without fractional seconds, any offset. The form Larder writes
+    /// (`YYYY-MM-DDTHH:MM:SSZ`, in range) is read directly; anything else goes to
+    /// `ISO8601DateFormatter`, so every input gets the same answer as before.
+    public static func parseRFC3339(_ text: String) -> Date? {
+        if let d = parseCanonical(text) { return d }
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        if let d = f.date(from: text) { return d }
+        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return f.date(from: text)
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SSZ` with every field in range (seconds 0–59), else nil.
+    static func parseCanonical(_ text: String) -> Date? {
+        // A native string's bytes are contiguous; any other goes the slow way (nil here).
+        let parsed = text.utf8.withContiguousStorageIfAvailable { b -> Date? in
+            guard b.count == 20, b[4] == 0x2D, b[7] == 0x2D, b[10] == 0x54, b[13] == 0x3A, b[16] == 0x3A,
+                b[19] == 0x5A
+            else { return nil }
+            func number(_ from: Int, _ count: Int) -> Int64? {
+                var v: Int64 = 0
+                for i in from..<(from + count) {
+                    let c = b[i]
+                    guard c >= 0x30, c <= 0x39 else { return nil }
+                    v = v * 10 + Int64(c - 0x30)
+                }
+                return v
+            }
+            guard let y = number(0, 4), let m = number(5, 2), let d = number(8, 2), let hh = number(11, 2),
+                let mm = number(14, 2), let ss = number(17, 2), (1...12).contains(m), d >= 1,
+                d <= daysInMonth(y, m), hh < 24, mm < 60, ss < 60
+            else { return nil }
+            let days = Self.days(fromCivil: y, m, d)
+            return Date(timeIntervalSince1970: Double(days * 86_400 + hh * 3600 + mm * 60 + ss))
+        }
+        return parsed ?? nil
+    }
+
+    private static func foundationFormat(_ date: Date) -> String {
         let f = ISO8601DateFormatter()
         f.formatOptions = [.withInternetDateTime]
         f.timeZone = TimeZone(identifier: "UTC")
         return f.string(from: date)
     }
 
-    /// Parses RFC 3339 with or without fractional seconds, any offset.
-    public static func parseRFC3339(_ text: String) -> Date? {
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime]
-        if let d = f.date(from: text) { return d }
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return f.date(from: text)
+    private static func daysInMonth(_ y: Int64, _ m: Int64) -> Int64 {
+        switch m {
+        case 2: (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
+    }
+
+    /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+    static func days(fromCivil year: Int64, _ month: Int64, _ day: Int64) -> Int64 {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = (month + 9) % 12
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+
+    /// The proleptic Gregorian date of a day count since 1970-01-01 (`civil_from_days`).
+    static func civil(fromDays days: Int64) -> (Int64, Int64, Int64) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (m <= 2 ? yoe + era * 400 + 1 : yoe + era * 400, m, d)
     }
 }

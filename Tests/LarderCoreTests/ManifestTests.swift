@@ -1,6 +1,7 @@
 import Foundation
-import LarderCore
 import Testing
+
+@testable import LarderCore
 
 /// The repository's `manifests/` folder, found from this file's path.
 let manifestsDirectory = URL(fileURLWithPath: #filePath)
@@ -215,5 +216,57 @@ struct IndexRulesTests {
         #expect(codes.contains("route-conflict"))
         #expect(codes.contains("missing-dependency"))
         #expect(codes.contains("bad-layout"))
+    }
+}
+
+@Suite("RFC 3339 dates without a formatter per value")
+struct DateCodingTests {
+    static func reference(_ date: Date) -> String {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        f.timeZone = TimeZone(identifier: "UTC")
+        return f.string(from: date)
+    }
+
+    @Test(
+        "formatting equals ISO8601DateFormatter's, byte for byte, over 20,000 dates (fractions, leap years, 1970–9999)")
+    func formatMatchesFoundation() {
+        var rng = SystemRandomNumberGenerator()
+        var dates: [Date] = [
+            Date(timeIntervalSince1970: 0), Date(timeIntervalSince1970: 951_782_400),  // 2000-02-29
+            Date(timeIntervalSince1970: 1_709_164_799.999), Date(timeIntervalSince1970: 4_102_444_800),
+            Date(timeIntervalSince1970: 253_402_300_799),  // 9999-12-31T23:59:59Z
+        ]
+        for _ in 0..<20_000 {
+            dates.append(Date(timeIntervalSince1970: Double.random(in: 0..<253_402_300_800, using: &rng)))
+        }
+        for d in dates {
+            #expect(ManifestCoding.formatRFC3339(d) == Self.reference(d), "\(d.timeIntervalSince1970)")
+        }
+    }
+
+    @Test("parsing the canonical form equals ISO8601DateFormatter's; other forms still parse as before")
+    func parseMatchesFoundation() {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<5_000 {
+            let text = Self.reference(
+                Date(timeIntervalSince1970: Double(Int64.random(in: 0..<253_402_300_800, using: &rng))))
+            #expect(ManifestCoding.parseCanonical(text) == f.date(from: text), "\(text)")
+            #expect(ManifestCoding.parseRFC3339(text) == f.date(from: text), "\(text)")
+        }
+        // Not the canonical form: the fast path declines, and Foundation decides as before.
+        for text in [
+            "2026-02-29T00:00:00Z", "2026-13-01T00:00:00Z", "2026-01-01T24:00:00Z", "2026-01-01T00:00:60Z",
+            "2026-01-01T00:00:00.5Z", "2026-01-01T08:00:00+08:00", "2026-01-01t00:00:00z", "26-01-01T00:00:00Z",
+        ] {
+            #expect(ManifestCoding.parseCanonical(text) == nil, "\(text)")
+        }
+        #expect(
+            ManifestCoding.parseRFC3339("2026-01-01T08:00:00+08:00")
+                == ManifestCoding.parseRFC3339("2026-01-01T00:00:00Z"))
+        #expect(ManifestCoding.parseRFC3339("2026-01-01T00:00:00.5Z") != nil)
+        #expect(ManifestCoding.parseRFC3339("not a date") == nil)
     }
 }
