@@ -72,7 +72,10 @@ public struct Syncer: Sendable {
             let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
             let (lists, failures) = await fetchLists(
                 first, index: index, transport: t, base: base, channel: ctx.channel)
-            let local = sandbox.localContents()
+            // The contents already held matter only to versions whose file list was fetched (to
+            // cost them, fetch what is missing and assemble); a sync with nothing new does not
+            // read every installed version's list.
+            let local = lists.isEmpty ? [:] : sandbox.localContents()
             let plan = filter(
                 Differ.plan(
                     index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: Set(local.keys)),

@@ -138,6 +138,29 @@ struct SyncTests {
             ])
     }
 
+    @Test("a no-change sync reads no installed version's file list; an update does")
+    func noChangeSyncReadsNoLists() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise()
+        _ = try await env.sync()
+        let lists = SandboxLayout(root: env.root).lists
+        // Every open under lists/ fails (and is counted); the store reads lists best-effort.
+        let probe = Fault.fail(kind: .open, nth: 1, times: 1_000, errno: .noSuchFileOrDirectory)
+        let unchanged = try await FaultInjector.withFaults(probe, under: lists) { scope in
+            let r = try await env.sync()
+            return (r, scope.hits)
+        }
+        #expect(!unchanged.0.indexChanged && unchanged.1 == [0], "\(unchanged)")
+        try env.publish("1.1.0")
+        let update = try await FaultInjector.withFaults(probe, under: lists) { scope in
+            let r = try await env.sync()
+            return (r, scope.hits)
+        }
+        #expect(update.0.indexChanged && (update.1.first ?? 0) > 0, "\(update)")
+    }
+
     @Test("a failed object download fails its package with the transport's code; the next sync resumes and succeeds")
     func failedObject() async throws {
         let env = try SyncEnv()
