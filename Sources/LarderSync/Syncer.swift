@@ -76,10 +76,15 @@ public struct Syncer: Sendable {
             // cost them, fetch what is missing and assemble); a sync with nothing new does not
             // read every installed version's list.
             let local = lists.isEmpty ? [:] : sandbox.localContents()
-            let plan = filter(
-                Differ.plan(
-                    index: index, state: sandbox.state, context: ctx, fileLists: lists, localContents: Set(local.keys)),
-                index)
+            // Without a fetched list the second plan would have the first one's inputs.
+            let plan =
+                lists.isEmpty
+                ? first
+                : filter(
+                    Differ.plan(
+                        index: index, state: sandbox.state, context: ctx, fileLists: lists,
+                        localContents: Set(local.keys)),
+                    index)
             return Prepared(
                 config: config, sandbox: sandbox, base: base, transport: t, index: index, indexChanged: changed,
                 context: ctx, lists: lists, listFailures: failures, local: local, plan: plan)
