@@ -141,6 +141,12 @@ let package = Package(
             dependencies: ["LarderCore", "LarderFileSystem", "LarderResolve", "LarderStore"],
             swiftSettings: strict
         ),
+        // The publisher side of the scale benchmark (scripts/bench --scale); not a product.
+        .executableTarget(
+            name: "larder-bench-scale",
+            dependencies: ["LarderCore", "LarderPublish"],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "larder",
             dependencies: [

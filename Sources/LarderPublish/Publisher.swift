@@ -152,40 +152,128 @@ public struct Publisher: Sendable {
 
     /// Packs `request.source` as a new version into `request.repository`.
     public func pack(_ request: PackRequest) throws(PublishError) -> PackReport {
+        let reports = try pack(batch: [request])
+        guard let report = reports.first else { throw .emptyTree(request.source.string) }
+        return report
+    }
+
+    /// Packs several versions into one repository under one newly signed index (one serial): a
+    /// release of many packages at once, whose cost does not grow with the number of packages
+    /// already published. Every request must name the same repository (a programming error
+    /// otherwise). Each is checked as `pack(_:)` checks one, against the index as the earlier
+    /// requests of the batch leave it; nothing becomes visible unless all are packed.
+    public func pack(batch requests: [PackRequest]) throws(PublishError) -> [PackReport] {
+        guard let repository = requests.first?.repository else { return [] }
+        precondition(requests.allSatisfy { $0.repository == repository }, "a batch packs into one repository")
         // 1. Everything that can be refused without touching the disk.
-        let valid = try Self.validate(request)
-        let (id, version, entryPath) = (valid.id, valid.version, valid.entry)
+        var valid: [ValidatedRequest] = []
+        for r in requests { valid.append(try Self.validate(r)) }
 
         // 2. The repository as it stands (completing an interrupted publication first), under
         // the publishers' lock.
-        let layout = RepositoryLayout(root: request.repository)
+        let layout = RepositoryLayout(root: repository)
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(layout.root) }
         let lock = try publishLock(layout)
         defer { lock.unlock() }
-        let current = try loadIndex(layout)
-        let versionRel = RepositoryLayout.versionPath(id, version)
-        if AtomicFile.exists(layout.resolve(versionRel))
-            || (current?.packages.contains { $0.id == id && $0.version == version } ?? false)
-        {
-            throw .versionExists(id: id.rawValue, version: version.description)
+        var index = try loadIndex(layout) ?? RepositoryIndex(serial: 0, expires: now(), packages: [])
+        var staged: [StagedVersion] = []
+        var placed = 0
+        defer { for s in staged.dropFirst(placed) { try? SystemCalls.removeTree(s.staging) } }
+        // Left by an interrupted pack (ours are made below, under the lock).
+        for id in Set(valid.map(\.id.rawValue)) { removeStaleStaging(in: layout.packages.appending(id)) }
+        for (request, v) in zip(requests, valid) {
+            try checkNew(v, channel: request.channel, in: index, layout)
+            // 3–5. The version assembled under a temporary name, and the objects it needs.
+            let s = try stage(request, v, layout)
+            staged.append(s)
+            // 6. The new index entry.
+            let previous = index.packages.first { $0.id == v.id && $0.channel == request.channel }
+            let entry = PackageEntry(
+                id: v.id, version: v.version, routes: v.routes, entry: v.entry.string,
+                spaFallback: request.spaFallback, policy: request.policy, bundle: s.bundle, files: s.fileList,
+                minClientVersion: v.minClientVersion, channel: request.channel,
+                rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(v.id)@\(v.version)"),
+                mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: v.dependencies)
+            index.packages.removeAll { $0.id == v.id && $0.channel == request.channel }
+            index.packages.append(entry)
         }
-        if let existing = current?.packages.first(where: { $0.id == id && $0.channel == request.channel }),
-            !(version > existing.version)
+        // Checked against the rules before anything becomes visible.
+        if let issue = IndexRules.issues(index).first { throw .indexRule(issue) }
+
+        // 7. Move each version into place (fails if it appeared meanwhile), then sign the index.
+        for s in staged {
+            try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(s.staging) }
+            do { try SystemCalls.rename(s.staging, to: s.versionDir) } catch {
+                if error.errno == .directoryNotEmpty || error.errno == .fileExists {
+                    throw .versionExists(id: s.id.rawValue, version: s.version.description)
+                }
+                throw .io(error)
+            }
+            placed += 1
+            try io { () throws(FileSystemError) in
+                try AtomicFile.syncDirectory(s.versionDir.removingLastComponent())
+            }
+        }
+        let published = try publish(&index, layout, ttl: requests.map(\.timeToLive).min() ?? 30 * 24 * 3600)
+        return zip(requests, staged).map { request, s in
+            logger.debug(
+                "packed",
+                metadata: [
+                    "id": "\(s.id)", "version": "\(s.version)", "serial": "\(published.serial)",
+                    "objectsWritten": "\(s.objects.written)",
+                ])
+            return PackReport(
+                id: s.id.rawValue, version: s.version.description, channel: request.channel,
+                serial: published.serial, expires: published.expires, bundle: s.bundle, fileList: s.fileList,
+                fileCount: s.fileCount, totalSize: s.totalSize, objectsWritten: s.objects.written,
+                objectsReused: s.objects.reused, objectBytesWritten: s.objects.bytes,
+                signedBy: key.publicKey.keyID)
+        }
+    }
+
+    /// Refuses a version that exists, or that is not above the newest on its channel.
+    func checkNew(_ v: ValidatedRequest, channel: String, in index: RepositoryIndex, _ layout: RepositoryLayout)
+        throws(PublishError)
+    {
+        let versionRel = RepositoryLayout.versionPath(v.id, v.version)
+        if AtomicFile.exists(layout.resolve(versionRel))
+            || index.packages.contains(where: { $0.id == v.id && $0.version == v.version })
+        {
+            throw .versionExists(id: v.id.rawValue, version: v.version.description)
+        }
+        if let existing = index.packages.first(where: { $0.id == v.id && $0.channel == channel }),
+            !(v.version > existing.version)
         {
             throw .versionNotNewer(
-                id: id.rawValue, version: version.description, newest: existing.version.description,
-                channel: request.channel)
+                id: v.id.rawValue, version: v.version.description, newest: existing.version.description,
+                channel: channel)
         }
+    }
 
-        // 3. The tree.
+    /// A version assembled under a temporary name, not yet visible.
+    struct StagedVersion {
+        let id: PackageID
+        let version: SemanticVersion
+        let staging: FilePath
+        let versionDir: FilePath
+        let bundle: BlobRef
+        let fileList: BlobRef
+        let fileCount: Int
+        let totalSize: Int64
+        let objects: (written: Int, reused: Int, bytes: Int64)
+    }
+
+    /// Scans the tree, writes the bundle and its file list into a staging directory beside the
+    /// version's place, checks the bundle with the device's reader, and writes the objects the
+    /// repository lacks. The staging directory is removed on failure.
+    func stage(_ request: PackRequest, _ v: ValidatedRequest, _ layout: RepositoryLayout) throws(PublishError)
+        -> StagedVersion
+    {
         let tree = try SourceTree.scan(request.source, limits: request.limits)
-        guard tree.files.contains(where: { $0.path == entryPath }) else { throw .entryMissing(entryPath.string) }
-
-        // 4. Assemble the version directory under a temporary name.
-        let packageDir = layout.packages.appending(id.rawValue)
+        guard tree.files.contains(where: { $0.path == v.entry }) else { throw .entryMissing(v.entry.string) }
+        let packageDir = layout.packages.appending(v.id.rawValue)
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(packageDir) }
-        removeStaleStaging(in: packageDir)
-        let staging = packageDir.appending(".\(version).staging-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let staging = packageDir.appending(".\(v.version).staging-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(staging) }
         var finished = false
         defer { if !finished { try? SystemCalls.removeTree(staging) } }
@@ -193,7 +281,7 @@ public struct Publisher: Sendable {
         let bundleFile = staging.appending("bundle.zip")
         let written: [FileEntry]
         do { written = try ZipWriter.write(tree.files, to: bundleFile) } catch { throw .archive(error) }
-        let fileList = FileList(id: id, version: version, files: written)
+        let fileList = FileList(id: v.id, version: v.version, files: written)
         // Self-check with the device's reader: what we publish, a device can install.
         let listing: ArchiveListing
         do { listing = try ZipReader(limits: request.limits).validate(bundleFile) } catch { throw .archive(error) }
@@ -203,51 +291,18 @@ public struct Publisher: Sendable {
         let fileListData = try encode(fileList)
         try io { () throws(FileSystemError) in try AtomicFile.write(fileListData, to: staging.appending("files.json")) }
         let bundleRef = BlobRef(
-            path: RepositoryLayout.bundlePath(id, version), size: try fileSize(bundleFile),
+            path: RepositoryLayout.bundlePath(v.id, v.version), size: try fileSize(bundleFile),
             sha256: try digest(of: bundleFile))
         let fileListRef = BlobRef(
-            path: RepositoryLayout.fileListPath(id, version), size: Int64(fileListData.count),
+            path: RepositoryLayout.fileListPath(v.id, v.version), size: Int64(fileListData.count),
             sha256: SHA256Digest.of(fileListData))
-
-        // 5. Objects the repository lacks (content-addressed, so writing one is idempotent).
+        // Objects the repository lacks (content-addressed, so writing one is idempotent).
         let objects = try writeObjects(fileList, sources: tree.files.map(\.source), layout: layout)
-
-        // 6. The new index, checked against the rules before anything becomes visible.
-        var index = current ?? RepositoryIndex(serial: 0, expires: now(), packages: [])
-        let previous = index.packages.first { $0.id == id && $0.channel == request.channel }
-        let entry = PackageEntry(
-            id: id, version: version, routes: valid.routes, entry: entryPath.string,
-            spaFallback: request.spaFallback, policy: request.policy, bundle: bundleRef, files: fileListRef,
-            minClientVersion: valid.minClientVersion, channel: request.channel,
-            rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(id)@\(version)"),
-            mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: valid.dependencies)
-        index.packages.removeAll { $0.id == id && $0.channel == request.channel }
-        index.packages.append(entry)
-        if let issue = IndexRules.issues(index).first { throw .indexRule(issue) }
-
-        // 7. Move the version into place (fails if it appeared meanwhile), then sign the index.
-        let versionDir = layout.resolve(versionRel)
-        try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(staging) }
-        do { try SystemCalls.rename(staging, to: versionDir) } catch {
-            if error.errno == .directoryNotEmpty || error.errno == .fileExists {
-                throw .versionExists(id: id.rawValue, version: version.description)
-            }
-            throw .io(error)
-        }
         finished = true
-        try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(packageDir) }
-        let published = try publish(&index, layout, ttl: request.timeToLive)
-        logger.debug(
-            "packed",
-            metadata: [
-                "id": "\(id)", "version": "\(version)", "serial": "\(published.serial)",
-                "objectsWritten": "\(objects.written)",
-            ])
-        return PackReport(
-            id: id.rawValue, version: version.description, channel: request.channel, serial: published.serial,
-            expires: published.expires, bundle: bundleRef, fileList: fileListRef, fileCount: fileList.files.count,
-            totalSize: fileList.totalSize, objectsWritten: objects.written, objectsReused: objects.reused,
-            objectBytesWritten: objects.bytes, signedBy: key.publicKey.keyID)
+        return StagedVersion(
+            id: v.id, version: v.version, staging: staging,
+            versionDir: layout.resolve(RepositoryLayout.versionPath(v.id, v.version)), bundle: bundleRef,
+            fileList: fileListRef, fileCount: fileList.files.count, totalSize: fileList.totalSize, objects: objects)
     }
 
     /// A pack request's values, parsed and checked.

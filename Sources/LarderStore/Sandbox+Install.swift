@@ -265,18 +265,47 @@ extension Sandbox {
     /// Forgets a package that left the index: its versions are deleted like gc deletes them
     /// (state first, then trees via trash), unless a session pins them.
     package func removePackage(id idText: String, reason: String) throws(StoreError) -> [String] {
+        let outcome = try removePackages([idText])
+        if let error = outcome.failed[idText] { throw error }
+        return outcome.removed[idText] ?? []
+    }
+
+    /// Forgets several packages with one state write, then deletes their trees (those no session
+    /// pins). Returns, per id, the versions deleted, and the ids refused (bad or unknown).
+    package func removePackages(_ ids: [String]) throws(StoreError) -> (
+        removed: [String: [String]], failed: [String: StoreError]
+    ) {
         try requireWritable()
-        guard let id = PackageID(idText) else { throw .badID(idText) }
-        guard let pkg = state.packages[id.rawValue] else { throw .unknownPackage(idText) }
-        state.packages[id.rawValue] = nil
-        try commit()
-        var removed: [String] = []
-        for v in pkg.versions where !Pins.isPinned(layout, id, v.version) {
-            try removeTree(id, v.version)
-            removed.append("\(id)@\(v.version)")
+        precondition(!deferringCommits, "trees are removed only after the state without them is durable")
+        var failed: [String: StoreError] = [:]
+        var gone: [(String, PackageID, PackageState)] = []
+        for text in ids {
+            guard let id = PackageID(text) else {
+                failed[text] = .badID(text)
+                continue
+            }
+            guard let pkg = state.packages[id.rawValue] else {
+                failed[text] = .unknownPackage(text)
+                continue
+            }
+            state.packages[id.rawValue] = nil
+            gone.append((text, id, pkg))
         }
-        _ = reason
-        return removed
+        guard !gone.isEmpty else { return ([:], failed) }
+        try commit()
+        var removed: [String: [String]] = [:]
+        for (text, id, pkg) in gone {
+            var list: [String] = []
+            for v in pkg.versions where !Pins.isPinned(layout, id, v.version) {
+                do throws(StoreError) { try removeTree(id, v.version) } catch {
+                    failed[text] = error
+                    break
+                }
+                list.append("\(id)@\(v.version)")
+            }
+            removed[text] = list
+        }
+        return (removed, failed)
     }
 
     /// Every content (SHA-256) present in an installed version, with one file that holds it.

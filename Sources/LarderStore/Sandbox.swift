@@ -46,6 +46,10 @@ public final class Sandbox {
     public internal(set) var stateProblem: String?
     let options: Options
     var lock: FileLock?
+    /// Set inside `batched`: `commit()` only notes that the state changed.
+    var deferringCommits = false
+    /// A state change waits for the commit that ends the batch.
+    var uncommitted = false
 
     private init(layout: SandboxLayout, state: SandboxState, options: Options, lock: FileLock) {
         self.layout = layout
@@ -116,12 +120,38 @@ public final class Sandbox {
 
     // MARK: state and recovery
 
-    /// Replaces state.json (temp → fsync → rename → fsync(dir)) with a new generation.
+    /// Replaces state.json (temp → fsync → rename → fsync(dir)) with a new generation; inside
+    /// `batched`, only notes the change for the batch's one commit.
     func commit() throws(StoreError) {
+        if deferringCommits {
+            uncommitted = true
+            return
+        }
         state.generation += 1
         let data = try encoded(state, "state.json")
         try io { () throws(FileSystemError) in try AtomicFile.write(data, to: layout.state) }
         GenerationFile.publish(layout, state.generation)
+    }
+
+    /// Runs `body` (a phase of a sync acting on many packages) with one durable state write for
+    /// all the changes it makes, instead of one per change: the state grows with the number of
+    /// packages, so a write per package made a sync quadratic. Crash-consistent all the same:
+    /// trees placed in the batch are unknown to the durable state until the batch's commit, so a
+    /// crash before it leaves every package on its old version (recovery removes those trees).
+    /// When the commit fails, the state in memory goes back to what is durable and the error is
+    /// thrown; the caller treats every change of the batch as not made.
+    package func batched(_ body: () -> Void) throws(StoreError) {
+        precondition(!deferringCommits, "batches do not nest")
+        let durable = state
+        deferringCommits = true
+        body()
+        deferringCommits = false
+        guard uncommitted else { return }
+        uncommitted = false
+        do throws(StoreError) { try commit() } catch {
+            state = durable
+            throw error
+        }
     }
 
     func knownPackage(_ text: String) throws(StoreError) -> PackageID {

@@ -221,6 +221,22 @@ public struct Syncer: Sendable {
     ) -> ([PackageID: Placement], [PackageID: PackageFailure]) {
         var placed: [PackageID: Placement] = [:]
         var failed: [PackageID: PackageFailure] = [:]
+        // One state write for every version placed (see `Sandbox.batched`).
+        do throws(StoreError) {
+            try p.sandbox.batched {
+                placeEach(changes, entries: entries, prepared: p, fetched: fetched, &placed, &failed)
+            }
+        } catch {
+            for id in placed.keys { failed[id] = .store(error) }
+            placed = [:]
+        }
+        return (placed, failed)
+    }
+
+    func placeEach(
+        _ changes: [PlanAction], entries: [PackageID: PackageEntry], prepared p: Prepared, fetched: Fetched,
+        _ placed: inout [PackageID: Placement], _ failed: inout [PackageID: PackageFailure]
+    ) {
         for a in changes {
             guard let list = p.lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
             let started = Date()
@@ -265,7 +281,6 @@ public struct Syncer: Sendable {
                 failed[a.id] = .store(error)
             }
         }
-        return (placed, failed)
     }
 
     /// Activates each dependency group whole, or not at all when a member failed; a revoked
@@ -273,6 +288,22 @@ public struct Syncer: Sendable {
     func activate(
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], sandbox: Sandbox, placed: [PackageID: Placement],
         failed: inout [PackageID: PackageFailure]
+    ) {
+        // One state write for every group (see `Sandbox.batched`); groups are independent, and a
+        // crash leaves each package on its old version or its new one.
+        var done: [PackageID] = []
+        do throws(StoreError) {
+            try sandbox.batched {
+                activateEach(changes, entries: entries, sandbox: sandbox, placed: placed, failed: &failed, done: &done)
+            }
+        } catch {
+            for id in done { failed[id] = .store(error) }
+        }
+    }
+
+    func activateEach(
+        _ changes: [PlanAction], entries: [PackageID: PackageEntry], sandbox: Sandbox, placed: [PackageID: Placement],
+        failed: inout [PackageID: PackageFailure], done: inout [PackageID]
     ) {
         var activated: Set<PackageID> = []
         for a in changes where !activated.contains(a.id) {
@@ -291,6 +322,7 @@ public struct Syncer: Sendable {
                             id: m.id.rawValue, version: from.description, reason: "revoked by the repository")
                     }
                 }
+                done += members.map(\.id)
             } catch {
                 for m in members { failed[m.id] = .store(error) }
             }
@@ -298,23 +330,28 @@ public struct Syncer: Sendable {
         }
     }
 
-    /// Forgets the packages that left the index (their trees go like gc deletes them).
+    /// Forgets the packages that left the index (their trees go like gc deletes them), with one
+    /// state write for all of them.
     func remove(_ plan: Plan, sandbox: Sandbox) -> [PackageResult] {
-        var results: [PackageResult] = []
-        for a in plan.actions where a.kind == .remove {
-            let started = Date()
+        let started = Date()
+        let removals = plan.actions.filter { $0.kind == .remove }
+        guard !removals.isEmpty else { return [] }
+        var failed: [String: StoreError] = [:]
+        do throws(StoreError) { failed = try sandbox.removePackages(removals.map(\.id.rawValue)).failed } catch {
+            for a in removals { failed[a.id.rawValue] = error }
+        }
+        let seconds = Date().timeIntervalSince(started) / Double(removals.count)
+        return removals.map { a in
             var r = PackageResult(
                 id: a.id.rawValue, action: .remove, from: a.from?.description, to: nil, method: nil, bytesFetched: 0,
-                bundleBytes: nil, seconds: 0, outcome: .done, reason: a.reason, code: nil)
-            do throws(StoreError) { _ = try sandbox.removePackage(id: a.id.rawValue, reason: a.reason) } catch {
+                bundleBytes: nil, seconds: seconds, outcome: .done, reason: a.reason, code: nil)
+            if let error = failed[a.id.rawValue] {
                 r.outcome = .failed
                 r.reason = error.description
                 r.code = error.code
             }
-            r.seconds = Date().timeIntervalSince(started)
-            results.append(r)
+            return r
         }
-        return results
     }
 
     /// Deletes downloaded objects once every placement that might share them is done, staged

@@ -1,0 +1,81 @@
+// The publisher side of the scale benchmark (scripts/bench --scale): writes a repository of many
+// small packages in one signed index, through `Publisher.pack(batch:)` (one serial for the whole
+// release, so making 10,000 packages costs 10,000 packs, not 10,000 index rewrites).
+//
+// Usage: larder-bench-scale REPO KEYFILE --packages N [--files F] [--version V] [--only I]
+//   Each package `pkg-NNNNN` holds F files (default 10: an entry page, scripts, styles, an
+//   image and data, 0.3–3 KB each, distinct per package and version) and routes
+//   https://pkg-NNNNN.bench.example/. `--only I` packs just package number I (an update of one
+//   package); sources are written under REPO/../scale-src and removed afterwards.
+import Foundation
+import LarderCore
+import LarderPublish
+import SystemPackage
+
+/// Ends with exit status `status` and `message` on stderr.
+func fail(_ message: String, status: Int32 = 1) -> Never {
+    FileHandle.standardError.write(Data("larder-bench-scale: \(message)\n".utf8))
+    exit(status)
+}
+
+let args = CommandLine.arguments
+guard args.count >= 3 else {
+    fail("usage: larder-bench-scale REPO KEYFILE --packages N [--files F] [--version V] [--only I]", status: 64)
+}
+func option(_ name: String) -> String? {
+    args.firstIndex(of: name).flatMap { $0 + 1 < args.count ? args[$0 + 1] : nil }
+}
+let repo = FilePath(args[1])
+let packages = option("--packages").flatMap(Int.init) ?? 100
+let files = max(2, option("--files").flatMap(Int.init) ?? 10)
+let version = option("--version") ?? "1.0.0"
+let only = option("--only").flatMap(Int.init)
+
+let key: PrivateKey
+do { key = try PublisherKeys.loadPrivateKey(FilePath(args[2])) } catch { fail("\(error)") }
+
+func id(_ p: Int) -> String { String(format: "pkg-%05d", p) }
+
+/// The relative path and text of file `j` of package `p` at `version`.
+func file(_ p: Int, _ j: Int) -> (String, String) {
+    let stamp = "\(id(p)) \(version) file \(j)"
+    let filler = String(repeating: "\(stamp) lorem ipsum dolor sit amet; ", count: 8 + (p * 7 + j * 13) % 64)
+    switch j {
+    case 0:
+        return (
+            "index.html", "<!doctype html><title>\(stamp)</title><script src=js/app.js></script>\n<p>\(filler)</p>\n"
+        )
+    case 1: return ("js/app.js", "console.log(\"\(stamp)\");\n// \(filler)\n")
+    default:
+        switch j % 4 {
+        case 0: return ("css/style-\(j).css", "/* \(filler) */ body { margin: \(j)px }\n")
+        case 1: return ("js/chunk-\(j).js", "export const v\(j) = \"\(stamp)\"; // \(filler)\n")
+        case 2: return ("img/icon-\(j).svg", "<svg xmlns='http://www.w3.org/2000/svg'><desc>\(filler)</desc></svg>\n")
+        default: return ("data/item-\(j).json", "{\"id\": \"\(stamp)\", \"text\": \"\(filler)\"}\n")
+        }
+    }
+}
+
+let sources = repo.removingLastComponent().appending("scale-src")
+try? FileManager.default.removeItem(atPath: sources.string)
+var requests: [PackRequest] = []
+for p in only.map({ [$0] }) ?? Array(0..<packages) {
+    let dir = sources.appending(id(p))
+    for j in 0..<files {
+        let (rel, text) = file(p, j)
+        let path = dir.appending(rel)
+        do {
+            try FileManager.default.createDirectory(
+                atPath: path.removingLastComponent().string, withIntermediateDirectories: true)
+            try Data(text.utf8).write(to: URL(fileURLWithPath: path.string))
+        } catch { fail("writing \(path): \(error)") }
+    }
+    var request = PackRequest(source: dir, repository: repo, id: id(p), version: version)
+    request.routes = ["https://\(id(p)).bench.example/"]
+    requests.append(request)
+}
+do {
+    let reports = try Publisher(key: key).pack(batch: requests)
+    print("packed \(reports.count) package(s) of \(files) files, serial \(reports.first?.serial ?? 0)")
+} catch { fail("\(error)") }
+try? FileManager.default.removeItem(atPath: sources.string)

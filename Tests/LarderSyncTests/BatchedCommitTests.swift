@@ -1,0 +1,96 @@
+import Foundation
+import LarderCore
+import LarderFileSystem
+import LarderPublish
+import LarderStore
+import LarderSync
+import LarderTestSupport
+import SystemPackage
+import Testing
+
+/// A sync writes the state once per phase (index, placement, activation), not once or twice per
+/// package: the state grows with the package count, so per-package writes made a first sync of
+/// 1,000 packages quadratic.
+@Suite("Sync: one state write per phase")
+struct BatchedCommitTests {
+    static let ids = (0..<6).map { "pkg-\($0)" }
+
+    /// Publishes `version` of every package of `ids` in one index (one serial).
+    func publishAll(_ env: SyncEnv, _ version: String) throws -> [PackReport] {
+        var requests: [PackRequest] = []
+        for id in Self.ids {
+            let src = try env.repository.source(id, version)
+            try SampleRepository.setCatalogVersion("\(id) \(version)")(src)
+            requests.append(
+                PackRequest(source: FilePath(src.path), repository: env.repository.path, id: id, version: version))
+        }
+        return try Publisher(key: env.key, now: { env.clock }).pack(batch: requests)
+    }
+
+    @Test("a batch publishes every package under one serial")
+    func batchPack() throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        let reports = try publishAll(env, "1.0.0")
+        #expect(reports.map(\.id) == Self.ids && Set(reports.map(\.serial)) == [1])
+        let updates = try publishAll(env, "1.1.0")
+        #expect(Set(updates.map(\.serial)) == [2])
+        // A version that exists is refused, and nothing of the batch becomes visible.
+        #expect(throws: PublishError.versionExists(id: "pkg-0", version: "1.1.0")) { try publishAll(env, "1.1.0") }
+    }
+
+    @Test("a first sync of six packages, and an update of all six, each write the state three times")
+    func threeWritesPerSync() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        _ = try publishAll(env, "1.0.0")
+        try env.initialise()
+        let first = try await env.sync()
+        #expect(!first.hasFailures && first.packages.count == Self.ids.count)
+        #expect(try env.state().generation == 3, "index, placement, activation")
+        _ = try publishAll(env, "1.1.0")
+        let update = try await env.sync()
+        #expect(!update.hasFailures && update.packages.allSatisfy { $0.action == .update && $0.outcome == .done })
+        #expect(try env.state().generation == 6)
+        #expect(try Self.ids.allSatisfy { try env.active($0) == "1.1.0" })
+    }
+
+    @Test("when the placement's one state write fails, every package stays as it was and the next sync installs all")
+    func placementWriteFails() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        _ = try publishAll(env, "1.0.0")
+        try env.initialise()
+        let layout = SandboxLayout(root: env.root)
+        // Renames onto state.json: the first records the index, the second the placements.
+        let fault = Fault.fail(kind: .rename, nth: 2, errno: .noSpace)
+        let report = try await FaultInjector.withFaults(fault, under: layout.state) { _ in try await env.sync() }
+        #expect(report.packages.count == Self.ids.count)
+        #expect(report.packages.allSatisfy { $0.outcome == .failed && $0.code == "io" }, "\(report.packages)")
+        let state = try env.state()
+        #expect(state.generation == 1 && state.packages.isEmpty, "\(state.packages.keys)")
+        // The trees renamed into place before the failed write are unknown to the state; the
+        // next open removes them, and the next sync installs everything.
+        let again = try await env.sync()
+        #expect(!again.hasFailures && again.packages.allSatisfy { $0.action == .install && $0.outcome == .done })
+        #expect(try Self.ids.allSatisfy { try env.active($0) == "1.0.0" })
+    }
+
+    @Test("when the activation's one state write fails, the versions stay placed and the next sync activates them")
+    func activationWriteFails() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        _ = try publishAll(env, "1.0.0")
+        try env.initialise()
+        let layout = SandboxLayout(root: env.root)
+        let fault = Fault.fail(kind: .rename, nth: 3, errno: .ioError)
+        let report = try await FaultInjector.withFaults(fault, under: layout.state) { _ in try await env.sync() }
+        #expect(report.packages.allSatisfy { $0.outcome == .failed }, "\(report.packages)")
+        let state = try env.state()
+        #expect(
+            state.generation == 2 && state.packages.values.allSatisfy { $0.active == nil && $0.versions.count == 1 })
+        let again = try await env.sync()
+        #expect(!again.hasFailures && again.packages.allSatisfy { $0.bytesFetched == 0 }, "\(again.packages)")
+        #expect(try Self.ids.allSatisfy { try env.active($0) == "1.0.0" })
+    }
+}
