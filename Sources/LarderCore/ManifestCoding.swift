@@ -61,11 +61,21 @@ public enum ManifestCoding {
             return d
         }
         do {
-            if let probe = try? decoder.decode(SchemaProbe.self, from: data), let v = probe.schemaVersion,
-                v != currentSchemaVersion
-            {
-                throw ManifestError.unsupportedSchema(document: document, found: v, supported: currentSchemaVersion)
+            // A document that says its schema version is decoded once (scanning a large state or
+            // index twice cost as much as decoding it); the probe runs only when decoding fails,
+            // so that another version is reported as such rather than as a malformed field.
+            if T.self is any SchemaVersioned.Type {
+                let value: T
+                do { value = try decoder.decode(T.self, from: data) } catch {
+                    try checkSchema(decoder, data, document)
+                    throw error
+                }
+                if let v = (value as? any SchemaVersioned)?.schemaVersion, v != currentSchemaVersion {
+                    throw ManifestError.unsupportedSchema(document: document, found: v, supported: currentSchemaVersion)
+                }
+                return value
             }
+            try checkSchema(decoder, data, document)
             return try decoder.decode(T.self, from: data)
         } catch let e as ManifestError {
             throw e
@@ -77,6 +87,15 @@ public enum ManifestCoding {
     }
 
     private struct SchemaProbe: Decodable { let schemaVersion: Int? }
+
+    /// Throws `unsupportedSchema` when the document declares a schema version other than ours.
+    private static func checkSchema(_ decoder: JSONDecoder, _ data: Data, _ document: String) throws {
+        if let probe = try? decoder.decode(SchemaProbe.self, from: data), let v = probe.schemaVersion,
+            v != currentSchemaVersion
+        {
+            throw ManifestError.unsupportedSchema(document: document, found: v, supported: currentSchemaVersion)
+        }
+    }
 
     static func describe(_ error: DecodingError) -> String {
         func path(_ p: [CodingKey]) -> String {
@@ -212,3 +231,15 @@ public enum ManifestCoding {
         return (m <= 2 ? yoe + era * 400 + 1 : yoe + era * 400, m, d)
     }
 }
+
+/// A document that carries its `schemaVersion` (decoded with the rest, so `ManifestCoding.decode`
+/// checks it without a second pass over the bytes).
+public protocol SchemaVersioned {
+    /// The document's format version.
+    var schemaVersion: Int { get }
+}
+
+extension RepositoryIndex: SchemaVersioned {}
+extension FileList: SchemaVersioned {}
+extension SignatureFile: SchemaVersioned {}
+extension SandboxState: SchemaVersioned {}

@@ -58,7 +58,7 @@ public final class Resolver: @unchecked Sendable {
         }
         rebuilding = true
         lock.unlock()
-        let fresh = try? Snapshot.load(root: root, schemes: schemes)
+        let fresh = try? Snapshot.load(root: root, schemes: schemes, reusing: snap)
         lock.lock()
         defer { lock.unlock() }
         rebuilding = false
@@ -69,11 +69,15 @@ public final class Resolver: @unchecked Sendable {
         return current
     }
 
-    /// Rebuilds the snapshot now, whatever the generation word says.
+    /// Rebuilds the snapshot now, whatever the generation word says (reusing the parts of the
+    /// current one that have not changed).
     @discardableResult
     public func reload() throws(StoreError) -> Snapshot {
         let token = watch.token()
-        let fresh = try Snapshot.load(root: root, schemes: schemes)
+        lock.lock()
+        let previous = current
+        lock.unlock()
+        let fresh = try Snapshot.load(root: root, schemes: schemes, reusing: previous)
         lock.lock()
         defer { lock.unlock() }
         seenToken = token

@@ -256,8 +256,10 @@ public struct ResourceLoader: Sendable {
         _ file: LocalFile, _ problem: OpenProblem, _ request: LoadRequest, snapshot: Snapshot,
         session: ResolverSession?, retried: Bool
     ) -> LoadResult {
-        let state = (try? SandboxReader(root: resolver.root).state()) ?? snapshot.state
-        let pkgState = state[file.package]
+        let pkgState =
+            (try? SandboxReader(root: resolver.root).servingState()).map {
+                $0.packages[file.package.rawValue] ?? ServingState.Versions(active: nil, fallback: nil)
+            } ?? snapshot.versions[file.package] ?? ServingState.Versions(active: nil, fallback: nil)
         let pinned = session?.versions[file.package] == file.version
         // Not the active version any more (an update or gc ran since the snapshot): resolve again
         // with the new state, once. A pinned version stays pinned.

@@ -5,66 +5,115 @@ import LarderStore
 import SystemPackage
 
 /// One immutable view of a sandbox for resolving: the route table of a state, the state's
-/// generation, and the state itself (for fallback versions). Built without taking the lock.
+/// generation, and each package's active and fallback versions. Built without taking the lock.
+///
+/// A rebuild reuses what has not changed since the snapshot it replaces: the serving settings
+/// while the accepted index file is the same file, and each package's routed files while its
+/// version and settings are the same. After a sync that changed one package, only that package's
+/// file list is read; the state is read in its serving form only (no histories or dates).
 public final class Snapshot: Sendable {
     /// The routes of the active versions, from their file lists and the index's serving settings.
     public let table: RouteTable
     /// The generation of the state it was read from (`SandboxState.generation`).
     public let generation: UInt64
-    /// The state it was read from (used to find fallback versions).
-    public let state: SandboxState
+    /// Each package's active and fallback versions in that state.
+    public let versions: [PackageID: ServingState.Versions]
     /// The serving settings of the last accepted index, by package id (this device's channel).
-    let settings: [PackageID: PackageEntry]
+    let settings: [PackageID: ServingSettings]
+    /// The channel the settings were chosen for.
+    let channel: String
+    /// The accepted index file the settings were read from.
+    let indexIdentity: FileIdentity?
+    /// How many packages' file lists this build read (the others were reused).
+    public let listsRead: Int
 
-    init(table: RouteTable, generation: UInt64, state: SandboxState, settings: [PackageID: PackageEntry]) {
+    init(
+        table: RouteTable, generation: UInt64, versions: [PackageID: ServingState.Versions],
+        settings: [PackageID: ServingSettings], channel: String, indexIdentity: FileIdentity?, listsRead: Int
+    ) {
         self.table = table
         self.generation = generation
-        self.state = state
+        self.versions = versions
         self.settings = settings
+        self.channel = channel
+        self.indexIdentity = indexIdentity
+        self.listsRead = listsRead
     }
 
     /// Reads the sandbox at `root`: each package's active version (its verified file list) with
     /// the serving settings (routes, entry, SPA fallback, policy) of the last accepted index; a
     /// package the index does not describe (side-loaded) is reachable by `larder://<id>/` with
     /// the defaults. A list that cannot be read leaves its package out (it resolves as absent).
-    static func load(root: FilePath, schemes: Set<String>) throws(StoreError) -> Snapshot {
+    /// What `previous` holds and has not changed is reused.
+    static func load(root: FilePath, schemes: Set<String>, reusing previous: Snapshot? = nil) throws(StoreError)
+        -> Snapshot
+    {
         let reader = SandboxReader(root: root)
-        let state = try reader.state()
+        let state = try reader.servingState()
         let channel = (try? SyncConfig.load(root: root))?.channel ?? Channel.default
-        var settings: [PackageID: PackageEntry] = [:]
-        if let data = try? AtomicFile.read(reader.layout.acceptedIndex),
-            let index = try? ManifestCoding.decode(RepositoryIndex.self, from: data, document: "index")
+        let identity = FileIdentity(reader.layout.acceptedIndex)
+        var settings: [PackageID: ServingSettings] = [:]
+        if let prev = previous, prev.channel == channel, identity != nil, prev.indexIdentity == identity {
+            settings = prev.settings
+        } else if let data = try? AtomicFile.read(reader.layout.acceptedIndex),
+            let index = try? ManifestCoding.decode(ServingIndex.self, from: data, document: "index")
         {
             for e in index.packages where e.channel == channel { settings[e.id] = e }
         }
         var packages: [RoutedPackage] = []
+        var versions: [PackageID: ServingState.Versions] = [:]
+        var read = 0
         for key in state.packages.keys.sorted() {
-            guard let id = PackageID(key), let active = state.packages[key]?.active,
-                let pkg = routed(reader.layout, id, active, settings[id])
-            else { continue }
-            packages.append(pkg)
+            guard let id = PackageID(key), let v = state.packages[key] else { continue }
+            versions[id] = v
+            guard let active = v.active else { continue }
+            if let prev = previous, let p = prev.table.package(id), p.version == active,
+                prev.settings[id] == settings[id]
+            {
+                packages.append(p)
+                continue
+            }
+            read += 1
+            if let pkg = routed(reader.layout, id, active, settings[id]) { packages.append(pkg) }
         }
         return Snapshot(
-            table: RouteTable(packages: packages, schemes: schemes), generation: state.generation, state: state,
-            settings: settings)
+            table: RouteTable(packages: packages, schemes: schemes), generation: state.generation, versions: versions,
+            settings: settings, channel: channel, indexIdentity: identity, listsRead: read)
     }
 
     /// One version of a package as the table routes it, from its file list on disk.
-    static func routed(_ layout: SandboxLayout, _ id: PackageID, _ version: SemanticVersion, _ e: PackageEntry?)
+    static func routed(_ layout: SandboxLayout, _ id: PackageID, _ version: SemanticVersion, _ s: ServingSettings?)
         -> RoutedPackage?
     {
         guard let data = try? AtomicFile.read(layout.list(id, version)),
-            let list = try? ManifestCoding.decode(FileList.self, from: data, document: "list"),
+            let list = try? ManifestCoding.decode(ServingList.self, from: data, document: "list"),
             list.id == id, list.version == version
         else { return nil }
-        return RoutedPackage(
-            list: list, routes: (e?.routes ?? []).compactMap(RoutePrefix.init), entry: e?.entry ?? "index.html",
-            spaFallback: e?.spaFallback ?? false, policy: e?.policy ?? Policy())
+        return RoutedPackage(list: list, settings: s)
     }
 
     /// `version` of `id` routed with this snapshot's settings (for pinned and fallback versions).
     func routed(_ layout: SandboxLayout, _ id: PackageID, _ version: SemanticVersion) -> RoutedPackage? {
         if let p = table.package(id), p.version == version { return p }
         return Self.routed(layout, id, version, settings[id])
+    }
+}
+
+/// Which file a path names, as far as a reader can tell: device, inode, size and modification
+/// time. Files the store writes are replaced by rename, so a new version is a new inode.
+struct FileIdentity: Sendable, Equatable {
+    let device: UInt64
+    let inode: UInt64
+    let size: Int64
+    let seconds: Int64
+    let nanoseconds: Int64
+
+    init?(_ path: FilePath) {
+        guard let st = try? SystemCalls.stat(path) else { return nil }
+        device = st.device
+        inode = st.inode
+        size = st.size
+        seconds = Int64(st.modificationTime.seconds)
+        nanoseconds = Int64(st.modificationTime.nanoseconds)
     }
 }

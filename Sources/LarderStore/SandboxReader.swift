@@ -44,3 +44,44 @@ public struct SandboxReader: Sendable {
         throw .unknownPackage(idText)
     }
 }
+
+/// What a resolver needs of `state.json`: the generation and each package's active and fallback
+/// versions — decoded without the histories, dates and records a writer needs, so that a
+/// snapshot of a thousand packages does not decode all of them.
+public struct ServingState: Decodable, Sendable, SchemaVersioned {
+    /// One package's served versions.
+    public struct Versions: Decodable, Sendable, Equatable {
+        /// The version served.
+        public var active: SemanticVersion?
+        /// The last known good version.
+        public var fallback: SemanticVersion?
+
+        /// Versions as given.
+        public init(active: SemanticVersion?, fallback: SemanticVersion?) {
+            self.active = active
+            self.fallback = fallback
+        }
+    }
+
+    /// The document's format version.
+    public var schemaVersion: Int
+    /// The generation of the state read.
+    public var generation: UInt64
+    /// Each package's versions, keyed by package id text.
+    public var packages: [String: Versions]
+}
+
+extension SandboxReader {
+    /// The served versions of the current state (empty when the sandbox has none yet).
+    public func servingState() throws(StoreError) -> ServingState {
+        guard AtomicFile.exists(layout.state) else {
+            return ServingState(schemaVersion: currentSchemaVersion, generation: 0, packages: [:])
+        }
+        do {
+            return try ManifestCoding.decode(
+                ServingState.self, from: AtomicFile.read(layout.state), document: "state.json")
+        } catch {
+            throw .corruptState(detail: "\(error)")
+        }
+    }
+}

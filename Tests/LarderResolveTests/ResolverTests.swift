@@ -156,6 +156,43 @@ struct ResolverTests {
         #expect(resolver.snapshot() === resolver.snapshot())
     }
 
+    @Test("a rebuild reads only the file lists of packages whose version or settings changed")
+    func rebuildReusesUnchangedPackages() throws {
+        let env = try ResolveEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.publish("1.0.0", id: "docs")
+        try env.install("1.0.0")
+        try env.install("1.0.0", id: "docs")
+        let resolver = try Resolver(root: env.root)
+        #expect(resolver.snapshot().listsRead == 2)
+        // A state write that changes no version (a confirmation) reads no list.
+        _ = try env.withSandbox { try $0.confirm(id: "sample-app") }
+        let confirmed = resolver.snapshot()
+        #expect(confirmed.generation > 0 && confirmed.listsRead == 0)
+        #expect(confirmed.versions[PackageID("sample-app")!]?.active == SemanticVersion("1.0.0"))
+        guard case .local(let f) = resolver.resolve("https://app.example.com/docs/data/catalog.json") else {
+            Issue.record("expected a local file")
+            return
+        }
+        #expect(f.package.rawValue == "docs")
+        // An update of one package (with a new index) reads that package's list only.
+        try env.publish("2.0.0", id: "docs")
+        try env.install("2.0.0", id: "docs")
+        let updated = resolver.snapshot()
+        #expect(updated.listsRead == 1)
+        if case .local(let g) = resolver.resolve("https://app.example.com/docs/data/catalog.json") {
+            #expect(g.version.description == "2.0.0")
+        } else {
+            Issue.record("expected docs 2.0.0")
+        }
+        if case .local(let h) = resolver.resolve("https://app.example.com/data/catalog.json") {
+            #expect(h.package.rawValue == "sample-app" && h.version.description == "1.0.0")
+        } else {
+            Issue.record("expected sample-app 1.0.0")
+        }
+    }
+
     @Test func olderSandboxWithoutGenerationWordStillNoticesChanges() throws {
         let env = try ResolveEnv()
         defer { env.cleanup() }

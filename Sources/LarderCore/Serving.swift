@@ -1,0 +1,133 @@
+import Foundation
+
+/// The part of an index entry the resolver serves with: where the package answers (routes), what
+/// a directory URL gets (entry, SPA fallback) and what a missing file does (policy). Decoded on
+/// its own, so that building a resolver snapshot does not decode every digest, rollout and
+/// dependency of an index with a thousand packages.
+public struct ServingSettings: Decodable, Sendable, Equatable {
+    /// The package.
+    public var id: PackageID
+    /// The channel of the entry (a device serves with its own channel's entries).
+    public var channel: String
+    /// URL prefixes the package serves, as the index spells them.
+    public var routes: [String]
+    /// The file served for directory URLs.
+    public var entry: String
+    /// Whether an extension-less path with no file gets the entry file.
+    public var spaFallback: Bool
+    /// What a path with no file does.
+    public var policy: Policy
+
+    /// The settings of an entry.
+    public init(_ e: PackageEntry) {
+        self.init(
+            id: e.id, channel: e.channel, routes: e.routes, entry: e.entry, spaFallback: e.spaFallback,
+            policy: e.policy)
+    }
+
+    /// Settings as given; the defaults are those of a package the index does not describe.
+    public init(
+        id: PackageID, channel: String = Channel.default, routes: [String] = [], entry: String = "index.html",
+        spaFallback: Bool = false, policy: Policy = Policy()
+    ) {
+        self.id = id
+        self.channel = channel
+        self.routes = routes
+        self.entry = entry
+        self.spaFallback = spaFallback
+        self.policy = policy
+    }
+
+    enum CodingKeys: String, CodingKey { case id, channel, routes, entry, spaFallback, policy }
+
+    /// Decodes the fields with `PackageEntry`'s defaults for those absent.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(PackageID.self, forKey: .id)
+        channel = try c.decodeIfPresent(String.self, forKey: .channel) ?? Channel.default
+        routes = try c.decodeIfPresent([String].self, forKey: .routes) ?? []
+        entry = try c.decodeIfPresent(String.self, forKey: .entry) ?? "index.html"
+        spaFallback = try c.decodeIfPresent(Bool.self, forKey: .spaFallback) ?? false
+        policy = try c.decodeIfPresent(Policy.self, forKey: .policy) ?? Policy()
+    }
+}
+
+/// An index as the resolver reads it: each entry's serving settings only. The index was verified
+/// when the sync accepted it; this reads the device's cached copy.
+public struct ServingIndex: Decodable, Sendable, SchemaVersioned {
+    /// The document's format version.
+    public var schemaVersion: Int
+    /// The serving settings of every entry, every channel.
+    public var packages: [ServingSettings]
+}
+
+/// A file list as the resolver reads it: every path validated as a `FileList` validates it (a
+/// damaged list never sends a read outside its tree), sizes and media types checked, and each
+/// digest checked as 64 lowercase hex digits but kept as text — the resolver only quotes it.
+public struct ServingList: Decodable, Sendable, SchemaVersioned {
+    /// One file.
+    public struct File: Decodable, Sendable {
+        /// The path inside the package.
+        public var path: RelativePath
+        /// Its size.
+        public var size: Int64
+        /// Its SHA-256, 64 lowercase hex digits.
+        public var sha256: String
+        /// The media type the list gives, if any.
+        public var mime: String?
+
+        enum CodingKeys: String, CodingKey { case path, size, sha256, mime }
+
+        /// Decodes with the checks of `FileEntry`, the digest left as text.
+        public init(from decoder: Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            path = try c.decode(RelativePath.self, forKey: .path)
+            size = try c.decode(Int64.self, forKey: .size)
+            sha256 = try c.decode(String.self, forKey: .sha256)
+            mime = try c.decodeIfPresent(String.self, forKey: .mime)
+            guard sha256.utf8.count == 64,
+                sha256.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) })
+            else {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .sha256, in: c, debugDescription: "not 64 lowercase hex digits")
+            }
+            if size < 0 || size > maxDeclaredSize {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .size, in: c, debugDescription: "size \(size) is outside 0...\(maxDeclaredSize)")
+            }
+            if let m = mime, !FileEntry.isMediaType(m) {
+                throw DecodingError.dataCorruptedError(
+                    forKey: .mime, in: c, debugDescription: "\"\(m)\" is not a media type")
+            }
+        }
+    }
+
+    /// The document's format version.
+    public var schemaVersion: Int
+    /// The package.
+    public var id: PackageID
+    /// The version listed.
+    public var version: SemanticVersion
+    /// Its files.
+    public var files: [File]
+}
+
+extension RoutedPackage {
+    /// Creates one from a file list read for serving and the settings it is served with.
+    public init(list: ServingList, settings s: ServingSettings?) {
+        id = list.id
+        version = list.version
+        routes = (s?.routes ?? []).compactMap(RoutePrefix.init)
+        entry = s?.entry ?? "index.html"
+        spaFallback = s?.spaFallback ?? false
+        policy = s?.policy ?? Policy()
+        var files: [String: LocalFile] = [:]
+        files.reserveCapacity(list.files.count)
+        for f in list.files where files[f.path.string] == nil {
+            files[f.path.string] = LocalFile(
+                package: list.id, version: list.version, path: f.path, mime: f.mime ?? MediaTypes.type(for: f.path),
+                length: f.size, etag: "\"\(f.sha256)\"")
+        }
+        self.files = files
+    }
+}
