@@ -216,9 +216,10 @@ public final class Sandbox {
         }
     }
 
-    /// Removes the temporary files of interrupted atomic writes (state.json and file lists).
+    /// Removes the temporary files of interrupted atomic writes (state.json, last-sync.json and
+    /// file lists).
     static func removeTemporaryStateFiles(_ layout: SandboxLayout) {
-        for n in names(layout.root) where n.hasPrefix(".state.json.tmp-") {
+        for n in names(layout.root) where n.hasPrefix(".state.json.tmp-") || n.hasPrefix(".last-sync.json.tmp-") {
             try? SystemCalls.unlink(layout.root.appending(n))
         }
         for id in names(layout.lists) {

@@ -42,6 +42,9 @@ public struct SandboxLayout: Sendable {
     public var acceptedSignature: FilePath { root.appending("repository-index.json.sig") }
     /// `generation`: the last state's generation as 8 bytes, for readers to notice a change.
     public var generation: FilePath { root.appending("generation") }
+    /// `last-sync.json`: the record of the last sync that left nothing to do, which lets the
+    /// next one stop after its one request when nothing changed since.
+    public var lastSync: FilePath { root.appending("last-sync.json") }
     /// `packages/`: the extracted trees, as `<id>/<version>/`.
     public var packages: FilePath { root.appending("packages") }
     /// `lists/`: the verified file list of each tree, as `<id>/<version>.json`.

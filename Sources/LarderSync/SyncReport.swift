@@ -63,6 +63,9 @@ public struct SyncReport: Sendable, Codable, Equatable {
     public var packages: [PackageResult]
     /// Versions the retention gc removed after the sync (`id@version`).
     public var removedByGC: [String]
+    /// The index is the one the last sync applied in full and nothing changed since: this sync
+    /// made its one request and stopped (`packages` is then empty).
+    public var upToDate = false
     /// Whether some package failed while others may have been applied.
     public var hasFailures: Bool { packages.contains { $0.outcome == .failed } }
 }

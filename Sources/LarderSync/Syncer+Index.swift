@@ -15,17 +15,23 @@ extension Syncer {
     /// the trust rules, and — with `record` — makes the accepted index durable (cache, then the
     /// accepted serial) and adopts rotated keys. Returns the index and whether it changed.
     func acceptIndex(
-        sandbox: Sandbox, config: SyncConfig, transport: any Transport, base: URL, record: Bool = true
+        sandbox: Sandbox, config: SyncConfig, transport: any Transport, base: URL, record: Bool = true,
+        prefetched: FetchedDocument? = nil
     ) async throws(SyncError) -> (RepositoryIndex, Bool) {
         let cacheIndex = sandbox.layout.acceptedIndex
         let cacheSig = sandbox.layout.acceptedSignature
         let cached = sandbox.state.index != nil && AtomicFile.exists(cacheIndex)
         let doc: FetchedDocument
-        do throws(FetchError) {
-            doc = try await transport.document(
-                url(base, RepositoryLayout.indexName), etag: cached ? sandbox.state.index?.etag : nil,
-                maxBytes: Self.maxIndexBytes)
-        } catch { throw .fetch(error) }
+        if let prefetched, !prefetched.notModified {
+            // The no-change check's request already brought a new index (see `checkNoChange`).
+            doc = prefetched
+        } else {
+            do throws(FetchError) {
+                doc = try await transport.document(
+                    url(base, RepositoryLayout.indexName), etag: cached ? sandbox.state.index?.etag : nil,
+                    maxBytes: Self.maxIndexBytes)
+            } catch { throw .fetch(error) }
+        }
         let trusted: [PublicKey]
         do { trusted = try config.publicKeys() } catch { throw .config(error) }
         var bytes = doc.data

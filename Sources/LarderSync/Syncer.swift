@@ -56,7 +56,7 @@ public struct Syncer: Sendable {
 
     /// Locks and recovers the sandbox, fetches and verifies the index (recording it when
     /// `record`), plans once to learn which file lists are needed, fetches them, and plans again.
-    func prepare(record: Bool) async throws(SyncError) -> Prepared {
+    func prepare(record: Bool, prefetched: FetchedDocument? = nil) async throws(SyncError) -> Prepared {
         let config: SyncConfig
         do { config = try SyncConfig.load(root: root) } catch { throw .config(error) }
         let sandbox: Sandbox
@@ -67,7 +67,7 @@ public struct Syncer: Sendable {
             }
             let t = try transportFor(base, config)
             let (index, changed) = try await acceptIndex(
-                sandbox: sandbox, config: config, transport: t, base: base, record: record)
+                sandbox: sandbox, config: config, transport: t, base: base, record: record, prefetched: prefetched)
             let ctx = context(config)
             let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
             let (lists, failures) = await fetchLists(
@@ -130,7 +130,13 @@ public struct Syncer: Sendable {
     /// place and activate (as pending; dependency groups together), gc by retention. One
     /// package's failure neither blocks nor damages another.
     public func sync() async throws(SyncError) -> SyncReport {
-        let p = try await prepare(record: true)
+        var prefetched: FetchedDocument?
+        switch try await checkNoChange() {
+        case .upToDate(let report): return report
+        case .changed(let doc): prefetched = doc
+        case .notChecked: break
+        }
+        let p = try await prepare(record: true, prefetched: prefetched)
         defer { p.sandbox.close() }
         let entries = Dictionary(
             p.index.packages.filter { $0.channel == p.context.channel }.map { ($0.id, $0) },
@@ -163,7 +169,10 @@ public struct Syncer: Sendable {
         let order = Dictionary(
             p.plan.actions.enumerated().map { ($1.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
         results.sort { (order[$0.id] ?? 0) < (order[$1.id] ?? 0) }
-        return SyncReport(serial: p.index.serial, indexChanged: p.indexChanged, packages: results, removedByGC: removed)
+        let report = SyncReport(
+            serial: p.index.serial, indexChanged: p.indexChanged, packages: results, removedByGC: removed)
+        recordSettled(report, sandbox: p.sandbox, config: p.config)
+        return report
     }
 
     // MARK: phases

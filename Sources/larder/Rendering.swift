@@ -90,6 +90,7 @@ extension Plan: RenderedReport {
 extension SyncReport: RenderedReport {
     var textLines: [String] {
         var lines = ["index serial \(serial)\(indexChanged ? "" : " (unchanged)")"]
+        if upToDate { lines[0] += ": up to date, nothing changed since the last sync" }
         for p in packages {
             var line = "\(p.id): \(p.action.rawValue)"
             if let f = p.from { line += " \(f)" }

@@ -1,0 +1,123 @@
+import Foundation
+import LarderCore
+import LarderFetch
+import LarderFileSystem
+import LarderStore
+import SystemPackage
+
+/// The no-change sync: when the repository answers with the index the last sync applied in full
+/// (304, or the same bytes), and neither the state nor the sync's inputs changed since, there is
+/// nothing to plan — the plan would be the last one, which left nothing to do. Such a sync makes
+/// its one request, records the check, and stops, whatever the number and size of the packages.
+extension Syncer {
+    /// `last-sync.json`: what the last sync that left nothing to do saw.
+    struct SyncMarker: Codable {
+        var schemaVersion = currentSchemaVersion
+        /// The accepted index it applied: serial, digest, expiry and the server's validator.
+        var serial: UInt64
+        var index: SHA256Digest
+        var etag: String?
+        var expires: Date
+        /// `state.json` as that sync left it (any later write replaces the file).
+        var state: StateFile
+        /// What else decides a plan: repository, channel, app version, device id, trusted keys,
+        /// retention.
+        var inputs: SHA256Digest
+        /// When the sync finished, and when a later no-change sync last confirmed it.
+        var at: Date
+        var checkedAt: Date
+    }
+
+    /// Which `state.json` is on disk: written by rename, so any new state is a new inode.
+    struct StateFile: Codable, Equatable {
+        var device: UInt64
+        var inode: UInt64
+        var size: Int64
+        var seconds: Int64
+        var nanoseconds: Int64
+
+        init?(_ path: FilePath) {
+            guard let st = try? SystemCalls.stat(path) else { return nil }
+            device = st.device
+            inode = st.inode
+            size = st.size
+            seconds = Int64(st.modificationTime.seconds)
+            nanoseconds = Int64(st.modificationTime.nanoseconds)
+        }
+    }
+
+    /// The inputs of a plan besides the index and the state.
+    func planInputs(_ config: SyncConfig) -> SHA256Digest {
+        let ctx = context(config)
+        let keys = config.trustedKeys.map { "\($0.keyId)" }.sorted().joined(separator: ",")
+        let text = [
+            config.repository, ctx.channel, ctx.appVersion.description, ctx.deviceID, keys, "\(options.retention)",
+        ].joined(separator: "\n")
+        return SHA256Digest.of(Data(text.utf8))
+    }
+
+    /// After a sync of every package that left nothing to do (nothing failed), records what it
+    /// saw. Best effort: without the record the next sync only plans again.
+    func recordSettled(_ report: SyncReport, sandbox: Sandbox, config: SyncConfig) {
+        let layout = sandbox.layout
+        guard options.packages.isEmpty, !report.hasFailures, let accepted = sandbox.state.index,
+            let state = StateFile(layout.state)
+        else {
+            try? SystemCalls.unlink(layout.lastSync)
+            return
+        }
+        let now = options.clock()
+        let marker = SyncMarker(
+            serial: accepted.serial, index: accepted.sha256, etag: accepted.etag, expires: accepted.expires,
+            state: state, inputs: planInputs(config), at: now, checkedAt: now)
+        guard let data = try? ManifestCoding.encode(marker) else { return }
+        try? AtomicFile.write(data, to: layout.lastSync)
+    }
+
+    /// What the no-change check found.
+    enum NoChangeCheck {
+        /// Nothing to do: the sync's report.
+        case upToDate(SyncReport)
+        /// The repository sent another index: the full sync goes on with this answer (not
+        /// requested twice).
+        case changed(FetchedDocument)
+        /// No check was possible: no record, the state or an input changed, the index expired
+        /// (the full sync reports it), or the lock is busy.
+        case notChecked
+    }
+
+    /// The no-change sync (see above). A failed request is the sync's error.
+    func checkNoChange() async throws(SyncError) -> NoChangeCheck {
+        guard let found = try await upToDate() else { return .notChecked }
+        return found
+    }
+
+    private func upToDate() async throws(SyncError) -> NoChangeCheck? {
+        guard options.packages.isEmpty else { return nil }
+        let layout = SandboxLayout(root: root)
+        guard let data = try? AtomicFile.read(layout.lastSync, limit: 1 << 16),
+            let marker = try? ManifestCoding.decode(SyncMarker.self, from: data, document: "last-sync.json"),
+            let config = try? SyncConfig.load(root: root), marker.inputs == planInputs(config),
+            options.clock() < marker.expires, let base = URL(string: config.repository),
+            let lock = try? FileLock(path: layout.lock, timeout: 0)
+        else { return nil }
+        defer { lock.unlock() }
+        guard StateFile(layout.state) == marker.state else { return nil }
+        let t = try transportFor(base, config)
+        let doc: FetchedDocument
+        do throws(FetchError) {
+            doc = try await t.document(
+                url(base, RepositoryLayout.indexName), etag: marker.etag, maxBytes: Self.maxIndexBytes)
+        } catch { throw .fetch(error) }
+        guard doc.notModified || (doc.etag == marker.etag && SHA256Digest.of(doc.data) == marker.index) else {
+            return doc.notModified ? nil : .changed(doc)
+        }
+        var checked = marker
+        checked.checkedAt = options.clock()
+        if let bytes = try? ManifestCoding.encode(checked) { try? AtomicFile.write(bytes, to: layout.lastSync) }
+        options.progress?(.index(serial: marker.serial, changed: false))
+        var report = SyncReport(serial: marker.serial, indexChanged: false, packages: [], removedByGC: [])
+        report.upToDate = true
+        return .upToDate(report)
+    }
+}
