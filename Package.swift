@@ -144,7 +144,10 @@ let package = Package(
         // The publisher side of the scale benchmark (scripts/bench --scale); not a product.
         .executableTarget(
             name: "larder-bench-scale",
-            dependencies: ["LarderCore", "LarderPublish"],
+            dependencies: [
+                "LarderCore", "LarderPublish", "LarderResolve", "LarderSync",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
             swiftSettings: strict
         ),
         .executableTarget(

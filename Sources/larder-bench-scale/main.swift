@@ -3,6 +3,12 @@
 // release, so making 10,000 packages costs 10,000 packs, not 10,000 index rewrites).
 //
 // Usage: larder-bench-scale REPO KEYFILE --packages N [--files F] [--version V] [--only I]
+//        larder-bench-scale --after-sync ROOT URL
+//
+// `--after-sync` is the app's side, in one process: a resolver opened on the sandbox resolves URL
+// (its first snapshot: cold), then a sync runs (the repository has an update), then the same
+// resolver resolves URL again — the first resolve after a sync, including the snapshot rebuild.
+// Prints one JSON line: coldMs, afterSyncMs, listsRead (by the rebuild), syncSeconds.
 //   Each package `pkg-NNNNN` holds F files (default 10: an entry page, scripts, styles, an
 //   image and data, 0.3–3 KB each, distinct per package and version) and routes
 //   https://pkg-NNNNN.bench.example/. `--only I` packs just package number I (an update of one
@@ -10,6 +16,8 @@
 import Foundation
 import LarderCore
 import LarderPublish
+import LarderResolve
+import LarderSync
 import SystemPackage
 
 /// Ends with exit status `status` and `message` on stderr.
@@ -19,6 +27,36 @@ func fail(_ message: String, status: Int32 = 1) -> Never {
 }
 
 let args = CommandLine.arguments
+
+/// Milliseconds since `start`.
+func millis(since start: ContinuousClock.Instant) -> Double {
+    let d = ContinuousClock.now - start
+    return Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15
+}
+
+if args.count == 4, args[1] == "--after-sync" {
+    let root = FilePath(args[2])
+    let url = args[3]
+    let start = ContinuousClock.now
+    let resolver: Resolver
+    do { resolver = try Resolver(root: root) } catch { fail("\(error)") }
+    guard case .local = resolver.resolve(url) else { fail("\(url) does not resolve to a local file") }
+    let cold = millis(since: start)
+    let syncStart = ContinuousClock.now
+    do {
+        let report = try await Syncer(root: root).sync()
+        if report.hasFailures { fail("the sync had failures") }
+    } catch { fail("\(error)") }
+    let syncMillis = millis(since: syncStart)
+    let after = ContinuousClock.now
+    guard case .local = resolver.resolve(url) else { fail("\(url) does not resolve after the sync") }
+    let afterSync = millis(since: after)
+    print(
+        "{\"coldMs\": \(cold), \"afterSyncMs\": \(afterSync), \"listsRead\": \(resolver.snapshot().listsRead), "
+            + "\"syncSeconds\": \(syncMillis / 1000)}")
+    exit(0)
+}
+
 guard args.count >= 3 else {
     fail("usage: larder-bench-scale REPO KEYFILE --packages N [--files F] [--version V] [--only I]", status: 64)
 }

@@ -42,7 +42,11 @@ die() {
 _swift_flags() {
   case "${1:-debug}" in
     debug) flags=() ;;
-    release) flags=(-c release) ;;
+    # Release builds link the Swift runtime and Foundation statically: a process starts in
+    # about 15 ms instead of 24 (the dynamic loader's symbol lookups were most of it), which is
+    # most of what a no-change sync or a resolve costs. Static FoundationNetworking links
+    # libcurl, so release builds need its development files (swift_product_bin installs them).
+    release) flags=(-c release --static-swift-stdlib) ;;
     *) die "unknown build mode '$1' (debug or release)" ;;
   esac
 }
@@ -67,6 +71,7 @@ swift_build() {
 swift_product_bin() {
   local product=$1 mode=${2:-debug} flags
   _swift_flags "$mode"
+  [ "$mode" != release ] || ensure_packages libcurl4-openssl-dev
   local cmd="swift build${flags[*]:+ ${flags[*]}} --product $product"
   warn "building $product ($cmd${_build_hint:-})"
   (cd "$LARDER_CHECKOUT" && swift build ${flags[@]+"${flags[@]}"} --product "$product" >&2) ||
