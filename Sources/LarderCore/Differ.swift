@@ -172,9 +172,10 @@ public enum Differ {
     /// Packages installed here but gone from the index (on every channel).
     static func removals(index: RepositoryIndex, state: SandboxState) -> [PlanAction] {
         var actions: [PlanAction] = []
+        let published = Set(index.packages.map(\.id))
         for key in state.packages.keys.sorted() {
             guard let id = PackageID(key), let pkg = state.packages[key], let active = pkg.active else { continue }
-            if !index.packages.contains(where: { $0.id == id }) {
+            if !published.contains(id) {
                 actions.append(
                     PlanAction(
                         kind: .remove, id: id, from: active, to: nil, cost: nil, skip: nil,
@@ -238,9 +239,10 @@ public enum Differ {
         index: RepositoryIndex, state: SandboxState, entries: [PackageID: PackageEntry], context: ClientContext
     ) -> [PlanAction] {
         let otherChannel = Set(index.packages.map(\.id)).subtracting(entries.keys)
+        let firstEntry = Dictionary(index.packages.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         return otherChannel.sorted().filter { entries[$0] == nil && state.packages[$0.rawValue]?.active == nil }.map {
             id in
-            let e = index.packages.first { $0.id == id }
+            let e = firstEntry[id]
             return PlanAction(
                 kind: .skip, id: id, from: nil, to: e?.version, cost: nil, skip: .otherChannel,
                 reason: "published on channel \(e?.channel ?? "?"), this device follows \(context.channel)", group: [id]
@@ -282,17 +284,24 @@ public enum Differ {
     static func groups(
         _ changing: Set<PackageID>, entries: [PackageID: PackageEntry]
     ) -> [PackageID: Set<PackageID>] {
-        var groups: [PackageID: Set<PackageID>] = [:]
+        // The edges among changing packages, both directions, built once: a group is a connected
+        // component (linear in packages and dependencies; asking every package for its
+        // dependents in turn was quadratic, and dominated a first sync of 10,000 packages).
+        var neighbours: [PackageID: [PackageID]] = [:]
         for id in changing {
+            for d in entries[id]?.dependencies ?? [] where changing.contains(d.id) && d.id != id {
+                neighbours[id, default: []].append(d.id)
+                neighbours[d.id, default: []].append(id)
+            }
+        }
+        var groups: [PackageID: Set<PackageID>] = [:]
+        for id in changing where groups[id] == nil {
             var g: Set<PackageID> = [id]
             var frontier = [id]
             while let x = frontier.popLast() {
-                let neighbours =
-                    (entries[x]?.dependencies.map(\.id) ?? [])
-                    + changing.filter { y in entries[y]?.dependencies.contains { $0.id == x } ?? false }
-                for n in neighbours where changing.contains(n) && g.insert(n).inserted { frontier.append(n) }
+                for n in neighbours[x] ?? [] where g.insert(n).inserted { frontier.append(n) }
             }
-            groups[id] = g
+            for member in g { groups[member] = g }
         }
         return groups
     }

@@ -22,6 +22,7 @@ public enum IndexRules {
         var seen: Set<String> = []
         var routeOwner: [RoutePrefix: PackageID] = [:]
         let ids = Set(index.packages.map(\.id))
+        let byID = Dictionary(grouping: index.packages, by: \.id)
         for p in index.packages {
             let id = p.id.rawValue
             let v = p.version.description
@@ -65,7 +66,7 @@ public enum IndexRules {
                 add("missing-dependency", "depends on \(d.id) (\(d.range)), which the index does not list")
             }
             for d in p.dependencies {
-                let candidates = index.packages.filter { $0.id == d.id }
+                let candidates = byID[d.id] ?? []
                 if !candidates.isEmpty, !candidates.contains(where: { d.range.contains($0.version) }) {
                     add(
                         "unsatisfied-dependency",

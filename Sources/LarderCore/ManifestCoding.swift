@@ -26,8 +26,9 @@ public enum ManifestError: Error, Sendable, Equatable, CustomStringConvertible {
 /// slashes, RFC 3339 dates in UTC with whole seconds, trailing newline. The same value always
 /// encodes to the same bytes.
 public enum ManifestCoding {
-    /// Largest document readers accept (an index of thousands of packages stays far below).
-    public static let maxDocumentBytes = 8 << 20
+    /// Largest document readers accept: an index of about 17,000 packages (≈ 900 bytes each), or
+    /// the file list of a version at the 50,000-file limit (≈ 170 bytes a file).
+    public static let maxDocumentBytes = 16 << 20
 
     /// Encodes `value` canonically.
     public static func encode<T: Encodable>(_ value: T) throws -> Data {

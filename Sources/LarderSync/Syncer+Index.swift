@@ -93,8 +93,10 @@ extension Syncer {
     ) async -> ([PackageID: FileList], [PackageID: PackageFailure]) {
         var lists: [PackageID: FileList] = [:]
         var failures: [PackageID: PackageFailure] = [:]
+        let entries = Dictionary(
+            index.packages.filter { $0.channel == channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         for a in plan.actions where a.skip == .fileListNeeded {
-            guard let e = index.packages.first(where: { $0.id == a.id && $0.channel == channel }) else { continue }
+            guard let e = entries[a.id] else { continue }
             let doc: FetchedDocument
             do throws(FetchError) {
                 doc = try await transport.document(

@@ -315,9 +315,11 @@ public struct Syncer: Sendable {
         failed: inout [PackageID: PackageFailure], done: inout [PackageID]
     ) {
         var activated: Set<PackageID> = []
+        let position = Dictionary(changes.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { a, _ in a })
         for a in changes where !activated.contains(a.id) {
             let group = a.group.isEmpty ? [a.id] : a.group
-            let members = changes.filter { group.contains($0.id) }
+            // The group's changes, in plan order.
+            let members = group.compactMap { position[$0] }.sorted().map { changes[$0] }
             if let bad = members.first(where: { failed[$0.id] != nil || placed[$0.id] == nil }) {
                 for m in members where failed[m.id] == nil { failed[m.id] = .dependencyGroup(member: bad.id) }
                 activated.formUnion(members.map(\.id))
