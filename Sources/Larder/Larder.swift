@@ -18,6 +18,13 @@ public enum Larder {
 
     /// Reads and decodes a file list.
     public static func loadFileList(_ path: FilePath) throws -> FileList {
-        try ManifestCoding.decode(FileList.self, from: try AtomicFile.read(path), document: path.string)
+        try readFileList(path).list
+    }
+
+    /// Reads and decodes a file list; also returns the bytes it was decoded from (to place as
+    /// they are, see `Sandbox.provideListBytes`).
+    public static func readFileList(_ path: FilePath) throws -> (list: FileList, bytes: Data) {
+        let data = try AtomicFile.read(path)
+        return (try ManifestCoding.decode(FileList.self, from: data, document: path.string), data)
     }
 }

@@ -131,13 +131,11 @@ public struct ZipReader: Sendable {
         let listing = try result.get()
         let path: FilePath
         do { path = try source.complete() } catch { throw .unreadable(detail: "the archive did not arrive: \(error)") }
-        let central = try headers(of: path)
-        guard central == state.seen else {
-            let streamed = state.seen.map(\.description)
-            let listed = central.map(\.description)
+        let central = try headers(of: path, expecting: state.seen)
+        guard central.digest == state.seen.digest, central.count == state.seen.count else {
             let first =
-                zip(streamed, listed).first { $0 != $1 }.map { "\($0.0) where the central directory has \($0.1)" }
-                ?? "\(streamed.count) entries where the central directory has \(listed.count)"
+                central.firstDifference.map { "entry \($0.index + 1) is \($0.description) in the central directory" }
+                ?? "\(state.seen.count) entries where the central directory has \(central.count)"
             throw .structure(
                 code: "archive-stream-mismatch",
                 message: "the local headers disagree with the central directory: \(first)")
@@ -145,13 +143,15 @@ public struct ZipReader: Sendable {
         return listing
     }
 
-    /// Every entry of a complete archive as the central directory describes it, after the
-    /// structure check and every rule on names and types, without reading any file's data.
-    func headers(of path: FilePath) throws(ArchiveError) -> [EntryRecord] {
+    /// The account of every entry of a complete archive as the central directory describes it,
+    /// after the structure check and the rules on types, without reading any file's data. Names
+    /// are not checked again: the account is compared with a streamed read's, which checked them
+    /// (`expected`, to name the first entry where the two part).
+    func headers(of path: FilePath, expecting expected: EntryAccount) throws(ArchiveError) -> EntryAccount {
         let (fd, archiveSize) = try Self.openArchive(path)
         defer { try? SystemCalls.close(fd, path: path) }
         _ = try Self.checkStructure(fd, archiveSize, path)
-        let result: Result<[EntryRecord], ArchiveError> = withUTF8Locale {
+        let result: Result<EntryAccount, ArchiveError> = withUTF8Locale {
             guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
             defer { archive_read_free(a) }
             archive_read_support_format_zip_seekable(a)
@@ -160,6 +160,7 @@ public struct ZipReader: Sendable {
             }
             var state = ReadState(limits: limits, archiveSize: archiveSize)
             state.headersOnly = true
+            state.seen = EntryAccount(expecting: expected)
             var sink = DirectSink(consumer: ValidatingConsumer())
             do throws(ArchiveError) { try state.run(a, &sink) } catch { return .failure(error) }
             return .success(state.seen)
@@ -203,7 +204,7 @@ public struct ZipReader: Sendable {
 
     /// Runs the read loop over an opened archive, hashing inline or on a second thread.
     private func consume<C: ArchiveConsumer>(
-        _ a: OpaquePointer, _ state: inout ReadState, into consumer: inout C, batchBytes: Int = 1 << 20
+        _ a: OpaquePointer, _ state: inout ReadState, into consumer: inout C, batchBytes: Int = 256 << 10
     ) -> Result<ArchiveListing, ArchiveError> {
         if parallelHashing {
             var sink = PipelineSink(ConsumerPipeline(consumer: consumer, batchBytes: batchBytes))
@@ -318,15 +319,48 @@ struct PipelineSink<C: ArchiveConsumer>: EntrySink {
     func endFile(_ path: RelativePath, size: Int64) throws(ArchiveError) { try pipeline.endFile(path, size: size) }
 }
 
-/// One entry as a read met it: its stored name, kind and size (read, or declared when only
-/// headers are read).
-struct EntryRecord: Equatable {
-    let name: [UInt8]
-    let isDirectory: Bool
-    let size: Int64
+/// The entries a read met, in order — each one's stored name, kind and size (read, or declared
+/// when only headers are read) — kept compact: a SHA-256 over every record tells two reads apart,
+/// and one 64-bit mark per entry finds where they part (for the message). A 21,000-entry archive
+/// costs 170 KB here, where keeping every name cost megabytes.
+struct EntryAccount {
+    private var hasher = SHA256Stream()
+    /// The number of entries.
+    private(set) var count = 0
+    /// One mark per entry (a hash of its record).
+    private(set) var marks: [UInt64] = []
+    /// The other read's account this one is compared with, if any.
+    private let expected: [UInt64]?
+    /// The first entry whose record differs from the expected account's: its index and description.
+    private(set) var firstDifference: (index: Int, description: String)?
 
-    var description: String {
-        "\"\(String(decoding: name, as: UTF8.self))\" (" + (isDirectory ? "a directory)" : "a file of \(size) bytes)")
+    init() { expected = nil }
+    init(expecting other: EntryAccount) { expected = other.marks }
+
+    /// The SHA-256 over every record.
+    var digest: SHA256Digest { hasher.finish() }
+
+    mutating func add(_ name: UnsafeBufferPointer<UInt8>, isDirectory: Bool, size: Int64) {
+        var header = [UInt8](repeating: 0, count: 13)
+        header[0] = isDirectory ? 1 : 0
+        withUnsafeBytes(of: size.littleEndian) { for i in 0..<8 { header[1 + i] = $0[i] } }
+        withUnsafeBytes(of: UInt32(truncatingIfNeeded: name.count).littleEndian) {
+            for i in 0..<4 { header[9 + i] = $0[i] }
+        }
+        header.withUnsafeBytes { hasher.update($0) }
+        hasher.update(UnsafeRawBufferPointer(name))
+        // FNV-1a over the same bytes: a mark to find the first difference, not a proof of one.
+        var mark: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in header { mark = (mark ^ UInt64(b)) &* 0x100_0000_01b3 }
+        for b in name { mark = (mark ^ UInt64(b)) &* 0x100_0000_01b3 }
+        if let expected, firstDifference == nil, count >= expected.count || expected[count] != mark {
+            let text =
+                "\"\(String(decoding: name, as: UTF8.self))\" ("
+                + (isDirectory ? "a directory)" : "a file of \(size) bytes)")
+            firstDifference = (count, text)
+        }
+        marks.append(mark)
+        count += 1
     }
 }
 
@@ -339,12 +373,14 @@ private struct ReadState {
     var entries = 0
     /// Every entry in archive order, as read (a streamed read is checked against the central
     /// directory's account with it).
-    var seen: [EntryRecord] = []
+    var seen = EntryAccount()
     /// Record the entries and skip every file's data (a check of headers only).
     var headersOnly = false
     var total: Int64 = 0
-    /// Collision key → the name that claimed it, and whether it is a file.
-    var claimed: [String: (name: String, isFile: Bool)] = [:]
+    /// Collision key → the name that claimed it (nil when the name is the key itself, as for
+    /// nearly every name: one string per entry, shared with its path, instead of three), and
+    /// whether it is a file.
+    var claimed: [String: (name: String?, isFile: Bool)] = [:]
     /// Collision keys of directories stated by their own entry.
     var explicitDirectories: Set<String> = []
     /// Directory prefixes already claimed exactly as spelled (their key need not be computed again).
@@ -378,10 +414,9 @@ private struct ReadState {
             guard let cName = archive_entry_pathname(entry) else {
                 throw .libarchive(entry: nil, message: "an entry has no name")
             }
-            let nameBytes = Array(
-                UnsafeBufferPointer(
-                    start: UnsafeRawPointer(cName).assumingMemoryBound(to: UInt8.self), count: strlen(cName)))
-            let display = String(decoding: nameBytes, as: UTF8.self)
+            let nameBuffer = UnsafeBufferPointer(
+                start: UnsafeRawPointer(cName).assumingMemoryBound(to: UInt8.self), count: strlen(cName))
+            let display = String(decoding: nameBuffer, as: UTF8.self)
             if archive_entry_is_encrypted(entry) != 0 { throw .encrypted(entry: display) }
             if let target = archive_entry_hardlink(entry) {
                 throw .hardLink(entry: display, target: String(cString: target))
@@ -390,9 +425,18 @@ private struct ReadState {
             guard type == LA.regular || type == LA.directory else {
                 throw .unsupportedEntryType(entry: display, type: LA.typeName(type))
             }
-            if type == LA.directory { seen.append(EntryRecord(name: nameBytes, isDirectory: true, size: 0)) }
+            if type == LA.directory { seen.add(nameBuffer, isDirectory: true, size: 0) }
+            if headersOnly {
+                // Compared with a streamed read that checked every name; libarchive skips the data
+                // when asked for the next header.
+                if type == LA.regular {
+                    let declared: Int64 = archive_entry_size_is_set(entry) != 0 ? archive_entry_size(entry) : -1
+                    seen.add(nameBuffer, isDirectory: false, size: declared)
+                }
+                continue
+            }
             // bsdtar writes "./name"; the archive root itself ("./") carries nothing.
-            var name = nameBytes[...]
+            var name = nameBuffer[...]
             while name.starts(with: [0x2E, 0x2F]) { name = name.dropFirst(2) }
             if name.isEmpty, type == LA.directory { continue }
             let path: RelativePath
@@ -406,16 +450,10 @@ private struct ReadState {
                 directories.append(path)
                 continue
             }
-            if headersOnly {
-                // libarchive skips the data when asked for the next header.
-                let declared: Int64 = archive_entry_size_is_set(entry) != 0 ? archive_entry_size(entry) : -1
-                files.append(FileEntry(path: path, size: declared, sha256: Self.placeholder))
-            } else {
-                try readFile(a, entry, path, &sink)
-            }
-            seen.append(EntryRecord(name: nameBytes, isDirectory: false, size: files.last?.size ?? -1))
+            try readFile(a, entry, path, &sink)
+            seen.add(nameBuffer, isDirectory: false, size: files.last?.size ?? -1)
         }
-        if files.isEmpty { throw .empty }
+        if files.isEmpty && !headersOnly { throw .empty }
     }
 
     /// Records `path` and its parent directories, refusing duplicates, collisions and a name
@@ -424,17 +462,19 @@ private struct ReadState {
         let comps = path.components
         var prefix = ""
         for (i, c) in comps.enumerated() {
-            prefix = prefix.isEmpty ? String(c) : prefix + "/" + c
             let last = i == comps.count - 1
+            // The whole path is the path's own string (shared, not built again).
+            prefix = last ? path.string : prefix.isEmpty ? String(c) : prefix + "/" + c
             let wantFile = last && isFile
             if !last, knownDirectories.contains(prefix) { continue }
             let key = RelativePath.collisionKey(prefix)
             defer { if !last { knownDirectories.insert(prefix) } }
-            guard let existing = claimed[key] else {
-                claimed[key] = (prefix, wantFile)
+            guard let found = claimed[key] else {
+                claimed[key] = (key == prefix ? nil : prefix, wantFile)
                 if last && !isFile { explicitDirectories.insert(key) }
                 continue
             }
+            let existing = (name: found.name ?? key, isFile: found.isFile)
             if existing.name != prefix { throw .collision(entry: prefix, other: existing.name) }
             if existing.isFile != wantFile {
                 let file = existing.isFile ? existing.name : path.string

@@ -122,6 +122,8 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
     /// case-insensitive, normalisation-insensitive file system. ASCII names (nearly all) take a
     /// fast path with the same result: ASCII is already NFC and lower-cases byte by byte.
     public static func collisionKey(_ s: String) -> String {
+        // ASCII with no upper case is its own key: the same string (and storage) is returned.
+        if s.utf8.allSatisfy({ $0 < 0x80 && !($0 >= 0x41 && $0 <= 0x5A) }) { return s }
         var ascii = true
         var bytes: [UInt8] = []
         bytes.reserveCapacity(s.utf8.count)

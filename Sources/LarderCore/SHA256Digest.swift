@@ -1,31 +1,56 @@
 import Crypto
 import Foundation
 
-/// A SHA-256 digest, kept as 32 raw bytes and written as 64 lowercase hex digits.
+/// A SHA-256 digest, kept as 32 raw bytes (inline, as four big-endian words: no allocation per
+/// digest, which mattered with tens of thousands of them in a file list) and written as 64
+/// lowercase hex digits.
 public struct SHA256Digest: Hashable, Sendable, Codable, CustomStringConvertible, Comparable {
+    /// The 32 bytes as four words, most significant byte first (so words compare as bytes do).
+    private let w0: UInt64, w1: UInt64, w2: UInt64, w3: UInt64
+
     /// The 32 raw bytes of the digest.
-    public let bytes: [UInt8]
+    public var bytes: [UInt8] {
+        var out = [UInt8]()
+        out.reserveCapacity(32)
+        for w in [w0, w1, w2, w3] {
+            for shift in stride(from: 56, through: 0, by: -8) {
+                out.append(UInt8(truncatingIfNeeded: w >> UInt64(shift)))
+            }
+        }
+        return out
+    }
+
+    /// Builds the words from 32 bytes read by `byte(i)`.
+    private init(_ byte: (Int) -> UInt8) {
+        func word(_ k: Int) -> UInt64 {
+            var w: UInt64 = 0
+            for i in 0..<8 { w = w << 8 | UInt64(byte(k * 8 + i)) }
+            return w
+        }
+        w0 = word(0)
+        w1 = word(1)
+        w2 = word(2)
+        w3 = word(3)
+    }
 
     /// Wraps 32 raw bytes; `nil` for any other length.
     public init?(bytes: [UInt8]) {
         guard bytes.count == 32 else { return nil }
-        self.bytes = bytes
+        self.init { bytes[$0] }
     }
 
     /// Parses 64 lowercase hex digits; `nil` for anything else (upper case is refused so that
     /// one digest has one spelling in every file).
     public init?(hex: String) {
-        let utf8 = Array(hex.utf8)
-        guard utf8.count == 64 else { return nil }
-        var out = [UInt8]()
-        out.reserveCapacity(32)
-        var i = 0
-        while i < 64 {
-            guard let hi = Self.nibble(utf8[i]), let lo = Self.nibble(utf8[i + 1]) else { return nil }
-            out.append(hi << 4 | lo)
-            i += 2
+        var nibbles = [UInt8](repeating: 0, count: 64)
+        var count = 0
+        for c in hex.utf8 {
+            guard count < 64, let n = Self.nibble(c) else { return nil }
+            nibbles[count] = n
+            count += 1
         }
-        self.bytes = out
+        guard count == 64 else { return nil }
+        self.init { nibbles[2 * $0] << 4 | nibbles[2 * $0 + 1] }
     }
 
     private static func nibble(_ c: UInt8) -> UInt8? {
@@ -43,19 +68,25 @@ public struct SHA256Digest: Hashable, Sendable, Codable, CustomStringConvertible
 
     /// Wraps a finished swift-crypto digest.
     public init(finished digest: SHA256.Digest) {
-        self.bytes = Array(digest)
+        let raw = Array(digest)
+        self.init { raw[$0] }
     }
 
     /// 64 lowercase hex digits.
     public var hex: String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(64)
-        for b in bytes {
-            out.append(digits[Int(b >> 4)])
-            out.append(digits[Int(b & 0xF)])
+        let digits: StaticString = "0123456789abcdef"
+        return String(unsafeUninitializedCapacity: 64) { out in
+            digits.withUTF8Buffer { d in
+                var i = 0
+                for w in [w0, w1, w2, w3] {
+                    for shift in stride(from: 60, through: 0, by: -4) {
+                        out[i] = d[Int((w >> UInt64(shift)) & 0xF)]
+                        i += 1
+                    }
+                }
+            }
+            return 64
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// The 64 lowercase hex digits, as written in documents.
@@ -63,7 +94,7 @@ public struct SHA256Digest: Hashable, Sendable, Codable, CustomStringConvertible
 
     /// Orders digests by their raw bytes (the same order as their hex text).
     public static func < (lhs: SHA256Digest, rhs: SHA256Digest) -> Bool {
-        lhs.bytes.lexicographicallyPrecedes(rhs.bytes)
+        (lhs.w0, lhs.w1, lhs.w2, lhs.w3) < (rhs.w0, rhs.w1, rhs.w2, rhs.w3)
     }
 
     /// Decodes a digest from a JSON string of 64 lowercase hex digits, refusing anything else.

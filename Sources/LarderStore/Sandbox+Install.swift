@@ -163,8 +163,14 @@ extension Sandbox {
         let listPath = layout.list(id, version)
         let target = layout.tree(id, version)
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(listPath.removingLastComponent()) }
-        let listData = try encoded(list, "file list")
-        try io { () throws(FileSystemError) in try AtomicFile.write(listData, to: listPath) }
+        if let staged = stagedLists.removeValue(forKey: "\(id)@\(version)"), AtomicFile.exists(staged) {
+            // The bytes the list was decoded from, already durable under staging/.
+            try io { () throws(FileSystemError) in try SystemCalls.rename(staged, to: listPath) }
+            try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(listPath.removingLastComponent()) }
+        } else {
+            let listData = try encoded(list, "file list")
+            try io { () throws(FileSystemError) in try AtomicFile.write(listData, to: listPath) }
+        }
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(target.removingLastComponent()) }
         if AtomicFile.exists(target) {
             // A copy the state does not name, left by an interrupted operation and kept because a

@@ -85,6 +85,12 @@ public struct SandboxLayout: Sendable {
         staging.appending("\(id)@\(version)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
     }
 
+    /// Where a version's file list waits under `staging/` until the version is placed (the
+    /// verified bytes of a download, see `Sandbox.provideListBytes`).
+    public func stagedList(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
+        staging.appending("\(id)@\(version).files.json")
+    }
+
     /// A fresh name under `trash/` for a tree being deleted.
     public func newTrashEntry(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
         trash.appending("\(id)@\(version)-\(UInt32.random(in: 0...UInt32.max))")

@@ -87,11 +87,13 @@ extension Syncer {
     }
 
     /// Fetches the file lists the plan needs, each checked against the size and SHA-256 the
-    /// index declares. Failures are returned per package.
+    /// index declares. Failures are returned per package; with each list, the verified bytes it
+    /// was decoded from (placed as they are, see `Sandbox.provideListBytes`).
     func fetchLists(
         _ plan: Plan, index: RepositoryIndex, transport: any Transport, base: URL, channel: String
-    ) async -> ([PackageID: FileList], [PackageID: PackageFailure]) {
+    ) async -> ([PackageID: FileList], [PackageID: PackageFailure], [PackageID: Data]) {
         var lists: [PackageID: FileList] = [:]
+        var bytes: [PackageID: Data] = [:]
         var failures: [PackageID: PackageFailure] = [:]
         let entries = Dictionary(
             index.packages.filter { $0.channel == channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
@@ -120,8 +122,9 @@ extension Syncer {
                 continue
             }
             lists[a.id] = list
+            bytes[a.id] = doc.data
         }
-        return (lists, failures)
+        return (lists, failures, bytes)
     }
 }
 

@@ -70,8 +70,15 @@ public struct Syncer: Sendable {
                 sandbox: sandbox, config: config, transport: t, base: base, record: record, prefetched: prefetched)
             let ctx = context(config)
             let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
-            let (lists, failures) = await fetchLists(
+            let (lists, failures, listBytes) = await fetchLists(
                 first, index: index, transport: t, base: base, channel: ctx.channel)
+            // A sync places each list as the verified bytes it was decoded from; they go to
+            // staging/ now, so that no copy is held in memory meanwhile.
+            if record {
+                for (id, bytes) in listBytes {
+                    if let list = lists[id] { sandbox.provideListBytes(bytes, for: list) }
+                }
+            }
             // The contents already held matter only to versions whose file list was fetched (to
             // cost them, fetch what is missing and assemble); a sync with nothing new does not
             // read every installed version's list.

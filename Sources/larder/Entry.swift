@@ -5,6 +5,7 @@ import Logging
 @main
 enum Entry {
     static func main() async {
+        Allocator.tune()
         // Library log messages go to stderr; notices and above (e.g. an interrupted publication
         // completed) are shown, routine detail is not.
         LoggingSystem.bootstrap { label in

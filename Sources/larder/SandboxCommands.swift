@@ -49,14 +49,16 @@ extension LarderCommand {
 
         func run() throws {
             var list: FileList?
+            var bytes: Data?
             if let f = files {
-                do { list = try Larder.loadFileList(FilePath(f)) } catch {
+                do { (list, bytes) = try Larder.readFileList(FilePath(f)) } catch {
                     throw Output.failure(command: "install", code: "file-list", message: "\(error)", json: output.json)
                 }
             }
             let report = try withSandbox("install", output.json) { () throws(StoreError) in
                 let s = try sandbox.open()
                 defer { s.close() }
+                if let list, let bytes { s.provideListBytes(bytes, for: list) }
                 return try s.install(bundle: FilePath(bundle), id: id, version: version, fileList: list, force: force)
             }
             try Output.emit(report, json: output.json)

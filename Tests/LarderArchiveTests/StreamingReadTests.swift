@@ -1,9 +1,10 @@
 import Foundation
-import LarderArchive
 import LarderCore
 import LarderTestSupport
 import SystemPackage
 import Testing
+
+@testable import LarderArchive
 
 /// Hands out a file's bytes in chunks of pseudo-random sizes (1 byte to 64 KiB), as a download
 /// would, and can fail after a given number of bytes.
@@ -103,5 +104,45 @@ struct StreamingReadTests {
             #expect(error.description.contains("stopped arriving"), "\(error)")
         }
         #expect(source.completeCalls == 0)
+    }
+}
+
+/// The compact account a streamed read is checked with against the central directory.
+@Suite("Entry accounts")
+struct EntryAccountTests {
+    func account(_ records: [(String, Bool, Int64)], expecting other: EntryAccount? = nil) -> EntryAccount {
+        var a = other.map { EntryAccount(expecting: $0) } ?? EntryAccount()
+        for (name, isDirectory, size) in records {
+            Array(name.utf8).withUnsafeBufferPointer { a.add($0, isDirectory: isDirectory, size: size) }
+        }
+        return a
+    }
+
+    @Test func equalRecordsGiveEqualAccounts() {
+        let records: [(String, Bool, Int64)] = [("a/", true, 0), ("a/b.txt", false, 3), ("c.js", false, 0)]
+        let streamed = account(records)
+        let central = account(records, expecting: streamed)
+        #expect(central.digest == streamed.digest && central.count == 3 && central.firstDifference == nil)
+    }
+
+    @Test("a different name, kind, size, order or count is told apart and located")
+    func differencesAreFound() {
+        let base: [(String, Bool, Int64)] = [("a/", true, 0), ("a/b.txt", false, 3), ("c.js", false, 0)]
+        let streamed = account(base)
+        let variants: [([(String, Bool, Int64)], Int)] = [
+            ([("a/", true, 0), ("a/B.txt", false, 3), ("c.js", false, 0)], 1),
+            ([("a/", true, 0), ("a/b.txt", false, 4), ("c.js", false, 0)], 1),
+            ([("a/", false, 0), ("a/b.txt", false, 3), ("c.js", false, 0)], 0),
+            ([("a/", true, 0), ("c.js", false, 0), ("a/b.txt", false, 3)], 1),
+            ([("a/", true, 0), ("a/b.txt", false, 3), ("c.js", false, 0), ("d", false, 1)], 3),
+        ]
+        for (records, at) in variants {
+            let central = account(records, expecting: streamed)
+            #expect(central.digest != streamed.digest || central.count != streamed.count)
+            #expect(central.firstDifference?.index == at, "\(records)")
+        }
+        // Fewer entries: the same prefix, told apart by the count.
+        let shorter = account(Array(base.prefix(2)), expecting: streamed)
+        #expect(shorter.count == 2 && shorter.digest != streamed.digest && shorter.firstDifference == nil)
     }
 }
