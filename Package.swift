@@ -145,7 +145,7 @@ let package = Package(
         .executableTarget(
             name: "larder-bench-scale",
             dependencies: [
-                "LarderCore", "LarderPublish", "LarderResolve", "LarderSync",
+                "LarderCore", "LarderFileSystem", "LarderPublish", "LarderResolve", "LarderSync",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strict

@@ -15,6 +15,7 @@
 //   package); sources are written under REPO/../scale-src and removed afterwards.
 import Foundation
 import LarderCore
+import LarderFileSystem
 import LarderPublish
 import LarderResolve
 import LarderSync
@@ -95,7 +96,7 @@ func file(_ p: Int, _ j: Int) -> (String, String) {
 }
 
 let sources = repo.removingLastComponent().appending("scale-src")
-try? FileManager.default.removeItem(atPath: sources.string)
+try? SystemCalls.removeTree(sources)
 var requests: [PackRequest] = []
 for p in only.map({ [$0] }) ?? Array(0..<packages) {
     let dir = sources.appending(id(p))
@@ -103,9 +104,8 @@ for p in only.map({ [$0] }) ?? Array(0..<packages) {
         let (rel, text) = file(p, j)
         let path = dir.appending(rel)
         do {
-            try FileManager.default.createDirectory(
-                atPath: path.removingLastComponent().string, withIntermediateDirectories: true)
-            try Data(text.utf8).write(to: URL(fileURLWithPath: path.string))
+            try AtomicFile.makeDirectories(path.removingLastComponent())
+            try AtomicFile.write(Data(text.utf8), to: path)
         } catch { fail("writing \(path): \(error)") }
     }
     var request = PackRequest(source: dir, repository: repo, id: id(p), version: version)
@@ -116,4 +116,4 @@ do {
     let reports = try Publisher(key: key).pack(batch: requests)
     print("packed \(reports.count) package(s) of \(files) files, serial \(reports.first?.serial ?? 0)")
 } catch { fail("\(error)") }
-try? FileManager.default.removeItem(atPath: sources.string)
+try? SystemCalls.removeTree(sources)
