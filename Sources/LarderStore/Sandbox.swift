@@ -169,6 +169,13 @@ public final class Sandbox {
         stagedLists["\(list.id)@\(list.version)"] = path
     }
 
+    /// Removes the file lists handed over by `provideListBytes` whose version was not placed (a
+    /// package that failed); the next open would remove them anyway.
+    package func discardStagedLists() {
+        for path in stagedLists.values { try? SystemCalls.unlink(path) }
+        stagedLists = [:]
+    }
+
     func knownPackage(_ text: String) throws(StoreError) -> PackageID {
         guard let id = PackageID(text) else { throw .badID(text) }
         guard state.packages[id.rawValue]?.active != nil else { throw .unknownPackage(text) }

@@ -379,6 +379,7 @@ public struct Syncer: Sendable {
     func cleanUp(_ fetched: Fetched, sandbox: Sandbox) -> [String] {
         for part in fetched.objects.values { try? SystemCalls.unlink(part) }
         for staged in fetched.staged.values { staged.area.discard() }
+        sandbox.discardStagedLists()
         pruneDownloads(sandbox.layout.downloads, keep: fetched.resumable)
         // Retention is housekeeping: a failure here leaves more versions on disk, never fewer.
         return (try? sandbox.gc(keep: options.retention))?.removed ?? []

@@ -7,6 +7,8 @@ tmpfs, it measures with the release build, process start included:
   no-change sync    `larder sync` again (median of runs), next to its baseline in the same run:
                     `curl -s -o /dev/null file://…/index.json`, the same index read by curl
   status, plan      `larder status --json`, `larder plan` (medians)
+  confirm           `larder confirm` of one package: the cost of one state write (state.json is
+                    one file, rewritten whole; see "State layout" in BENCHMARKS.md)
   resolve (CLI)     `larder resolve URL`: a fresh process, so the snapshot is built cold
   one-package update the sync after one package got a new version
   app resolve       in one process (larder-bench-scale --after-sync): a resolver's first snapshot
@@ -77,6 +79,9 @@ def measure_packages(larder, scale, work, n, runs):
     r["curl_ms"] = median_ms(["curl", "-s", "-o", "/dev/null", "file://" + repo + "/index.json"], runs)
     r["status_ms"] = median_ms([larder, "status", "--root", root, "--json"], runs)
     r["plan_ms"] = median_ms([larder, "plan", "--root", root], runs)
+    # One state change (a confirmation): the cost of a write of the whole state.json.
+    r["confirm_ms"] = median_ms([larder, "confirm", "--root", root, "pkg-%05d" % 3], runs)
+    r["state_kib"] = os.path.getsize(os.path.join(root, "state.json")) / 1024
     url = "https://pkg-%05d.bench.example/" % 7
     r["resolve_ms"] = median_ms([larder, "resolve", "--root", root, url], runs)
     # One package gets a new version: the in-process app resolve syncs it.
@@ -170,6 +175,8 @@ def table(rows, big, machine, command):
     row("one-package update sync (s)", "update_s", "%.2f", "≤ 11×")
     row("`larder status --json` (ms)", "status_ms", "%.1f", "≤ 11×")
     row("`larder plan` (ms)", "plan_ms", "%.1f", "≤ 11×")
+    row("`larder confirm` of one package: one state write (ms)", "confirm_ms", "%.1f", "≤ 11×")
+    row("state.json (KiB)", "state_kib", "%.0f", "")
     row("`larder resolve` in a new process (ms)", "resolve_ms", "%.1f", "≤ 11×")
     row("app: first snapshot, cold (ms)", "app_cold_ms", "%.1f", "≤ 11×")
     row("app: first resolve after a sync (ms)", "app_after_ms", "%.1f", "≤ 50 at 1,000")
