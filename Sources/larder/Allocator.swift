@@ -5,10 +5,12 @@
     /// large thing at a time — a file list of 20,000 entries, an archive's directory — on more
     /// than one thread (a bundle is extracted on a thread of its own while it downloads), and
     /// glibc's defaults hold on to what such phases free: each thread gets its own arena, whose
-    /// freed memory the next phase on another thread cannot reuse, and large blocks stay in the
-    /// heap after they are freed. One arena and a fixed 128 KiB mmap and trim threshold return
-    /// that memory; measured on a sync of a 21,488-file bundle, peak RSS falls by about 10 MiB
-    /// (`scripts/bench --scale`). An app embedding the library keeps its own settings.
+    /// freed memory the next phase on another thread cannot reuse, and the top of the heap is
+    /// kept after it is freed. One arena and a 128 KiB trim threshold return that memory;
+    /// measured on a sync of a 21,488-file bundle, peak RSS falls by about 10 MiB
+    /// (`scripts/bench --scale`). (A fixed mmap threshold saved little more and cost time: every
+    /// large buffer became an mmap and munmap.) An app embedding the library keeps its own
+    /// settings.
     enum Allocator {
         /// `mallopt`, looked up at run time: Swift's Glibc module leaves out <malloc.h>.
         private static let mallopt = dlsym(nil, "mallopt").map {
@@ -16,14 +18,12 @@
         }
         // <malloc.h>
         private static let trimThreshold: Int32 = -1
-        private static let mmapThreshold: Int32 = -3
         private static let arenaMax: Int32 = -8
 
         /// Applies the settings (best effort; a libc without `mallopt` keeps its defaults).
         static func tune() {
             guard let mallopt else { return }
             _ = mallopt(arenaMax, 1)
-            _ = mallopt(mmapThreshold, 128 << 10)
             _ = mallopt(trimThreshold, 128 << 10)
         }
     }
