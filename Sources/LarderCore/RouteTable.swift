@@ -159,7 +159,33 @@ public struct RouteTable: Sendable {
         return String(decoding: slice, as: UTF8.self)
     }
 
+    /// Which package of the table a URL routes to (by scheme and host, or by the longest route
+    /// prefix), without looking its path up; nil when no package of the table takes it.
+    public func routedPackage(_ url: String) -> PackageID? {
+        func id(_ b: UnsafeBufferPointer<UInt8>) -> PackageID? {
+            if case .package(let p, _) = match(bytes: b) { return p.id }
+            return nil
+        }
+        if let r = url.utf8.withContiguousStorageIfAvailable(id) { return r }
+        var copy = url
+        return copy.withUTF8(id)
+    }
+
+    /// What the first step of a resolution found: the package and the rest of the path to look
+    /// up in it, or the answer already.
+    enum Match {
+        case package(RoutedPackage, Range<Int>)
+        case answer(Resolution)
+    }
+
     func resolve(bytes b: UnsafeBufferPointer<UInt8>) -> Resolution {
+        switch match(bytes: b) {
+        case .package(let pkg, let rest): return lookup(pkg, b, rest)
+        case .answer(let r): return r
+        }
+    }
+
+    func match(bytes b: UnsafeBufferPointer<UInt8>) -> Match {
         let n = b.count
         // scheme ":" "//" authority path [? query] [# fragment]
         var i = 0
@@ -167,11 +193,11 @@ public struct RouteTable: Sendable {
             let c = b[i]
             let ok =
                 (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) || c == 43 || c == 45 || c == 46
-            guard ok else { return .passthrough(reason: "not a URL this table routes") }
+            guard ok else { return .answer(.passthrough(reason: "not a URL this table routes")) }
             i += 1
         }
         guard i > 0, i + 2 < n, b[i + 1] == UInt8(ascii: "/"), b[i + 2] == UInt8(ascii: "/") else {
-            return .passthrough(reason: "not a URL this table routes")
+            return .answer(.passthrough(reason: "not a URL this table routes"))
         }
         let schemeRange = 0..<i
         let authStart = i + 3
@@ -191,13 +217,15 @@ public struct RouteTable: Sendable {
             if c >= hostStart {
                 var value = 0
                 guard c + 1 < authEnd, authEnd - c - 1 <= 5 else {
-                    return .passthrough(reason: "not a URL this table routes")
+                    return .answer(.passthrough(reason: "not a URL this table routes"))
                 }
                 for x in (c + 1)..<authEnd {
-                    guard b[x] >= 48, b[x] <= 57 else { return .passthrough(reason: "not a URL this table routes") }
+                    guard b[x] >= 48, b[x] <= 57 else {
+                        return .answer(.passthrough(reason: "not a URL this table routes"))
+                    }
                     value = value * 10 + Int(b[x] - 48)
                 }
-                guard value <= 65535 else { return .passthrough(reason: "not a URL this table routes") }
+                guard value <= 65535 else { return .answer(.passthrough(reason: "not a URL this table routes")) }
                 port = value
                 hostEnd = c
             }
@@ -209,20 +237,25 @@ public struct RouteTable: Sendable {
             // Custom schemes: scheme://<id>/<path>.
             let scheme =
                 Self.equalsLower(b, schemeRange, "larder") ? "larder" : Self.string(b, schemeRange, lowercase: true)
-            guard schemes.contains(scheme) else { return .passthrough(reason: "scheme \(scheme) is not routed") }
-            guard let pkg = packages[host] else { return .notFound(reason: "no package \(host) in this sandbox") }
-            return lookup(pkg, b, pathRange)
+            guard schemes.contains(scheme) else {
+                return .answer(.passthrough(reason: "scheme \(scheme) is not routed"))
+            }
+            guard let pkg = packages[host] else {
+                return .answer(.notFound(reason: "no package \(host) in this sandbox"))
+            }
+            return .package(pkg, pathRange)
         }
         if (https && port == 443) || (http && port == 80) { port = 0 }
         let origin = Origin(https: https, host: host, port: port)
         if let routes = origins[origin], let (id, restStart) = Self.longestPrefix(routes, b, pathRange),
             let pkg = packages[id]
         {
-            return lookup(pkg, b, restStart..<pathRange.upperBound)
+            return .package(pkg, restStart..<pathRange.upperBound)
         }
         let path = pathRange.isEmpty ? "/" : Self.string(b, pathRange)
-        return .passthrough(
-            reason: "no package routes \(https ? "https" : "http")://\(host)\(port == 0 ? "" : ":\(port)")\(path)")
+        return .answer(
+            .passthrough(
+                reason: "no package routes \(https ? "https" : "http")://\(host)\(port == 0 ? "" : ":\(port)")\(path)"))
     }
 
     /// The longest route prefix of the path `b[path]` (each prefix ends in `/`): the package id

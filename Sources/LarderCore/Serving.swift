@@ -113,14 +113,21 @@ public struct ServingList: Decodable, Sendable, SchemaVersioned {
 }
 
 extension RoutedPackage {
-    /// Creates one from a file list read for serving and the settings it is served with.
-    public init(list: ServingList, settings s: ServingSettings?) {
-        id = list.id
-        version = list.version
+    /// A package routed by its settings whose files are not read (yet): enough to tell which
+    /// package a URL routes to (`RouteTable.routedPackage`), not to answer it.
+    public init(id: PackageID, version: SemanticVersion, settings s: ServingSettings?) {
+        self.id = id
+        self.version = version
         routes = (s?.routes ?? []).compactMap(RoutePrefix.init)
         entry = s?.entry ?? "index.html"
         spaFallback = s?.spaFallback ?? false
         policy = s?.policy ?? Policy()
+        files = [:]
+    }
+
+    /// Creates one from a file list read for serving and the settings it is served with.
+    public init(list: ServingList, settings s: ServingSettings?) {
+        self.init(id: list.id, version: list.version, settings: s)
         var files: [String: LocalFile] = [:]
         files.reserveCapacity(list.files.count)
         for f in list.files where files[f.path.string] == nil {

@@ -45,6 +45,20 @@ public final class Resolver: @unchecked Sendable {
         current = try Snapshot.load(root: root, schemes: self.schemes)
     }
 
+    /// A resolver for a one-shot lookup of `url` (`larder resolve`): its first snapshot routes
+    /// every package but reads the file list only of the package `url` routes to, so the lookup
+    /// costs one list however many packages are installed. Other packages' URLs find no file
+    /// until the sandbox changes (the next snapshot is a whole one): resolve `url`, or other URLs
+    /// of its package, with it.
+    public init(root: FilePath, schemes: Set<String> = [], onlyFor url: String) throws(StoreError) {
+        self.root = root
+        self.schemes = Set(schemes.map { $0.lowercased() })
+        layout = SandboxLayout(root: root)
+        watch = GenerationWatch(layout: layout)
+        seenToken = watch.token()
+        current = try Snapshot.load(root: root, schemes: self.schemes, onlyFor: url)
+    }
+
     /// The snapshot to resolve with now: the current one, or — when the sandbox changed since it
     /// was built — a new one (built by this thread unless another is already building it, in
     /// which case this thread keeps the current one).

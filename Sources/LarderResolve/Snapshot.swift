@@ -26,11 +26,16 @@ public final class Snapshot: Sendable {
     let indexIdentity: FileIdentity?
     /// How many packages' file lists this build read (the others were reused).
     public let listsRead: Int
+    /// Built for one URL (`Resolver(root:schemes:onlyFor:)`): only the package that URL routes
+    /// to has its files; a later build reuses nothing from it.
+    public let partial: Bool
 
     init(
         table: RouteTable, generation: UInt64, versions: [PackageID: ServingState.Versions],
-        settings: [PackageID: ServingSettings], channel: String, indexIdentity: FileIdentity?, listsRead: Int
+        settings: [PackageID: ServingSettings], channel: String, indexIdentity: FileIdentity?, listsRead: Int,
+        partial: Bool = false
     ) {
+        self.partial = partial
         self.table = table
         self.generation = generation
         self.versions = versions
@@ -44,10 +49,12 @@ public final class Snapshot: Sendable {
     /// the serving settings (routes, entry, SPA fallback, policy) of the last accepted index; a
     /// package the index does not describe (side-loaded) is reachable by `larder://<id>/` with
     /// the defaults. A list that cannot be read leaves its package out (it resolves as absent).
-    /// What `previous` holds and has not changed is reused.
-    static func load(root: FilePath, schemes: Set<String>, reusing previous: Snapshot? = nil) throws(StoreError)
-        -> Snapshot
-    {
+    /// What `previous` holds and has not changed is reused. With `url`, only the package that
+    /// URL routes to gets its files (a partial snapshot, for a one-shot lookup).
+    static func load(
+        root: FilePath, schemes: Set<String>, reusing earlier: Snapshot? = nil, onlyFor url: String? = nil
+    ) throws(StoreError) -> Snapshot {
+        let previous = earlier?.partial == true ? nil : earlier
         let reader = SandboxReader(root: root)
         let state = try reader.servingState()
         let channel = (try? SyncConfig.load(root: root))?.channel ?? Channel.default
@@ -63,6 +70,29 @@ public final class Snapshot: Sendable {
         var packages: [RoutedPackage] = []
         var versions: [PackageID: ServingState.Versions] = [:]
         var read = 0
+        if let url {
+            for key in state.packages.keys.sorted() {
+                guard let id = PackageID(key), let v = state.packages[key] else { continue }
+                versions[id] = v
+                if let active = v.active {
+                    packages.append(RoutedPackage(id: id, version: active, settings: settings[id]))
+                }
+            }
+            // The package the URL routes to gets its files; one whose list cannot be read is left
+            // out, as a whole build leaves it out, and the URL may then route to another.
+            var table = RouteTable(packages: packages, schemes: schemes)
+            while let id = table.routedPackage(url), let shell = table.package(id), shell.files.isEmpty {
+                packages.removeAll { $0.id == id }
+                read += 1
+                let pkg = routed(reader.layout, id, shell.version, settings[id])
+                if let pkg { packages.append(pkg) }
+                table = RouteTable(packages: packages, schemes: schemes)
+                if pkg != nil { break }
+            }
+            return Snapshot(
+                table: table, generation: state.generation, versions: versions, settings: settings,
+                channel: channel, indexIdentity: identity, listsRead: read, partial: true)
+        }
         for key in state.packages.keys.sorted() {
             guard let id = PackageID(key), let v = state.packages[key] else { continue }
             versions[id] = v
@@ -96,24 +126,5 @@ public final class Snapshot: Sendable {
     func routed(_ layout: SandboxLayout, _ id: PackageID, _ version: SemanticVersion) -> RoutedPackage? {
         if let p = table.package(id), p.version == version { return p }
         return Self.routed(layout, id, version, settings[id])
-    }
-}
-
-/// Which file a path names, as far as a reader can tell: device, inode, size and modification
-/// time. Files the store writes are replaced by rename, so a new version is a new inode.
-struct FileIdentity: Sendable, Equatable {
-    let device: UInt64
-    let inode: UInt64
-    let size: Int64
-    let seconds: Int64
-    let nanoseconds: Int64
-
-    init?(_ path: FilePath) {
-        guard let st = try? SystemCalls.stat(path) else { return nil }
-        device = st.device
-        inode = st.inode
-        size = st.size
-        seconds = Int64(st.modificationTime.seconds)
-        nanoseconds = Int64(st.modificationTime.nanoseconds)
     }
 }

@@ -19,31 +19,13 @@ extension Syncer {
         var etag: String?
         var expires: Date
         /// `state.json` as that sync left it (any later write replaces the file).
-        var state: StateFile
+        var state: FileIdentity
         /// What else decides a plan: repository, channel, app version, device id, trusted keys,
         /// retention.
         var inputs: SHA256Digest
         /// When the sync finished, and when a later no-change sync last confirmed it.
         var at: Date
         var checkedAt: Date
-    }
-
-    /// Which `state.json` is on disk: written by rename, so any new state is a new inode.
-    struct StateFile: Codable, Equatable {
-        var device: UInt64
-        var inode: UInt64
-        var size: Int64
-        var seconds: Int64
-        var nanoseconds: Int64
-
-        init?(_ path: FilePath) {
-            guard let st = try? SystemCalls.stat(path) else { return nil }
-            device = st.device
-            inode = st.inode
-            size = st.size
-            seconds = Int64(st.modificationTime.seconds)
-            nanoseconds = Int64(st.modificationTime.nanoseconds)
-        }
     }
 
     /// The inputs of a plan besides the index and the state.
@@ -61,7 +43,7 @@ extension Syncer {
     func recordSettled(_ report: SyncReport, sandbox: Sandbox, config: SyncConfig) {
         let layout = sandbox.layout
         guard options.packages.isEmpty, !report.hasFailures, let accepted = sandbox.state.index,
-            let state = StateFile(layout.state)
+            let state = FileIdentity(layout.state)
         else {
             try? SystemCalls.unlink(layout.lastSync)
             return
@@ -102,7 +84,7 @@ extension Syncer {
             let lock = try? FileLock(path: layout.lock, timeout: 0)
         else { return nil }
         defer { lock.unlock() }
-        guard StateFile(layout.state) == marker.state else { return nil }
+        guard FileIdentity(layout.state) == marker.state else { return nil }
         let t = try transportFor(base, config)
         let doc: FetchedDocument
         do throws(FetchError) {

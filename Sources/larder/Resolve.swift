@@ -39,7 +39,8 @@ extension LarderCommand {
 
         func run() throws {
             let resolver: Resolver
-            do { resolver = try Resolver(root: FilePath(root), schemes: Set(schemes)) } catch {
+            // One URL: only the file list of the package it routes to is read.
+            do { resolver = try Resolver(root: FilePath(root), schemes: Set(schemes), onlyFor: url) } catch {
                 throw Output.failure(
                     command: "resolve", code: error.code, message: error.description, json: output.json)
             }

@@ -193,6 +193,39 @@ struct ResolverTests {
         }
     }
 
+    @Test("a one-shot resolver reads only the list of the package the URL routes to, and answers as a whole one")
+    func oneShotReadsOneList() throws {
+        let env = try ResolveEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.publish("1.0.0", id: "docs")
+        try env.install("1.0.0")
+        try env.install("1.0.0", id: "docs")
+        let whole = try Resolver(root: env.root)
+        let urls = [
+            "https://app.example.com/docs/data/catalog.json", "https://app.example.com/data/catalog.json",
+            "https://app.example.com/docs/nothing-here.js", "larder://docs/index.html", "larder://nope/x",
+            "https://elsewhere.example/", "https://app.example.com/api/x",
+        ]
+        for url in urls {
+            let once = try Resolver(root: env.root, onlyFor: url)
+            #expect(once.resolve(url) == whole.resolve(url), "\(url)")
+            #expect(once.snapshot().partial && once.snapshot().listsRead <= 1, "\(url)")
+        }
+        #expect(try Resolver(root: env.root, onlyFor: "larder://docs/index.html").snapshot().listsRead == 1)
+        #expect(try Resolver(root: env.root, onlyFor: "https://elsewhere.example/").snapshot().listsRead == 0)
+        // A later whole snapshot reuses nothing from a partial one.
+        let partialOne = try Resolver(root: env.root, onlyFor: "larder://sample-app/index.html")
+        #expect(try partialOne.reload().listsRead == 2 && !partialOne.snapshot().partial)
+        // A package whose list cannot be read is left out, as a whole build leaves it out: the
+        // URL then routes to the package with the shorter prefix.
+        let docsList = SandboxLayout(root: env.root).list(PackageID("docs")!, SemanticVersion("1.0.0")!)
+        try SystemCalls.unlink(docsList)
+        let url = "https://app.example.com/docs/data/catalog.json"
+        let fresh = try Resolver(root: env.root)
+        #expect(try Resolver(root: env.root, onlyFor: url).resolve(url) == fresh.resolve(url))
+    }
+
     @Test func olderSandboxWithoutGenerationWordStillNoticesChanges() throws {
         let env = try ResolveEnv()
         defer { env.cleanup() }
