@@ -341,18 +341,18 @@ struct EntryAccount {
     var digest: SHA256Digest { hasher.finish() }
 
     mutating func add(_ name: UnsafeBufferPointer<UInt8>, isDirectory: Bool, size: Int64) {
-        var header = [UInt8](repeating: 0, count: 13)
-        header[0] = isDirectory ? 1 : 0
-        withUnsafeBytes(of: size.littleEndian) { for i in 0..<8 { header[1 + i] = $0[i] } }
-        withUnsafeBytes(of: UInt32(truncatingIfNeeded: name.count).littleEndian) {
-            for i in 0..<4 { header[9 + i] = $0[i] }
-        }
-        header.withUnsafeBytes { hasher.update($0) }
-        hasher.update(UnsafeRawBufferPointer(name))
-        // FNV-1a over the same bytes: a mark to find the first difference, not a proof of one.
+        // Kind, size and name length, then the name, fed to both without an allocation per
+        // entry. The mark is FNV-1a over the same bytes: it finds the first difference, it does
+        // not prove one.
         var mark: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in header { mark = (mark ^ UInt64(b)) &* 0x100_0000_01b3 }
-        for b in name { mark = (mark ^ UInt64(b)) &* 0x100_0000_01b3 }
+        func feed(_ bytes: UnsafeRawBufferPointer) {
+            hasher.update(bytes)
+            for b in bytes { mark = (mark ^ UInt64(b)) &* 0x100_0000_01b3 }
+        }
+        withUnsafeBytes(of: isDirectory ? UInt8(1) : UInt8(0)) { feed($0) }
+        withUnsafeBytes(of: size.littleEndian) { feed($0) }
+        withUnsafeBytes(of: UInt32(truncatingIfNeeded: name.count).littleEndian) { feed($0) }
+        feed(UnsafeRawBufferPointer(name))
         if let expected, firstDifference == nil, count >= expected.count || expected[count] != mark {
             let text =
                 "\"\(String(decoding: name, as: UTF8.self))\" ("

@@ -240,13 +240,21 @@ public struct FileEntry: Codable, Sendable, Equatable {
         size = try c.decode(Int64.self, forKey: .size)
         sha256 = try c.decode(SHA256Digest.self, forKey: .sha256)
         mime = try c.decodeIfPresent(String.self, forKey: .mime)
+        try Self.check(size: size, mime: mime, c, sizeKey: .size, mimeKey: .mime)
+    }
+
+    /// Refuses a size outside `0...maxDeclaredSize` and a `mime` that is not a media type (the
+    /// checks of every decoded file entry, here and in `ServingList`).
+    static func check<K: CodingKey>(
+        size: Int64, mime: String?, _ c: KeyedDecodingContainer<K>, sizeKey: K, mimeKey: K
+    ) throws {
         if size < 0 || size > maxDeclaredSize {
             throw DecodingError.dataCorruptedError(
-                forKey: .size, in: c, debugDescription: "size \(size) is outside 0...\(maxDeclaredSize)")
+                forKey: sizeKey, in: c, debugDescription: "size \(size) is outside 0...\(maxDeclaredSize)")
         }
-        if let m = mime, !Self.isMediaType(m) {
+        if let m = mime, !isMediaType(m) {
             throw DecodingError.dataCorruptedError(
-                forKey: .mime, in: c,
+                forKey: mimeKey, in: c,
                 debugDescription: "\"\(m)\" is not a media type (type/subtype, optional ;parameters, printable ASCII)")
         }
     }

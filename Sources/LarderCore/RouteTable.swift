@@ -53,14 +53,22 @@ public struct RoutedPackage: Sendable {
         self.entry = entry
         self.spaFallback = spaFallback
         self.policy = policy
+        files = Self.table(list.id, list.version, list.files.lazy.map { ($0.path, $0.size, $0.sha256.hex, $0.mime) })
+    }
+
+    /// Path → answer for the files of one version (path, size, SHA-256 in hex, listed media
+    /// type); the first entry of a path wins.
+    static func table<S: Collection>(_ id: PackageID, _ version: SemanticVersion, _ entries: S)
+        -> [String: LocalFile] where S.Element == (RelativePath, Int64, String, String?)
+    {
         var files: [String: LocalFile] = [:]
-        files.reserveCapacity(list.files.count)
-        for f in list.files where files[f.path.string] == nil {
-            files[f.path.string] = LocalFile(
-                package: list.id, version: list.version, path: f.path, mime: f.mime ?? MediaTypes.type(for: f.path),
-                length: f.size, etag: "\"\(f.sha256.hex)\"")
+        files.reserveCapacity(entries.count)
+        for (path, size, hex, mime) in entries where files[path.string] == nil {
+            files[path.string] = LocalFile(
+                package: id, version: version, path: path, mime: mime ?? MediaTypes.type(for: path), length: size,
+                etag: "\"\(hex)\"")
         }
-        self.files = files
+        return files
     }
 }
 

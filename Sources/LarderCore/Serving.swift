@@ -91,14 +91,7 @@ public struct ServingList: Decodable, Sendable, SchemaVersioned {
                 throw DecodingError.dataCorruptedError(
                     forKey: .sha256, in: c, debugDescription: "not 64 lowercase hex digits")
             }
-            if size < 0 || size > maxDeclaredSize {
-                throw DecodingError.dataCorruptedError(
-                    forKey: .size, in: c, debugDescription: "size \(size) is outside 0...\(maxDeclaredSize)")
-            }
-            if let m = mime, !FileEntry.isMediaType(m) {
-                throw DecodingError.dataCorruptedError(
-                    forKey: .mime, in: c, debugDescription: "\"\(m)\" is not a media type")
-            }
+            try FileEntry.check(size: size, mime: mime, c, sizeKey: .size, mimeKey: .mime)
         }
     }
 
@@ -128,13 +121,6 @@ extension RoutedPackage {
     /// Creates one from a file list read for serving and the settings it is served with.
     public init(list: ServingList, settings s: ServingSettings?) {
         self.init(id: list.id, version: list.version, settings: s)
-        var files: [String: LocalFile] = [:]
-        files.reserveCapacity(list.files.count)
-        for f in list.files where files[f.path.string] == nil {
-            files[f.path.string] = LocalFile(
-                package: list.id, version: list.version, path: f.path, mime: f.mime ?? MediaTypes.type(for: f.path),
-                length: f.size, etag: "\"\(f.sha256)\"")
-        }
-        self.files = files
+        files = Self.table(list.id, list.version, list.files.lazy.map { ($0.path, $0.size, $0.sha256, $0.mime) })
     }
 }

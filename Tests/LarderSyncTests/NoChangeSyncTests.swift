@@ -99,3 +99,30 @@ struct NoChangeSyncTests {
         await #expect(throws: SyncError.self) { try await env.sync() }
     }
 }
+
+/// `last-sync.json` is a cache, never trusted: a damaged or forged one costs a full sync.
+@Suite("Sync: a damaged no-change record")
+struct DamagedSyncRecordTests {
+    @Test("garbage, or a record of another index: a full sync, and a new release is still installed")
+    func damagedRecordMeansFullSync() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise()
+        _ = try await env.sync()
+        let path = SandboxLayout(root: env.root).lastSync
+        let good = try AtomicFile.read(path)
+        // Not JSON at all.
+        try AtomicFile.write(Data("\u{1B}[2J not json".utf8), to: path)
+        let afterGarbage = try await env.sync()
+        #expect(!afterGarbage.upToDate && afterGarbage.packages.map(\.outcome) == [.skipped])
+        // A record that claims another index: a new release must still be found and installed.
+        try env.publish("1.1.0")
+        var doc = try #require(try JSONSerialization.jsonObject(with: good) as? [String: Any])
+        doc["index"] = String(repeating: "0", count: 64)
+        try AtomicFile.write(try JSONSerialization.data(withJSONObject: doc), to: path)
+        let update = try await env.sync()
+        #expect(!update.upToDate && update.packages.first?.outcome == .done, "\(update)")
+        #expect(try env.active() == "1.1.0")
+    }
+}
