@@ -7,6 +7,7 @@ import PackageDescription
 //   LarderStore, LarderFetch, LarderArchive <- LarderSync
 //   LarderStore <- LarderResolve <- LarderGateway, LarderWebKit
 //   all of them <- Larder (façade) <- larder (CLI)
+// LarderFetch carries HTTP over AsyncHTTPClient (NIO) on Linux and URLSession on Apple platforms;
 // LarderCore is pure values and decisions (no I/O). LarderArchive is the only module that
 // imports C libraries (libarchive for zip, zlib for gzip objects); CLarderShim is one inline
 // atomic load for LarderResolve. LarderGateway (the `serve` HTTP gateway) is the only module on
@@ -30,6 +31,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-system", from: "1.4.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.8.0"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.100.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.30.0"),
     ],
     targets: [
         .systemLibrary(
@@ -86,11 +90,18 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // Linux's HTTP engine is AsyncHTTPClient (NIO); on Apple platforms URLSession is, and
+        // NIO is not linked into an app that embeds the library.
         .target(
             name: "LarderFetch",
             dependencies: [
                 "LarderCore", "LarderFileSystem",
                 .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: .when(platforms: [.linux])),
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(platforms: [.linux])),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: .when(platforms: [.linux])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(platforms: [.linux])),
+                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: .when(platforms: [.linux])),
             ],
             swiftSettings: strict
         ),
@@ -119,6 +130,9 @@ let package = Package(
                 "LarderCore", "LarderResolve",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict

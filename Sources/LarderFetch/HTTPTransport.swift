@@ -3,13 +3,6 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(FoundationNetworking)
-    import FoundationNetworking
-#endif
-#if canImport(Glibc)
-    import Glibc
-#endif
-
 /// Tuning of HTTP transfers.
 public struct HTTPOptions: Sendable {
     /// Attempts per request (the first included) on connection errors, 5xx and 429.
@@ -30,23 +23,31 @@ public struct HTTPOptions: Sendable {
     public var allowInsecureHTTP = false
     /// Redirects followed per request (same host, no https → http downgrade).
     public var maxRedirects = 5
+    /// PEM files of certificate authorities trusted for https in addition to the system's (a
+    /// private CA of a test or an enterprise server). Read by the NIO engine (Linux); on Apple
+    /// platforms URLSession trusts what the device trusts (install the CA as a profile).
+    public var caFiles: [String] = []
+    /// Connections at once to one host over HTTP/1.1 (HTTP/2 multiplexes over one).
+    public var connectionsPerHost = 4
 
     /// The defaults.
     public init() {}
 }
 
-/// HTTP(S) through URLSession (FoundationNetworking on Linux): conditional GET, our own
-/// Range/If-Range resume into `.part` files (Foundation's resume data does not work on Linux),
-/// retries with exponential backoff and jitter (honouring Retry-After), a deadline and a
-/// minimum-throughput floor, SHA-256 while streaming, a hard stop at the declared size, and a
-/// redirect policy: at most `maxRedirects`, same host only, never from https to http.
-public final class HTTPTransport: Transport, @unchecked Sendable {
-    // @unchecked: `options` is immutable; URLSession is thread-safe.
+/// HTTP(S) over an `HTTPEngine` (AsyncHTTPClient on Linux, URLSession on Apple platforms):
+/// conditional GET, our own Range/If-Range resume into `.part` files, retries with exponential
+/// backoff and jitter (honouring Retry-After), a deadline and a minimum-throughput floor, SHA-256
+/// while streaming, a hard stop at the declared size, and a redirect policy: at most
+/// `maxRedirects`, same host only, never from https to http. One transport is one client: its
+/// requests share connections (keep-alive, TLS sessions, HTTP/2 where the server offers it).
+public final class HTTPTransport: Transport, Sendable {
     let options: HTTPOptions
+    let engine: any HTTPEngine
 
-    /// Creates a transport.
-    public init(options: HTTPOptions = HTTPOptions()) {
+    /// Creates a transport over the platform's engine; fails when a CA file cannot be read.
+    public init(options: HTTPOptions = HTTPOptions()) throws(FetchError) {
         self.options = options
+        self.engine = try defaultEngine(options)
     }
 
     static func isLoopback(_ host: String?) -> Bool {
@@ -69,8 +70,8 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
         var attempt = 0
         while true {
             attempt += 1
-            var request = URLRequest(url: url)
-            if let e = etag { request.setValue(e, forHTTPHeaderField: "If-None-Match") }
+            var request = HTTPRequestHead(url: url)
+            if let e = etag { request.headers["If-None-Match"] = e }
             let outcome = await run(request, sink: .memory(limit: Int64(maxBytes)))
             switch outcome {
             case .done(let status, let headers, let body):
@@ -106,13 +107,13 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
                 try? SystemCalls.unlink(etagPath)
                 return
             }
-            var request = URLRequest(url: url)
+            var request = HTTPRequestHead(url: url)
             if file.part.have > 0 {
-                request.setValue("bytes=\(file.part.have)-", forHTTPHeaderField: "Range")
+                request.headers["Range"] = "bytes=\(file.part.have)-"
                 if let bytes = try? AtomicFile.read(etagPath, limit: 4096),
                     let tag = String(data: bytes, encoding: .utf8)
                 {
-                    request.setValue(tag, forHTTPHeaderField: "If-Range")
+                    request.headers["If-Range"] = tag
                 }
             }
             let outcome = await run(request, sink: .file(file, progress: progress, etagPath: etagPath))
@@ -192,21 +193,8 @@ public final class HTTPTransport: Transport, @unchecked Sendable {
         case failed(FetchError, retryable: Bool)
     }
 
-    func run(_ request: URLRequest, sink: Sink) async -> Outcome {
-        await withCheckedContinuation { continuation in
-            let delegate = RequestDelegate(request: request, sink: sink, options: options) {
-                continuation.resume(returning: $0)
-            }
-            let config = URLSessionConfiguration.ephemeral
-            config.httpAdditionalHeaders = ["User-Agent": "larder/\(larderVersion)"]
-            config.requestCachePolicy = .reloadIgnoringLocalCacheData
-            config.urlCache = nil
-            config.timeoutIntervalForRequest = options.stallTimeout
-            config.timeoutIntervalForResource = options.deadline
-            config.httpMaximumConnectionsPerHost = 4
-            let queue = BoundedDelegateQueue()
-            let session = URLSession(configuration: config, delegate: delegate, delegateQueue: queue)
-            delegate.start(session)
-        }
+    func run(_ request: HTTPRequestHead, sink: Sink) async -> Outcome {
+        await engine.run(
+            request, handler: ResponseHandler(url: request.url.absoluteString, sink: sink, options: options))
     }
 }

@@ -53,15 +53,20 @@ struct PartFile {
     }
 
     /// Appends bytes, refusing anything past the declared size or the limit.
-    mutating func append(_ data: Data) throws(FetchError) {
+    mutating func append(_ bytes: UnsafeRawBufferPointer) throws(FetchError) {
         let cap = expecting.size ?? expecting.limit
-        if have + Int64(data.count) > cap {
+        if have + Int64(bytes.count) > cap {
             throw .tooLarge(url: url, limit: cap)
         }
-        do { try SystemCalls.writeAll(fd, contentsOf: data, at: have, path: path) } catch { throw .file(error) }
-        data.withUnsafeBytes { hasher.update($0) }
-        have += Int64(data.count)
+        do { try SystemCalls.writeAll(fd, bytes, at: have, path: path) } catch { throw .file(error) }
+        hasher.update(bytes)
+        have += Int64(bytes.count)
         watch?.advance(to: have)
+    }
+
+    /// Appends the bytes of `data` (as `append(_:)` of a buffer).
+    mutating func append(_ data: Data) throws(FetchError) {
+        try data.withUnsafeBytes { raw in Result { () throws(FetchError) in try append(raw) } }.get()
     }
 
     /// Checks the complete content; a wrong one is deleted.
@@ -81,4 +86,12 @@ struct PartFile {
     }
 
     func close() { try? SystemCalls.close(fd, path: path) }
+}
+
+/// A reference to a part file shared with a request's engine (its delegate queue or task, one
+/// request at a time).
+final class PartFileBox: @unchecked Sendable {
+    // @unchecked: used by one request's engine at a time, and by the caller only between requests.
+    var part: PartFile
+    init(_ part: PartFile) { self.part = part }
 }

@@ -133,7 +133,7 @@ extension Transport {
 public func transport(for url: URL, options: HTTPOptions = HTTPOptions()) throws(FetchError) -> any Transport {
     switch url.scheme?.lowercased() {
     case "file": return FileTransport()
-    case "http", "https": return HTTPTransport(options: options)
+    case "http", "https": return try HTTPTransport(options: options)
     case let s: throw .unsupportedScheme(s ?? "")
     }
 }
@@ -179,7 +179,9 @@ public struct FileTransport: Transport {
                 throw .file(error)
             }
             if n == 0 { break }
-            try sink.append(Data(buffer[0..<n]))
+            try buffer.withUnsafeBytes { raw in
+                Result { () throws(FetchError) in try sink.append(UnsafeRawBufferPointer(rebasing: raw[0..<n])) }
+            }.get()
             progress?(Int64(n))
         }
         try sink.finish()

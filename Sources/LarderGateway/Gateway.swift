@@ -1,13 +1,12 @@
+import AsyncHTTPClient
 import Foundation
 import HTTPTypes
 import Hummingbird
 import LarderCore
 import LarderResolve
 import Logging
-
-#if canImport(FoundationNetworking)
-    import FoundationNetworking
-#endif
+import NIOCore
+import NIOHTTP1
 
 /// What the gateway does with a request no package serves.
 public enum NetworkMode: Sendable, Equatable {
@@ -122,45 +121,54 @@ public struct Gateway: Sendable {
         return ["\(host):\(ownPort)", "localhost:\(ownPort)", "127.0.0.1:\(ownPort)", "[::1]:\(ownPort)"].contains(a)
     }
 
-    /// Relays a request to the network with URLSession (the answer is relayed whole, up to
-    /// `maxForwardBytes`).
+    /// Relays a request to the network with AsyncHTTPClient's shared client (redirects followed,
+    /// the answer decoded and relayed whole, up to `maxForwardBytes`).
     func forward(_ request: inout Request, to url: String, reason: String, started: Date) async -> Response {
         let method = request.method.rawValue
-        guard let u = URL(string: url) else {
+        guard URL(string: url) != nil else {
             log(line(method, url, 502, "passthrough failed: not a URL", nil, started))
             return Self.text(502, "larder gateway: cannot forward to \(url)\n")
         }
-        var upstream = URLRequest(url: u)
-        upstream.httpMethod = method
+        var upstream = HTTPClientRequest(url: url)
+        upstream.method = HTTPMethod(rawValue: method)
         for field in request.headers where !Self.hopByHop.contains(field.name.canonicalName) {
-            upstream.addValue(field.value, forHTTPHeaderField: field.name.rawName)
+            upstream.headers.add(name: field.name.rawName, value: field.value)
         }
-        upstream.setValue("1", forHTTPHeaderField: "X-Larder-Gateway")
+        upstream.headers.replaceOrAdd(name: "X-Larder-Gateway", value: "1")
         do {
             if method != "GET" && method != "HEAD" {
                 let body = try await request.collectBody(upTo: maxForwardBytes)
-                upstream.httpBody = Data(body.readableBytesView)
+                upstream.body = .bytes(body)
             }
-            let (data, response) = try await URLSession.shared.data(for: upstream)
-            guard let http = response as? HTTPURLResponse else { throw URLError(.badServerResponse) }
-            guard data.count <= maxForwardBytes else { throw URLError(.dataLengthExceedsMaximum) }
+            let response = try await HTTPClient.shared.execute(upstream, timeout: .seconds(60))
+            let data = method == "HEAD" ? ByteBuffer() : try await response.body.collect(upTo: maxForwardBytes)
             var headers = HTTPFields()
-            for (k, v) in http.allHeaderFields {
-                guard let name = k as? String, let value = v as? String, !Self.hopByHop.contains(name.lowercased()),
-                    !["content-length", "content-encoding"].contains(name.lowercased()),
-                    let field = HTTPField.Name(name)
+            for field in response.headers {
+                let name = field.name.lowercased()
+                guard !Self.hopByHop.contains(name), !["content-length", "content-encoding"].contains(name),
+                    let key = HTTPField.Name(field.name)
                 else { continue }
-                headers[field] = value
+                headers.append(HTTPField(name: key, value: field.value))
             }
-            headers[.contentLength] = "\(data.count)"
-            log(line(method, url, http.statusCode, "passthrough (\(reason))", "\(data.count)", started))
+            headers[.contentLength] = "\(data.readableBytes)"
+            let status = Int(response.status.code)
+            log(line(method, url, status, "passthrough (\(reason))", "\(data.readableBytes)", started))
             return Response(
-                status: HTTPResponse.Status(code: http.statusCode), headers: headers,
-                body: method == "HEAD" ? ResponseBody() : ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
+                status: HTTPResponse.Status(code: status), headers: headers,
+                body: method == "HEAD" ? ResponseBody() : ResponseBody(byteBuffer: data))
         } catch {
-            log(line(method, url, 502, "passthrough failed: \(error.localizedDescription)", nil, started))
-            return Self.text(502, "larder gateway: the network did not answer \(url): \(error.localizedDescription)\n")
+            let why = Self.describe(error)
+            log(line(method, url, 502, "passthrough failed: \(why)", nil, started))
+            return Self.text(502, "larder gateway: the network did not answer \(url): \(why)\n")
         }
+    }
+
+    /// A client error in words.
+    static func describe(_ error: any Error) -> String {
+        if let e = error as? NIOTooManyBytesError {
+            return "the answer is larger than \(e.maxBytes.map { "\($0)" } ?? "the allowed") bytes"
+        }
+        return "\(error)"
     }
 
     static let hopByHop: Set<String> = [

@@ -72,6 +72,13 @@ struct SyncArguments: ParsableArguments {
     @Option(help: ArgumentHelp("Minimum average transfer rate in bytes/s …", valueName: "BYTES")) var minRate = 2048.0
     @Option(help: ArgumentHelp("… measured over this many seconds.", valueName: "SECONDS")) var rateWindow = 15.0
     @Option(help: ArgumentHelp("Deadline of one transfer, seconds.", valueName: "SECONDS")) var deadline = 600.0
+    @Option(
+        name: .customLong("ca-file"),
+        help: ArgumentHelp(
+            "PEM certificates of a certificate authority trusted for https besides the system's "
+                + "(repeatable; default: the file LARDER_CA_FILE names, if set).",
+            valueName: "FILE"))
+    var caFiles: [String] = []
 
     func options() throws -> SyncOptions {
         var o = SyncOptions()
@@ -83,6 +90,10 @@ struct SyncArguments: ParsableArguments {
         o.http.minimumRate = minRate
         o.http.floorWindow = rateWindow
         o.http.deadline = deadline
+        o.http.caFiles = caFiles
+        if caFiles.isEmpty, let env = ProcessInfo.processInfo.environment["LARDER_CA_FILE"], !env.isEmpty {
+            o.http.caFiles = [env]
+        }
         o.packages = packages
         if let v = appVersion {
             guard let sv = SemanticVersion(v) else {

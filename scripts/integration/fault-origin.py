@@ -23,7 +23,9 @@ Control endpoint (on --host only; paths starting with /__ are never faulted):
 
     POST /__fault    a JSON rule, or a list of rules; answers {"ids": [...]}
     GET  /__faults   the rules, with how many requests each one hit ("applied") and has left
-    POST /__reset    {"path-prefix": P} removes the rules (and log entries) under P; {} removes all
+    POST /__reset    {"path-prefix": P} removes the rules (and log entries) under P; {} removes all;
+                     a request under P that began before the reset and ends after it (a drip
+                     the client abandoned, finishing its last sleep) is not logged either
     GET  /__log      the requests served: [{"host","method","path","range","if-range",
                      "if-none-match","status","fault","sent","declared"}...]; ?prefix=P filters
     POST /__shutdown stops the server
@@ -77,6 +79,7 @@ import urllib.parse
 LOCK = threading.Lock()
 RULES = []  # dicts; guarded by LOCK
 LOG = []  # dicts; guarded by LOCK
+RESETS = {}  # path prefix -> time of its last reset; guarded by LOCK
 NEXT_ID = [1]
 STOP = threading.Event()
 ETAGS = {}  # (path, mtime_ns, size) -> etag; guarded by LOCK
@@ -230,7 +233,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "declared": declared,
         }
         with LOCK:
-            LOG.append(entry)
+            began = getattr(self, "began", entry["t"])
+            if not any(self.path.startswith(p) and began < t for p, t in RESETS.items()):
+                LOG.append(entry)
 
     def send_json(self, status, value):
         body = (json.dumps(value, indent=1, sort_keys=True) + "\n").encode()
@@ -262,6 +267,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.connection.recv(1, socket.MSG_PEEK) == b""
         except OSError:
             return True
+
+    def gone_within(self, seconds):
+        """Waits up to `seconds`; True as soon as the peer closes its side (so that the request
+        is recorded when the client abandons it, not at the next tick)."""
+        import select
+
+        deadline = time.time() + seconds
+        while True:
+            left = deadline - time.time()
+            if left <= 0:
+                return False
+            try:
+                r, _, _ = select.select([self.connection], [], [], left)
+            except OSError:
+                return True
+            if r:
+                if self.client_gone():
+                    return True
+                time.sleep(max(0.0, deadline - time.time()))  # readable with data: no close to wait for
+                return False
 
     def hard_close(self):
         """Ends the connection now, with no more bytes."""
@@ -305,6 +330,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with LOCK:
                 RULES[:] = [r for r in RULES if not r["path-prefix"].startswith(prefix)]
                 LOG[:] = [e for e in LOG if not e["path"].startswith(prefix)]
+                RESETS[prefix] = time.time()
             return self.send_json(200, {"reset": prefix})
         if route == ("GET", "/__log"):
             q = urllib.parse.parse_qs(parsed.query)
@@ -326,9 +352,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_error(405)
 
     def do_HEAD(self):
+        self.began = time.time()
         self.serve(head=True)
 
     def do_GET(self):
+        self.began = time.time()
         if self.path.startswith("/__"):
             return self.control()
         self.serve(head=False)
@@ -445,10 +473,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 if not self.write(body[sent:sent + rate]):
                     break
                 sent += len(body[sent:sent + rate])
-                if sent < len(body):
-                    time.sleep(1)
-                    if self.client_gone():
-                        break
+                if sent < len(body) and self.gone_within(1.0):
+                    break
             self.hard_close()
             return self.record(status, fault, sent, declared)
         ok = self.write(body)

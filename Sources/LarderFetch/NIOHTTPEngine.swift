@@ -1,0 +1,155 @@
+#if canImport(AsyncHTTPClient)
+    import AsyncHTTPClient
+    import Foundation
+    import LarderCore
+    import LarderFileSystem
+    import NIOCore
+    import NIOHTTP1
+    import NIOPosix
+    import NIOSSL
+    import Synchronization
+    import SystemPackage
+
+    /// The engine on Linux: AsyncHTTPClient over NIO. One `HTTPClient` per process and
+    /// configuration (CA files, stall timeout, connections per host), kept for the process's life,
+    /// so that every request of a sync — and of later syncs in an app — shares its pool: keep-alive
+    /// connections, TLS session reuse, and HTTP/2 (one connection) where the server offers it over
+    /// TLS. The body arrives as an async sequence with back-pressure: NIO stops reading the socket
+    /// while the handler writes and hashes, so memory stays flat whatever the bundle's size.
+    /// Redirects are not followed by the client but here, so that the handler's policy decides
+    /// each one and the request's own header fields (If-None-Match, Range, If-Range) go with it.
+    struct NIOHTTPEngine: HTTPEngine {
+        let client: HTTPClient
+        let options: HTTPOptions
+
+        private static let clients = Mutex<[String: HTTPClient]>([:])
+
+        /// The engine for these options, its client shared with every engine of the same settings.
+        static func engine(_ options: HTTPOptions) throws(FetchError) -> NIOHTTPEngine {
+            let key = "\(options.caFiles)|\(options.stallTimeout)|\(options.connectionsPerHost)"
+            if let client = clients.withLock({ $0[key] }) { return NIOHTTPEngine(client: client, options: options) }
+            var tls = TLSConfiguration.makeClientConfiguration()
+            var roots: [NIOSSLCertificate] = []
+            for path in options.caFiles {
+                do {
+                    let pem = try AtomicFile.read(FilePath(path), limit: 1 << 20)
+                    roots += try NIOSSLCertificate.fromPEMBytes(Array(pem))
+                } catch {
+                    throw .io("CA file \(path): \(error) (a PEM file of certificates is expected)")
+                }
+                if roots.isEmpty { throw .io("CA file \(path): no PEM certificate in it") }
+            }
+            if !roots.isEmpty { tls.additionalTrustRoots = [.certificates(roots)] }
+            var config = HTTPClient.Configuration(
+                tlsConfiguration: tls, redirectConfiguration: .disallow,
+                timeout: .init(connect: .seconds(10), read: .nanoseconds(Int64(options.stallTimeout * 1e9))),
+                connectionPool: .init(
+                    idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: options.connectionsPerHost),
+                decompression: .disabled)
+            config.httpVersion = .automatic
+            // A connection that cannot be made (refused, TLS verification failed) fails the
+            // request at once; the transport's own retries, with backoff, decide what follows
+            // (the pool would otherwise retry for the whole 10 s connect timeout).
+            config.connectionPool.retryConnectionEstablishment = false
+            let client = clients.withLock { clients in
+                if let existing = clients[key] { return existing }
+                let made = HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: config)
+                clients[key] = made
+                return made
+            }
+            return NIOHTTPEngine(client: client, options: options)
+        }
+
+        func run(_ request: HTTPRequestHead, handler: ResponseHandler) async -> HTTPTransport.Outcome {
+            let deadline = NIODeadline.now() + .nanoseconds(Int64(min(options.deadline, 1e7) * 1e9))
+            var url = request.url
+            var redirects = 0
+            while true {
+                var outgoing = HTTPClientRequest(url: url.absoluteString)
+                outgoing.method = .GET
+                outgoing.headers.add(name: "User-Agent", value: "larder/\(larderVersion)")
+                for (name, value) in request.headers { outgoing.headers.add(name: name, value: value) }
+                let response: HTTPClientResponse
+                do {
+                    response = try await client.execute(outgoing, deadline: deadline)
+                } catch {
+                    return .failed(.connection(url: handler.url, detail: Self.describe(error)), retryable: true)
+                }
+                let status = Int(response.status.code)
+                if [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "location") {
+                    redirects += 1
+                    guard let next = URL(string: location, relativeTo: url)?.absoluteURL else {
+                        let detail = "redirect to an unreadable Location \"\(location)\" refused"
+                        return .failed(.redirect(url: handler.url, detail: detail), retryable: false)
+                    }
+                    if let refusal = ResponseHandler.refusal(
+                        of: redirects, from: request.url, to: next, options: options)
+                    {
+                        return .failed(refusal, retryable: false)
+                    }
+                    // Read the (small) body of the redirect so that its connection can serve the next request.
+                    _ = try? await response.body.collect(upTo: 64 << 10)
+                    url = next
+                    continue
+                }
+                if let failure = handler.head(status: status, headers: response.headers.map { ($0.name, $0.value) }) {
+                    return failure
+                }
+                return await Self.receive(response.body, handler: handler)
+            }
+        }
+
+        /// Streams the body into the handler while a watchdog checks the throughput floor every
+        /// second; whichever ends first decides, and the other is cancelled (a cancelled body
+        /// read makes the client close the connection, so the server stops sending at once).
+        static func receive(_ body: HTTPClientResponse.Body, handler: ResponseHandler) async -> HTTPTransport.Outcome {
+            await withTaskGroup(of: HTTPTransport.Outcome?.self) { group in
+                group.addTask {
+                    do {
+                        for try await buffer in body {
+                            if let failure = buffer.withUnsafeReadableBytes({ handler.chunk($0) }) { return failure }
+                        }
+                    } catch {
+                        return .failed(.connection(url: handler.url, detail: describe(error)), retryable: true)
+                    }
+                    return handler.outcome
+                }
+                group.addTask {
+                    while true {
+                        do { try await Task.sleep(for: .seconds(1)) } catch { return nil }
+                        if let failure = handler.checkFloor() { return failure }
+                    }
+                }
+                var outcome: HTTPTransport.Outcome?
+                while outcome == nil, let next = await group.next() { outcome = next }
+                group.cancelAll()
+                return outcome
+                    ?? .failed(.connection(url: handler.url, detail: "connection cancelled"), retryable: true)
+            }
+        }
+
+        /// An error of the client, in words that say what happened on the connection.
+        static func describe(_ error: any Error) -> String {
+            if let e = error as? HTTPClientError {
+                switch e {
+                case .readTimeout: return "connection stalled: no byte within the stall timeout"
+                case .remoteConnectionClosed: return "connection closed by the server before the response ended"
+                case .deadlineExceeded: return "connection abandoned at the transfer's deadline"
+                case .connectTimeout: return "connection not established within 10 s"
+                default: return "connection failed: \(e)"
+                }
+            }
+            if let e = error as? NIOSSLError { return "connection failed in TLS: \(e)" }
+            if let e = error as? BoringSSLError { return "connection failed in TLS: \(e)" }
+            if let e = error as? NIOConnectionError {
+                let causes =
+                    (e.connectionErrors.map { "\($0.error)" }
+                        + [e.dnsAError, e.dnsAAAAError].compactMap { $0 }
+                        .map { "\($0)" })
+                return "connection to \(e.host):\(e.port) failed: \(causes.first ?? "\(e)")"
+            }
+            if let e = error as? IOError { return "connection failed: \(e.description)" }
+            return "connection failed: \(error)"
+        }
+    }
+#endif
