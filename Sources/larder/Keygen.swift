@@ -5,6 +5,7 @@ import SystemPackage
 extension LarderCommand {
     struct Keygen: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "keygen",
             abstract: "Make an Ed25519 key pair for signing a repository.",
             discussion: """
                 Writes NAME.key (the private key, mode 0600: keep it secret, e.g. in your CI's secret \

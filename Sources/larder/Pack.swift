@@ -6,6 +6,7 @@ import SystemPackage
 extension LarderCommand {
     struct Pack: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "pack",
             abstract: "Pack a directory as a new version into a repository and sign the index.",
             discussion: """
                 Writes packages/ID/VERSION/bundle.zip (deterministic: the same tree gives the same \

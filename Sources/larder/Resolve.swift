@@ -6,6 +6,7 @@ import SystemPackage
 extension LarderCommand {
     struct Resolve: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "resolve",
             abstract: "Show which local file serves a URL, or why it goes to the network (takes no lock).",
             discussion: """
                 URL is larder://<id>/<path>, a URL under a route the index declares for a package, or \

@@ -5,6 +5,7 @@ import SystemPackage
 extension LarderCommand {
     struct Revoke: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "revoke",
             abstract: "Revoke a published version (server-side rollback).",
             discussion: """
                 Adds VERSION to the package's revoked list in a newly signed index (serial + 1). \

@@ -27,6 +27,7 @@ func withSandbox<T>(_ command: String, _ json: Bool, _ body: () throws(StoreErro
 extension LarderCommand {
     struct Install: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "install",
             abstract: "Install a bundle into a sandbox and activate it (side-load).",
             discussion: """
                 Extracts BUNDLE into a fresh staging directory with the strict archive reader, hashing \
@@ -68,7 +69,8 @@ extension LarderCommand {
 
 extension LarderCommand {
     struct Confirm: ParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Mark the active version of a package healthy.")
+        static let configuration = CommandConfiguration(
+            commandName: "confirm", abstract: "Mark the active version of a package healthy.")
         @Argument(help: "Package id.") var id: String
         @OptionGroup var sandbox: SandboxOptions
         @OptionGroup var output: OutputOptions
@@ -87,6 +89,7 @@ extension LarderCommand {
 extension LarderCommand {
     struct Rollback: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "rollback",
             abstract: "Activate the fallback version of a package, or a named version on disk.",
             discussion: "The version left is recorded as failed and is never installed again automatically.")
         @Argument(help: "Package id.") var id: String
@@ -110,6 +113,7 @@ extension LarderCommand {
 extension LarderCommand {
     struct Status: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "status",
             abstract: "Show each package's versions, health, disk use and history (takes no lock).")
         @OptionGroup var sandbox: SandboxOptions
         @OptionGroup var output: OutputOptions
@@ -152,6 +156,7 @@ extension LarderCommand {
 extension LarderCommand {
     struct Doctor: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "doctor",
             abstract: "Verify every installed version file by file; with --repair, rebuild the state.",
             discussion: """
                 Checks each version on disk against its file list (size, sha256, nothing extra) and \

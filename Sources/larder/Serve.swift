@@ -8,6 +8,7 @@ import SystemPackage
 extension LarderCommand {
     struct Serve: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "serve",
             abstract:
                 "Serve the sandbox's packages over HTTP on loopback (a gateway a browser or web view loads through).",
             discussion: """

@@ -12,6 +12,7 @@ import SystemPackage
 extension LarderCommand {
     struct Init: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "init",
             abstract: "Point a sandbox at a repository: writes <root>/config.json.",
             discussion: """
                 Records the repository URL (https://, http:// to loopback or with --allow-http, or \
@@ -132,6 +133,7 @@ extension LarderCommand {
 extension LarderCommand {
     struct Sync: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "sync",
             abstract: "Bring the sandbox in step with the repository's signed index.",
             discussion: """
                 Locks the sandbox, recovers, fetches the index (a conditional GET: no change is one \

@@ -5,6 +5,7 @@ import SystemPackage
 extension LarderCommand {
     struct Verify: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "verify",
             abstract: "Check a repository or a single bundle (the CI gate).",
             discussion: """
                 A repository (a directory with index.json): the signature by a trusted key, the \

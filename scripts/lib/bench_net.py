@@ -1,0 +1,353 @@
+"""`scripts/bench --net`: the network rows, each next to its baseline in the same run, and the
+HTTP engine chosen by them.
+
+A real nginx from Debian serves a Larder repository over https on 127.0.0.1 (a private CA made
+by openssl; HTTP/2 offered by ALPN, as a CDN does), configured from the integration tests'
+nginx.conf.template, with a JSON access log that names each request's connection and whether
+its TLS session was resumed. The repository holds two packages made from real trees nobody here
+wrote (the wheels `scripts/bench` caches): `large`, the unpacked ansible wheel (~21,500 files),
+and `web`, the share/jupyter tree of jupyterlab (418 files), published as 1.0.0 and as a 2.0.0
+in which 200 files changed.
+
+Rows (medians of RUNS, process start included on both sides):
+  no-change sync     `larder sync` of an up-to-date sandbox: one request answered 304; baseline
+                     curl's conditional GET of index.json with the same ETag
+  object update      `larder sync` of a sandbox at web 1.0.0 to 2.0.0: 200 objects; baseline
+                     `curl --parallel --parallel-max 4` of the same 200 URLs; connections and
+                     TLS handshakes of each, read from nginx's log
+  first sync, large  `larder sync --package large` into an empty sandbox; baselines `curl -o`
+                     then `bsdtar -xf` of the same bundle, and `curl -o` alone; peak RSS
+Each row is measured for every engine built: the release `larder` (AsyncHTTPClient over NIO on
+Linux) and, unless --quick, the same source built with -DLARDER_URLSESSION (URLSession over
+FoundationNetworking and libcurl) into .build-urlsession/.
+
+An emulated mobile link needs the kernel's netem qdisc; where `tc qdisc add ... netem` is
+refused (this machine's kernel has no sch_netem), the rows are loopback only, and the table
+says so.
+"""
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+import zipfile
+
+import larder_scripts as ls
+from larder_scripts import die, say
+from nginx_server import Nginx, make_certificates
+
+BEGIN = "<!-- net:begin (scripts/bench --net writes this section) -->"
+END = "<!-- net:end -->"
+TITLE = "## Network (`scripts/bench --net`)"
+CHANGED = 200
+
+
+def run(args, env=None, check=True):
+    t = time.perf_counter()
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    dt = time.perf_counter() - t
+    if check and p.returncode != 0:
+        die("failed (exit %d): %s\n%s%s" % (p.returncode, " ".join(args), p.stdout[-2000:], p.stderr[-2000:]))
+    return dt, p
+
+
+def peak_rss(args, env):
+    dt, p = run(["/usr/bin/time", "-v"] + args, env)
+    for line in p.stderr.splitlines():
+        if "Maximum resident set size" in line:
+            return dt, int(line.split(":")[1]) / 1024
+    die("/usr/bin/time -v printed no peak RSS")
+
+
+def netem_available():
+    """Whether this kernel offers netem: tried on the loopback of a throw-away network namespace."""
+    ns = "larder-netem-probe-%d" % os.getpid()
+    if subprocess.run(["ip", "netns", "add", ns], stderr=subprocess.DEVNULL).returncode != 0:
+        return False, "network namespaces are not available (ip netns add failed)"
+    try:
+        p = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay",
+                            "40ms"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if p.returncode != 0:
+            return False, "the kernel has no netem qdisc (`tc qdisc add dev lo root netem delay 40ms`: %s)" % (
+                p.stdout.strip())
+        return True, ""
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+
+
+def prepare_trees(work, large_wheel, web_wheel, pick_tree):
+    large = os.path.join(work, "src-large")
+    with zipfile.ZipFile(large_wheel) as z:
+        z.extractall(large)
+    unpacked = os.path.join(work, "web-wheel")
+    with zipfile.ZipFile(web_wheel) as z:
+        z.extractall(unpacked)
+    web, _ = pick_tree(unpacked)
+    return large, web
+
+
+def change_files(tree, n):
+    """Appends a line to n text files of the tree (sorted, every other one): a release that
+    changed n files."""
+    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(tree) for f in fs
+                   if f.endswith((".js", ".json", ".css", ".html", ".txt", ".svg", ".map")))
+    if len(files) < n:
+        die("the web tree has only %d text files; %d are needed" % (len(files), n))
+    step = max(1, len(files) // n)
+    chosen = files[::step][:n]
+    for path in chosen:
+        with open(path, "a") as f:
+            f.write("\n/* larder bench 2.0.0 */\n")
+    return len(chosen)
+
+
+def entry_of(tree):
+    return min((os.path.relpath(os.path.join(d, f), tree) for d, _, fs in os.walk(tree) for f in fs),
+               key=lambda p: p.encode("utf-8", "surrogateescape"))
+
+
+def index_entry(repo, pid):
+    with open(os.path.join(repo, "index.json")) as f:
+        return next(e for e in json.load(f)["packages"] if e["id"] == pid)
+
+
+def connections(entries):
+    """(connections, TLS handshakes in full, protocols) of log entries."""
+    first = {}
+    for e in entries:
+        first.setdefault(e["connection"], e)
+    full = sum(1 for e in first.values() if e.get("ssl_reused") != "r")
+    return len(first), full, sorted({e["protocol"] for e in entries})
+
+
+def measure_engine(name, larder, nginx, work, runs, env):
+    say("bench --net: engine %s (%s)" % (name, larder))
+    base = nginx.base
+    pub = os.path.join(work, "k.pub")
+    r = {"engine": name}
+
+    def fresh(tag):
+        sb = os.path.join(work, "sb-%s-%s" % (name, tag))
+        shutil.rmtree(sb, ignore_errors=True)
+        run([larder, "init", "--root", sb, "--repo", base, "--public-key", pub], env)
+        return sb
+
+    # Object update: a sandbox at web 1.0.0 (made once, copied per run) syncs to 2.0.0.
+    seed = os.path.join(work, "seed-web1")
+    times, conns = [], []
+    for i in range(runs + 1):
+        sb = os.path.join(work, "sb-%s-update" % name)
+        shutil.rmtree(sb, ignore_errors=True)
+        shutil.copytree(seed, sb, symlinks=True)
+        m = nginx.mark()
+        dt, p = run([larder, "sync", "--root", sb, "--package", "web", "--json"], env)
+        log = nginx.since(m, settle=0.2)
+        doc = json.loads(p.stdout)
+        pk = next(x for x in doc["packages"] if x["id"] == "web")
+        if pk["method"] != "objects" or pk["outcome"] != "done":
+            die("the update of web did not go by objects: %s" % json.dumps(pk))
+        objects = [e for e in log if e["uri"].startswith("/objects/")]
+        if i == 0:
+            r["object_urls"] = sorted(base + e["uri"].lstrip("/") for e in objects)
+            r["objects"] = len(objects)
+            continue
+        times.append(dt)
+        conns.append(connections(log))
+    r["update_ms"] = 1000 * statistics.median(times)
+    r["update_conns"] = max(c[0] for c in conns)
+    r["update_full_handshakes"] = max(c[1] for c in conns)
+    r["update_protocols"] = sorted({p for c in conns for p in c[2]})
+    r["update_requests"] = len(log)
+
+    # No-change sync of that sandbox, now at 2.0.0.
+    times = []
+    for i in range(runs + 1):
+        m = nginx.mark()
+        dt, p = run([larder, "sync", "--root", sb, "--package", "web", "--json"], env)
+        log = nginx.since(m, settle=0.1)
+        if not json.loads(p.stdout).get("upToDate") or len(log) != 1 or log[0]["status"] != 304:
+            die("the no-change sync was not one 304: %s; %s" % (p.stdout[-400:], log))
+        if i:
+            times.append(dt)
+    r["nochange_ms"] = 1000 * statistics.median(times)
+
+    # First sync of the large bundle.
+    times, rss = [], []
+    for i in range(max(2, runs // 2) + 1):
+        sb = fresh("large")
+        dt, mib = peak_rss([larder, "sync", "--root", sb, "--package", "large"], env)
+        if i:
+            times.append(dt)
+            rss.append(mib)
+        shutil.rmtree(sb, ignore_errors=True)
+    r["large_s"] = statistics.median(times)
+    r["large_mib"] = max(rss)
+    say("  update %.0f ms (%d objects, %d requests over %d connection(s), %d full TLS handshake(s), %s); "
+        "no-change %.1f ms; first sync of large %.2f s, %.0f MiB" % (
+            r["update_ms"], r["objects"], r["update_requests"], r["update_conns"], r["update_full_handshakes"],
+            "/".join(r["update_protocols"]), r["nochange_ms"], r["large_s"], r["large_mib"]))
+    return r
+
+
+def measure_baselines(nginx, repo, work, runs, ca, urls, etag):
+    say("bench --net: baselines (curl %s, bsdtar)" % subprocess.run(
+        ["curl", "--version"], stdout=subprocess.PIPE, text=True).stdout.split()[1])
+    b = {}
+    out = os.path.join(work, "curl-out")
+    times, conns = [], []
+    for i in range(runs + 1):
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        m = nginx.mark()
+        dt, _ = run(["curl", "-s", "--fail", "--cacert", ca, "--parallel", "--parallel-max", "4",
+                     "--output-dir", out, "--remote-name-all"] + urls)
+        log = nginx.since(m, settle=0.2)
+        if i:
+            times.append(dt)
+            conns.append(connections(log))
+    b["update_ms"] = 1000 * statistics.median(times)
+    b["update_conns"] = max(c[0] for c in conns)
+    b["update_full_handshakes"] = max(c[1] for c in conns)
+    index = nginx.base + "index.json"
+    times = []
+    for i in range(runs + 1):
+        dt, p = run(["curl", "-s", "--cacert", ca, "-o", "/dev/null", "-w", "%{http_code}", "-H",
+                     "If-None-Match: " + etag, index])
+        if p.stdout != "304":
+            die("curl's conditional GET was answered %s, not 304" % p.stdout)
+        if i:
+            times.append(dt)
+    b["nochange_ms"] = 1000 * statistics.median(times)
+    bundle = nginx.base + index_entry(repo, "large")["bundle"]["path"]
+    zip_path = os.path.join(work, "large.zip")
+    both, alone = [], []
+    for i in range(max(2, runs // 2) + 1):
+        dest = os.path.join(work, "bsdtar-out")
+        shutil.rmtree(dest, ignore_errors=True)
+        os.makedirs(dest)
+        t0 = time.perf_counter()
+        run(["curl", "-s", "--fail", "--cacert", ca, "-o", zip_path, bundle])
+        t1 = time.perf_counter()
+        run(["bsdtar", "-xf", zip_path, "-C", dest])
+        t2 = time.perf_counter()
+        if i:
+            both.append(t2 - t0)
+            alone.append(t1 - t0)
+        shutil.rmtree(dest, ignore_errors=True)
+    b["large_s"] = statistics.median(both)
+    b["large_curl_s"] = statistics.median(alone)
+    dest = os.path.join(work, "bsdtar-rss")
+    os.makedirs(dest)
+    _, b["large_mib"] = peak_rss(["bsdtar", "-xf", zip_path, "-C", dest], None)
+    shutil.rmtree(dest, ignore_errors=True)
+    say("  curl --parallel %.0f ms over %d connection(s); conditional GET %.1f ms; curl -o + bsdtar %.2f s "
+        "(curl -o alone %.2f s; bsdtar %.0f MiB)" % (b["update_ms"], b["update_conns"], b["nochange_ms"],
+                                                    b["large_s"], b["large_curl_s"], b["large_mib"]))
+    return b
+
+
+def table(engines, base, machine, command, link_note):
+    lines = ["Machine: %s. Command: `%s`. Medians; process start included on both sides; https on "
+             "loopback to nginx (HTTP/2 offered) with a private CA. %s" % (machine, command, link_note), ""]
+    head = "| figure | " + " | ".join("Larder, %s" % e["engine"] for e in engines) + " | baseline | target |"
+    lines += [head, "|" + "---|" * (3 + len(engines))]
+
+    def row(label, cells, baseline, target):
+        lines.append("| %s | %s | %s | %s |" % (label, " | ".join(cells), baseline, target))
+
+    row("no-change sync: one request, 304 (ms)",
+        ["%.1f (%.1f×)" % (e["nochange_ms"], e["nochange_ms"] / base["nochange_ms"]) for e in engines],
+        "curl conditional GET %.1f ms" % base["nochange_ms"], "≤ 2× curl")
+    row("object update, %d changed files (ms)" % engines[0]["objects"],
+        ["%.0f (%.2f×)" % (e["update_ms"], e["update_ms"] / base["update_ms"]) for e in engines],
+        "curl --parallel-max 4: %.0f ms" % base["update_ms"], "≤ 1.2× curl")
+    row("… its connections / full TLS handshakes",
+        ["%d / %d (%s)" % (e["update_conns"], e["update_full_handshakes"], "/".join(e["update_protocols"]))
+         for e in engines],
+        "curl: %d / %d" % (base["update_conns"], base["update_full_handshakes"]), "≤ 4 handshakes")
+    row("first sync of the large bundle (s)",
+        ["%.2f (%.2f×)" % (e["large_s"], e["large_s"] / base["large_s"]) for e in engines],
+        "curl -o + bsdtar -xf: %.2f s" % base["large_s"], "≤ 0.8× curl + bsdtar")
+    row("… against `curl -o` alone",
+        ["%.2f×" % (e["large_s"] / base["large_curl_s"]) for e in engines],
+        "curl -o: %.2f s" % base["large_curl_s"], "(loopback: extraction-bound)")
+    row("… peak RSS (MiB)", ["%.0f" % e["large_mib"] for e in engines], "bsdtar %.0f MiB" % base["large_mib"],
+        "< 64 MiB")
+    return lines
+
+
+def write_benchmarks(lines):
+    path = os.path.join(ls.CHECKOUT, "BENCHMARKS.md")
+    text = open(path).read()
+    section = "\n".join([TITLE, "", BEGIN] + lines + [END])
+    if BEGIN in text and END in text:
+        start = text.index(TITLE) if TITLE in text else text.index(BEGIN)
+        text = text[:start] + section + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+    say("bench --net: wrote BENCHMARKS.md")
+
+
+def main(engines, large_wheel, web_wheel, pick_tree, quick, runs, write):
+    for tool, pkg in (("curl", "curl"), ("bsdtar", "libarchive-tools"), ("/usr/bin/time", "time"),
+                      ("openssl", "openssl")):
+        ls.ensure_tool(tool, pkg)
+    nginx_bin = ls.ensure_tool("nginx", "nginx-light")
+    larder = engines[0][1]
+    base_dir = os.environ.get("BENCH_DIR") or "/dev/shm"
+    work = tempfile.mkdtemp(prefix="larder-bench-net.", dir=base_dir)
+    repo = os.path.join(work, "repo")
+    os.makedirs(repo)
+    template = os.path.join(ls.CHECKOUT, "scripts", "integration", "nginx.conf.template")
+    nginx = Nginx(nginx_bin, work, repo, template)
+    ok, why = netem_available()
+    link_note = "Emulated link: netem available but not used by this version of the bench." if ok else \
+        "No emulated link: %s, so every row is loopback only." % why
+    try:
+        nginx.tls = make_certificates(work)
+        env = ls.loopback_env()
+        env["LARDER_CA_FILE"] = nginx.tls[0]
+        key = os.path.join(work, "k")
+        run([larder, "keygen", "--out", key])
+        large, web = prepare_trees(work, large_wheel, web_wheel, pick_tree)
+        run([larder, "pack", large, "--repo", repo, "--id", "large", "--version", "1.0.0", "--key", key + ".key",
+             "--entry", entry_of(large)])
+        run([larder, "pack", web, "--repo", repo, "--id", "web", "--version", "1.0.0", "--key", key + ".key",
+             "--entry", entry_of(web)])
+        nginx.start()
+        say("bench --net: nginx on %s (%s)" % (nginx.base, subprocess.run(
+            [nginx_bin, "-v"], stderr=subprocess.PIPE, text=True).stderr.strip()))
+        seed = os.path.join(work, "seed-web1")
+        run([larder, "init", "--root", seed, "--repo", nginx.base, "--public-key", key + ".pub"], env)
+        run([larder, "sync", "--root", seed, "--package", "web"], env)
+        time.sleep(1.1)  # the next index gets a later mtime, so nginx's ETag changes
+        changed = change_files(web, CHANGED)
+        run([larder, "pack", web, "--repo", repo, "--id", "web", "--version", "2.0.0", "--key", key + ".key",
+             "--entry", entry_of(web)])
+        say("bench --net: web 2.0.0 changes %d files" % changed)
+        rows = [measure_engine(name, binary, nginx, work, runs, env) for name, binary in engines]
+        p = subprocess.run(["curl", "-sI", "--cacert", nginx.tls[0], nginx.base + "index.json"],
+                           stdout=subprocess.PIPE, text=True)
+        etag = next((l.split(":", 1)[1].strip() for l in p.stdout.splitlines() if l.lower().startswith("etag:")), "")
+        base = measure_baselines(nginx, repo, work, runs, nginx.tls[0], rows[0]["object_urls"], etag)
+    finally:
+        nginx.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    cpu = "unknown CPU"
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    machine = "%s, %d CPUs (%s), %s, load %.2f" % (platform.machine(), os.cpu_count() or 0, cpu,
+                                                   time.strftime("%Y-%m-%d"), os.getloadavg()[0])
+    lines = table(rows, base, machine, "scripts/bench --net" + (" --quick" if quick else ""), link_note)
+    say()
+    for l in lines:
+        say(l)
+    if write:
+        write_benchmarks(lines)
