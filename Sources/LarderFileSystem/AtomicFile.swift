@@ -17,10 +17,14 @@ public enum AtomicFile {
     }
 
     /// Atomically replaces (or creates) `path` with `data`, with the given permissions.
+    /// `durable: false` skips both fsyncs: for a cache whose loss or damage costs only work (a
+    /// crash may leave the old bytes, the new ones, or a damaged file that the reader refuses).
     public static func write(
-        _ data: Data, to path: FilePath, permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead]
+        _ data: Data, to path: FilePath, permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
+        durable: Bool = true
     ) throws(FileSystemError) {
-        try replace(path, permissions: permissions, wrapping: { $0 }) { (fd, temp) throws(FileSystemError) in
+        try replace(path, permissions: permissions, durable: durable, wrapping: { $0 }) {
+            (fd, temp) throws(FileSystemError) in
             try SystemCalls.writeAll(fd, contentsOf: data, path: temp)
         }
     }
@@ -32,7 +36,8 @@ public enum AtomicFile {
     /// same type by `wrap`, so no error is ever generalised away.
     public static func replace<E: Error>(
         _ path: FilePath, permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
-        wrapping wrap: (FileSystemError) -> E, _ body: (FileDescriptor, FilePath) throws(E) -> Void
+        durable: Bool = true, wrapping wrap: (FileSystemError) -> E,
+        _ body: (FileDescriptor, FilePath) throws(E) -> Void
     ) throws(E) {
         let parent = path.removingLastComponent()
         let dir = parent.isEmpty ? FilePath(".") : parent
@@ -55,11 +60,11 @@ public enum AtomicFile {
             throw error
         }
         do {
-            try SystemCalls.fsync(fd, path: temp)
+            if durable { try SystemCalls.fsync(fd, path: temp) }
             closed = true
             try SystemCalls.close(fd, path: temp)
             try SystemCalls.rename(temp, to: path)
-            try syncDirectory(dir)
+            if durable { try syncDirectory(dir) }
         } catch {
             // After the rename the new file is in place; only the directory sync failed, and
             // the caller learns the write may not be durable.

@@ -96,7 +96,10 @@ extension Syncer {
         }
         var checked = marker
         checked.checkedAt = options.clock()
-        if let bytes = try? ManifestCoding.encode(checked) { try? AtomicFile.write(bytes, to: layout.lastSync) }
+        // Not durable (no fsync): the record is a cache, and a damaged one means a full sync.
+        if let bytes = try? ManifestCoding.encode(checked) {
+            try? AtomicFile.write(bytes, to: layout.lastSync, durable: false)
+        }
         options.progress?(.index(serial: marker.serial, changed: false))
         var report = SyncReport(serial: marker.serial, indexChanged: false, packages: [], removedByGC: [])
         report.upToDate = true

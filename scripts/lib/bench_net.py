@@ -12,7 +12,8 @@ in which 200 files changed.
 Rows (medians of RUNS, process start included on both sides):
   no-change sync     `larder sync` of an up-to-date sandbox: one request answered 304; baseline
                      curl's conditional GET of index.json with the same ETag
-  object update      `larder sync` of a sandbox at web 1.0.0 to 2.0.0: 200 objects; baseline
+  object update      `larder sync` of a sandbox at web 1.0.0 to 2.0.0, in which the 200 smallest
+                     text files changed: 200 objects; baseline
                      `curl --parallel --parallel-max 4` of the same 200 URLs; connections and
                      TLS handshakes of each, read from nginx's log
   first sync, large  `larder sync --package large` into an empty sandbox; baselines `curl -o`
@@ -90,14 +91,14 @@ def prepare_trees(work, large_wheel, web_wheel, pick_tree):
 
 
 def change_files(tree, n):
-    """Appends a line to n text files of the tree (sorted, every other one): a release that
-    changed n files."""
-    files = sorted(os.path.join(d, f) for d, _, fs in os.walk(tree) for f in fs
+    """Appends a line to the n smallest text files of the tree: a release that changed n files
+    and few bytes, which a sync fetches as objects (with 16 KiB counted per request, n large
+    files would cost more than the bundle)."""
+    files = sorted((os.path.getsize(os.path.join(d, f)), os.path.join(d, f)) for d, _, fs in os.walk(tree) for f in fs
                    if f.endswith((".js", ".json", ".css", ".html", ".txt", ".svg", ".map")))
     if len(files) < n:
         die("the web tree has only %d text files; %d are needed" % (len(files), n))
-    step = max(1, len(files) // n)
-    chosen = files[::step][:n]
+    chosen = [path for _, path in files[:n]]
     for path in chosen:
         with open(path, "a") as f:
             f.write("\n/* larder bench 2.0.0 */\n")
@@ -110,7 +111,7 @@ def entry_of(tree):
 
 
 def index_entry(repo, pid):
-    with open(os.path.join(repo, "index.json")) as f:
+    with open(os.path.join(repo, pid, "index.json")) as f:
         return next(e for e in json.load(f)["packages"] if e["id"] == pid)
 
 
@@ -123,8 +124,8 @@ def connections(entries):
     return len(first), full, sorted({e["protocol"] for e in entries})
 
 
-def measure_engine(name, larder, nginx, work, runs, env):
-    say("bench --net: engine %s (%s)" % (name, larder))
+def measure_engine(name, larder, nginx, work, runs, env, seed):
+    say("bench --net: engine %s (%s) over %s" % (name, larder, nginx.base))
     base = nginx.base
     pub = os.path.join(work, "k.pub")
     r = {"engine": name}
@@ -132,24 +133,23 @@ def measure_engine(name, larder, nginx, work, runs, env):
     def fresh(tag):
         sb = os.path.join(work, "sb-%s-%s" % (name, tag))
         shutil.rmtree(sb, ignore_errors=True)
-        run([larder, "init", "--root", sb, "--repo", base, "--public-key", pub], env)
+        run([larder, "init", "--root", sb, "--repo", base + tag + "/", "--public-key", pub], env)
         return sb
 
-    # Object update: a sandbox at web 1.0.0 (made once, copied per run) syncs to 2.0.0.
-    seed = os.path.join(work, "seed-web1")
+    # Object update: a sandbox at web 1.0.0 (`seed`, made once, copied per run) syncs to 2.0.0.
     times, conns = [], []
     for i in range(runs + 1):
         sb = os.path.join(work, "sb-%s-update" % name)
         shutil.rmtree(sb, ignore_errors=True)
         shutil.copytree(seed, sb, symlinks=True)
         m = nginx.mark()
-        dt, p = run([larder, "sync", "--root", sb, "--package", "web", "--json"], env)
+        dt, p = run([larder, "sync", "--root", sb, "--json"], env)
         log = nginx.since(m, settle=0.2)
         doc = json.loads(p.stdout)
         pk = next(x for x in doc["packages"] if x["id"] == "web")
         if pk["method"] != "objects" or pk["outcome"] != "done":
             die("the update of web did not go by objects: %s" % json.dumps(pk))
-        objects = [e for e in log if e["uri"].startswith("/objects/")]
+        objects = [e for e in log if "/objects/" in e["uri"]]
         if i == 0:
             r["object_urls"] = sorted(base + e["uri"].lstrip("/") for e in objects)
             r["objects"] = len(objects)
@@ -166,9 +166,11 @@ def measure_engine(name, larder, nginx, work, runs, env):
     times = []
     for i in range(runs + 1):
         m = nginx.mark()
-        dt, p = run([larder, "sync", "--root", sb, "--package", "web", "--json"], env)
+        dt, p = run([larder, "sync", "--root", sb, "--json"], env)
         log = nginx.since(m, settle=0.1)
-        if not json.loads(p.stdout).get("upToDate") or len(log) != 1 or log[0]["status"] != 304:
+        # The first sync after an update plans once more (and records that all settled); from
+        # then on a sync stops at its one request.
+        if (i and not json.loads(p.stdout).get("upToDate")) or len(log) != 1 or log[0]["status"] != 304:
             die("the no-change sync was not one 304: %s; %s" % (p.stdout[-400:], log))
         if i:
             times.append(dt)
@@ -178,7 +180,7 @@ def measure_engine(name, larder, nginx, work, runs, env):
     times, rss = [], []
     for i in range(max(2, runs // 2) + 1):
         sb = fresh("large")
-        dt, mib = peak_rss([larder, "sync", "--root", sb, "--package", "large"], env)
+        dt, mib = peak_rss([larder, "sync", "--root", sb], env)
         if i:
             times.append(dt)
             rss.append(mib)
@@ -192,9 +194,10 @@ def measure_engine(name, larder, nginx, work, runs, env):
     return r
 
 
-def measure_baselines(nginx, repo, work, runs, ca, urls, etag):
-    say("bench --net: baselines (curl %s, bsdtar)" % subprocess.run(
-        ["curl", "--version"], stdout=subprocess.PIPE, text=True).stdout.split()[1])
+def measure_baselines(nginx, repo, work, runs, urls, etag):
+    say("bench --net: baselines over %s (curl %s, bsdtar)" % (nginx.base, subprocess.run(
+        ["curl", "--version"], stdout=subprocess.PIPE, text=True).stdout.split()[1]))
+    ca = ["--cacert", nginx.tls[0]] if nginx.tls else []
     b = {}
     out = os.path.join(work, "curl-out")
     times, conns = [], []
@@ -202,8 +205,8 @@ def measure_baselines(nginx, repo, work, runs, ca, urls, etag):
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         m = nginx.mark()
-        dt, _ = run(["curl", "-s", "--fail", "--cacert", ca, "--parallel", "--parallel-max", "4",
-                     "--output-dir", out, "--remote-name-all"] + urls)
+        dt, _ = run(["curl", "-s", "--fail"] + ca + ["--parallel", "--parallel-max", "4", "--output-dir", out,
+                                                    "--remote-name-all"] + urls)
         log = nginx.since(m, settle=0.2)
         if i:
             times.append(dt)
@@ -211,17 +214,17 @@ def measure_baselines(nginx, repo, work, runs, ca, urls, etag):
     b["update_ms"] = 1000 * statistics.median(times)
     b["update_conns"] = max(c[0] for c in conns)
     b["update_full_handshakes"] = max(c[1] for c in conns)
-    index = nginx.base + "index.json"
+    index = nginx.base + "web/index.json"
     times = []
     for i in range(runs + 1):
-        dt, p = run(["curl", "-s", "--cacert", ca, "-o", "/dev/null", "-w", "%{http_code}", "-H",
-                     "If-None-Match: " + etag, index])
+        dt, p = run(["curl", "-s"] + ca + ["-o", "/dev/null", "-w", "%{http_code}", "-H", "If-None-Match: " + etag,
+                                           index])
         if p.stdout != "304":
             die("curl's conditional GET was answered %s, not 304" % p.stdout)
         if i:
             times.append(dt)
     b["nochange_ms"] = 1000 * statistics.median(times)
-    bundle = nginx.base + index_entry(repo, "large")["bundle"]["path"]
+    bundle = nginx.base + "large/" + index_entry(repo, "large")["bundle"]["path"]
     zip_path = os.path.join(work, "large.zip")
     both, alone = [], []
     for i in range(max(2, runs // 2) + 1):
@@ -229,7 +232,7 @@ def measure_baselines(nginx, repo, work, runs, ca, urls, etag):
         shutil.rmtree(dest, ignore_errors=True)
         os.makedirs(dest)
         t0 = time.perf_counter()
-        run(["curl", "-s", "--fail", "--cacert", ca, "-o", zip_path, bundle])
+        run(["curl", "-s", "--fail"] + ca + ["-o", zip_path, bundle])
         t1 = time.perf_counter()
         run(["bsdtar", "-xf", zip_path, "-C", dest])
         t2 = time.perf_counter()
@@ -249,32 +252,30 @@ def measure_baselines(nginx, repo, work, runs, ca, urls, etag):
     return b
 
 
-def table(engines, base, machine, command, link_note):
-    lines = ["Machine: %s. Command: `%s`. Medians; process start included on both sides; https on "
-             "loopback to nginx (HTTP/2 offered) with a private CA. %s" % (machine, command, link_note), ""]
-    head = "| figure | " + " | ".join("Larder, %s" % e["engine"] for e in engines) + " | baseline | target |"
-    lines += [head, "|" + "---|" * (3 + len(engines))]
+def table(rows, base, targets=True):
+    """One table: a column per engine, then the baseline and the target."""
+    lines = ["| figure | " + " | ".join("Larder, %s" % e["engine"] for e in rows) + " | baseline | target |",
+             "|" + "---|" * (3 + len(rows))]
 
     def row(label, cells, baseline, target):
-        lines.append("| %s | %s | %s | %s |" % (label, " | ".join(cells), baseline, target))
+        lines.append("| %s | %s | %s | %s |" % (label, " | ".join(cells), baseline, target if targets else ""))
 
     row("no-change sync: one request, 304 (ms)",
-        ["%.1f (%.1f×)" % (e["nochange_ms"], e["nochange_ms"] / base["nochange_ms"]) for e in engines],
-        "curl conditional GET %.1f ms" % base["nochange_ms"], "≤ 2× curl")
-    row("object update, %d changed files (ms)" % engines[0]["objects"],
-        ["%.0f (%.2f×)" % (e["update_ms"], e["update_ms"] / base["update_ms"]) for e in engines],
+        ["%.1f (%.1f×)" % (e["nochange_ms"], e["nochange_ms"] / base["nochange_ms"]) for e in rows],
+        "curl conditional GET: %.1f ms" % base["nochange_ms"], "≤ 2× curl")
+    row("object update, %d changed files (ms)" % rows[0]["objects"],
+        ["%.0f (%.2f×)" % (e["update_ms"], e["update_ms"] / base["update_ms"]) for e in rows],
         "curl --parallel-max 4: %.0f ms" % base["update_ms"], "≤ 1.2× curl")
-    row("… its connections / full TLS handshakes",
+    row("… connections / full TLS handshakes",
         ["%d / %d (%s)" % (e["update_conns"], e["update_full_handshakes"], "/".join(e["update_protocols"]))
-         for e in engines],
+         for e in rows],
         "curl: %d / %d" % (base["update_conns"], base["update_full_handshakes"]), "≤ 4 handshakes")
     row("first sync of the large bundle (s)",
-        ["%.2f (%.2f×)" % (e["large_s"], e["large_s"] / base["large_s"]) for e in engines],
+        ["%.2f (%.2f×)" % (e["large_s"], e["large_s"] / base["large_s"]) for e in rows],
         "curl -o + bsdtar -xf: %.2f s" % base["large_s"], "≤ 0.8× curl + bsdtar")
-    row("… against `curl -o` alone",
-        ["%.2f×" % (e["large_s"] / base["large_curl_s"]) for e in engines],
-        "curl -o: %.2f s" % base["large_curl_s"], "(loopback: extraction-bound)")
-    row("… peak RSS (MiB)", ["%.0f" % e["large_mib"] for e in engines], "bsdtar %.0f MiB" % base["large_mib"],
+    row("… against `curl -o` alone", ["%.1f×" % (e["large_s"] / base["large_curl_s"]) for e in rows],
+        "curl -o: %.2f s" % base["large_curl_s"], "loopback: extraction-bound")
+    row("… peak RSS (MiB)", ["%.0f" % e["large_mib"] for e in rows], "bsdtar: %.0f MiB" % base["large_mib"],
         "< 64 MiB")
     return lines
 
@@ -304,39 +305,45 @@ def main(engines, large_wheel, web_wheel, pick_tree, quick, runs, write):
     repo = os.path.join(work, "repo")
     os.makedirs(repo)
     template = os.path.join(ls.CHECKOUT, "scripts", "integration", "nginx.conf.template")
-    nginx = Nginx(nginx_bin, work, repo, template)
+    https = Nginx(nginx_bin, os.path.join(work, "https"), repo, template)
+    http = Nginx(nginx_bin, os.path.join(work, "http"), repo, template)
     ok, why = netem_available()
-    link_note = "Emulated link: netem available but not used by this version of the bench." if ok else \
-        "No emulated link: %s, so every row is loopback only." % why
+    link_note = "netem is available, but this version of the bench does not emulate a link yet." if ok else \
+        "No emulated link: %s; every row is loopback only." % why
     try:
-        nginx.tls = make_certificates(work)
+        https.tls = make_certificates(work)
         env = ls.loopback_env()
-        env["LARDER_CA_FILE"] = nginx.tls[0]
+        env["LARDER_CA_FILE"] = https.tls[0]
         key = os.path.join(work, "k")
         run([larder, "keygen", "--out", key])
         large, web = prepare_trees(work, large_wheel, web_wheel, pick_tree)
-        run([larder, "pack", large, "--repo", repo, "--id", "large", "--version", "1.0.0", "--key", key + ".key",
-             "--entry", entry_of(large)])
-        run([larder, "pack", web, "--repo", repo, "--id", "web", "--version", "1.0.0", "--key", key + ".key",
-             "--entry", entry_of(web)])
-        nginx.start()
-        say("bench --net: nginx on %s (%s)" % (nginx.base, subprocess.run(
-            [nginx_bin, "-v"], stderr=subprocess.PIPE, text=True).stderr.strip()))
-        seed = os.path.join(work, "seed-web1")
-        run([larder, "init", "--root", seed, "--repo", nginx.base, "--public-key", key + ".pub"], env)
-        run([larder, "sync", "--root", seed, "--package", "web"], env)
+        run([larder, "pack", large, "--repo", os.path.join(repo, "large"), "--id", "large", "--version", "1.0.0",
+             "--key", key + ".key", "--entry", entry_of(large)])
+        run([larder, "pack", web, "--repo", os.path.join(repo, "web"), "--id", "web", "--version", "1.0.0",
+             "--key", key + ".key", "--entry", entry_of(web)])
+        seeds = {}
+        for server in (https, http):
+            server.start()
+            say("bench --net: nginx on %s (%s)" % (server.base, subprocess.run(
+                [nginx_bin, "-v"], stderr=subprocess.PIPE, text=True).stderr.strip()))
+            seed = seeds[server.base] = os.path.join(work, "seed-%d" % server.port)
+            run([larder, "init", "--root", seed, "--repo", server.base + "web/", "--public-key", key + ".pub"], env)
+            run([larder, "sync", "--root", seed], env)
         time.sleep(1.1)  # the next index gets a later mtime, so nginx's ETag changes
         changed = change_files(web, CHANGED)
-        run([larder, "pack", web, "--repo", repo, "--id", "web", "--version", "2.0.0", "--key", key + ".key",
-             "--entry", entry_of(web)])
+        run([larder, "pack", web, "--repo", os.path.join(repo, "web"), "--id", "web", "--version", "2.0.0",
+             "--key", key + ".key", "--entry", entry_of(web)])
         say("bench --net: web 2.0.0 changes %d files" % changed)
-        rows = [measure_engine(name, binary, nginx, work, runs, env) for name, binary in engines]
-        p = subprocess.run(["curl", "-sI", "--cacert", nginx.tls[0], nginx.base + "index.json"],
+        p = subprocess.run(["curl", "-sI", "--cacert", https.tls[0], https.base + "web/index.json"],
                            stdout=subprocess.PIPE, text=True)
         etag = next((l.split(":", 1)[1].strip() for l in p.stdout.splitlines() if l.lower().startswith("etag:")), "")
-        base = measure_baselines(nginx, repo, work, runs, nginx.tls[0], rows[0]["object_urls"], etag)
+        tls_rows = [measure_engine(engines[0][0], larder, https, work, runs, env, seeds[https.base])]
+        tls_base = measure_baselines(https, repo, work, runs, tls_rows[0]["object_urls"], etag)
+        http_rows = [measure_engine(name, binary, http, work, runs, env, seeds[http.base]) for name, binary in engines]
+        http_base = measure_baselines(http, repo, work, runs, http_rows[0]["object_urls"], etag)
     finally:
-        nginx.stop()
+        https.stop()
+        http.stop()
         shutil.rmtree(work, ignore_errors=True)
     cpu = "unknown CPU"
     for line in open("/proc/cpuinfo"):
@@ -345,7 +352,16 @@ def main(engines, large_wheel, web_wheel, pick_tree, quick, runs, write):
             break
     machine = "%s, %d CPUs (%s), %s, load %.2f" % (platform.machine(), os.cpu_count() or 0, cpu,
                                                    time.strftime("%Y-%m-%d"), os.getloadavg()[0])
-    lines = table(rows, base, machine, "scripts/bench --net" + (" --quick" if quick else ""), link_note)
+    command = "scripts/bench --net" + (" --quick" if quick else "") + (" -k %d" % runs if runs != 5 else "")
+    lines = ["Machine: %s. Command: `%s`. Medians of %d runs (the first sync: %d), process start included on "
+             "both sides; Larder and curl against the same nginx in the same run. %s" % (
+                 machine, command, runs, max(2, runs // 2), link_note), "",
+             "**Over https** (a private CA; nginx offers HTTP/2 by ALPN, as a CDN does):", ""]
+    lines += table(tls_rows, tls_base)
+    lines += ["", "**The HTTP engine on Linux, over plain http** (FoundationNetworking's URLSession cannot be "
+              "given a private CA without changing the system's trust store, so the engines are compared "
+              "without TLS):", ""]
+    lines += table(http_rows, http_base, targets=False)
     say()
     for l in lines:
         say(l)
