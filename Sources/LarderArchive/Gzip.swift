@@ -107,7 +107,9 @@ public enum Gzip {
         /// Starts a gzip-only inflater that refuses to produce more than `limit` bytes.
         public init(limit: Int64) throws(GzipError) {
             self.limit = limit
-            out = [UInt8](repeating: 0, count: 256 << 10)
+            // Room for the whole content when it is small (one object among hundreds), never more
+            // than 256 KiB; one byte more than the limit lets an overlong stream show itself.
+            out = [UInt8](repeating: 0, count: Int(min(Int64(256 << 10), max(4096, limit + 1))))
             let r = inflateInit2_(&stream, 15 + 16, zlibVersion(), Int32(MemoryLayout<z_stream>.size))
             guard r == Z_OK else { throw .zlib(code: r, message: "inflateInit2") }
         }

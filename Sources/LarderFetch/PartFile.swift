@@ -29,8 +29,11 @@ struct PartFile {
         }
         // Re-hash what an earlier attempt left (and drop it if it is already too long; a read
         // error ends the re-hash there, and the bytes after are fetched again).
-        var buffer = [UInt8](repeating: 0, count: 256 << 10)
-        while true {
+        // A buffer only as large as what is there to re-hash (none for a new part file: a sync
+        // of many small objects must not zero 256 KiB for each).
+        let existing = (try? SystemCalls.fstat(fd, path: path).size) ?? 0
+        var buffer = [UInt8](repeating: 0, count: Int(min(Int64(256 << 10), max(0, existing))))
+        while !buffer.isEmpty {
             let n = (try? SystemCalls.read(fd, into: &buffer, path: path)) ?? 0
             if n == 0 { break }
             buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }

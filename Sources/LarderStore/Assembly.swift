@@ -48,7 +48,8 @@ extension StagingArea {
         let inflater: Gzip.Inflater
         do { inflater = try Gzip.Inflater(limit: f.size) } catch { throw corrupt("\(error)") }
         var hasher = SHA256Stream()
-        var buffer = [UInt8](repeating: 0, count: 256 << 10)
+        let stored = (try? SystemCalls.fstat(input, path: gz).size) ?? Int64(256 << 10)
+        var buffer = [UInt8](repeating: 0, count: Int(min(Int64(256 << 10), max(4096, stored))))
         // The sink's own failures (writing the output) are kept apart from the inflater's.
         var writeFailure: FileSystemError?
         let sink = { (chunk: UnsafeRawBufferPointer) throws in

@@ -20,37 +20,46 @@ public enum TreeCheck {
         walk(tree, prefix: "", seen: &seen, problems: &problems)
         let listed = Set(list.files.map(\.path.string))
         for extra in seen.subtracting(listed).sorted() { problems.append("\(extra): not in the file list") }
-        var buffer = [UInt8](repeating: 0, count: 256 << 10)
-        for f in list.files {
-            guard seen.contains(f.path.string) else {
-                problems.append("\(f.path): missing")
-                continue
-            }
-            let path = tree.appending(f.path.string)
-            guard let fd = try? SystemCalls.open(path, .readOnly, options: [.noFollow]) else {
-                problems.append("\(f.path): unreadable")
-                continue
-            }
-            defer { try? SystemCalls.close(fd, path: path) }
-            var hasher = SHA256Stream()
-            var failed = false
-            while true {
-                guard let n = try? SystemCalls.read(fd, into: &buffer, path: path) else {
-                    failed = true
-                    break
+        // The files are hashed on every core at once (a verification reads the whole tree), each
+        // worker with its own buffer; the problems keep the list's order.
+        let files = list.files
+        let present = seen
+        let workers = max(1, min(ProcessInfo.processInfo.activeProcessorCount, 8, files.count))
+        let found = ProblemSlots(files.count)
+        DispatchQueue.concurrentPerform(iterations: workers) { w in
+            var buffer = [UInt8](repeating: 0, count: 256 << 10)
+            var i = w
+            while i < files.count {
+                let f = files[i]
+                if present.contains(f.path.string) {
+                    found.set(i, check(tree.appending(f.path.string), f, buffer: &buffer))
+                } else {
+                    found.set(i, "\(f.path): missing")
                 }
-                if n == 0 { break }
-                buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
-            }
-            if failed {
-                problems.append("\(f.path): read error")
-            } else if hasher.count != f.size || hasher.finish() != f.sha256 {
-                problems.append(
-                    "\(f.path): \(hasher.count) bytes sha256 \(hasher.finish()), the list says \(f.size) bytes sha256 \(f.sha256)"
-                )
+                i += workers
             }
         }
+        problems += found.all
         return problems
+    }
+
+    /// The problem with one listed file, or nil when it has the listed size and SHA-256.
+    private static func check(_ path: FilePath, _ f: FileEntry, buffer: inout [UInt8]) -> String? {
+        guard let fd = try? SystemCalls.open(path, .readOnly, options: [.noFollow]) else {
+            return "\(f.path): unreadable"
+        }
+        defer { try? SystemCalls.close(fd, path: path) }
+        var hasher = SHA256Stream()
+        while true {
+            guard let n = try? SystemCalls.read(fd, into: &buffer, path: path) else { return "\(f.path): read error" }
+            if n == 0 { break }
+            buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        }
+        if hasher.count != f.size || hasher.finish() != f.sha256 {
+            return
+                "\(f.path): \(hasher.count) bytes sha256 \(hasher.finish()), the list says \(f.size) bytes sha256 \(f.sha256)"
+        }
+        return nil
     }
 
     private static func walk(_ dir: FilePath, prefix: String, seen: inout Set<String>, problems: inout [String]) {
@@ -70,4 +79,23 @@ public enum TreeCheck {
             }
         }
     }
+}
+
+/// One optional problem per listed file, written by the workers of a verification (each slot by
+/// one worker only).
+private final class ProblemSlots: @unchecked Sendable {
+    // @unchecked: the slots are written at distinct indices by distinct workers (through a raw
+    // buffer, so no exclusive access to a shared array is claimed) and read after
+    // `concurrentPerform` returned.
+    private let slots: UnsafeMutableBufferPointer<String?>
+    init(_ count: Int) {
+        slots = .allocate(capacity: count)
+        slots.initialize(repeating: nil)
+    }
+    deinit {
+        slots.deinitialize()
+        slots.deallocate()
+    }
+    func set(_ i: Int, _ problem: String?) { slots[i] = problem }
+    var all: [String] { slots.compactMap { $0 } }
 }
