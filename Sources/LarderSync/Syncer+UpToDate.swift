@@ -26,6 +26,12 @@ extension Syncer {
         /// When the sync finished, and when a later no-change sync last confirmed it.
         var at: Date
         var checkedAt: Date
+        /// The SHA-256 of the accepted index's signature file. Over `file://` the check compares
+        /// the repository's signature with it instead of reading (and hashing) the whole index:
+        /// a signature covers the index's exact bytes, so the same signature means the same
+        /// index, and an index changed under an old signature could not be accepted anyway.
+        /// Nil in records written before it existed (the index is then compared).
+        var signature: SHA256Digest?
     }
 
     /// The inputs of a plan besides the index and the state.
@@ -49,9 +55,10 @@ extension Syncer {
             return
         }
         let now = options.clock()
+        let signature = (try? AtomicFile.read(layout.acceptedSignature, limit: 1 << 16)).map { SHA256Digest.of($0) }
         let marker = SyncMarker(
             serial: accepted.serial, index: accepted.sha256, etag: accepted.etag, expires: accepted.expires,
-            state: state, inputs: planInputs(config), at: now, checkedAt: now)
+            state: state, inputs: planInputs(config), at: now, checkedAt: now, signature: signature)
         guard let data = try? ManifestCoding.encode(marker) else { return }
         try? AtomicFile.write(data, to: layout.lastSync)
     }
@@ -86,6 +93,14 @@ extension Syncer {
         defer { lock.unlock() }
         guard FileIdentity(layout.state) == marker.state else { return nil }
         let t = try transportFor(base, config)
+        if base.scheme?.lowercased() == "file", let signature = marker.signature,
+            let sig = try? await t.document(
+                url(base, RepositoryLayout.signatureName), etag: "\"\(signature.hex)\"", maxBytes: 1 << 16),
+            sig.notModified
+        {
+            // `FileTransport`'s ETag is the SHA-256 of the bytes: the same signature file.
+            return .upToDate(settled(marker, layout: layout))
+        }
         let doc: FetchedDocument
         do throws(FetchError) {
             doc = try await t.document(
@@ -94,8 +109,20 @@ extension Syncer {
         guard doc.notModified || (doc.etag == marker.etag && SHA256Digest.of(doc.data) == marker.index) else {
             return doc.notModified ? nil : .changed(doc)
         }
+        return .upToDate(settled(marker, layout: layout))
+    }
+
+    /// Records that the repository was checked and found unchanged, and reports it.
+    private func settled(_ marker: SyncMarker, layout: SandboxLayout) -> SyncReport {
         var checked = marker
         checked.checkedAt = options.clock()
+        if checked.signature == nil {
+            // A record from before `signature`: the accepted index was just found unchanged, so
+            // its cached signature is the one to compare next time.
+            checked.signature = (try? AtomicFile.read(layout.acceptedSignature, limit: 1 << 16)).map {
+                SHA256Digest.of($0)
+            }
+        }
         // Not durable (no fsync): the record is a cache, and a damaged one means a full sync.
         if let bytes = try? ManifestCoding.encode(checked) {
             try? AtomicFile.write(bytes, to: layout.lastSync, durable: false)
@@ -103,6 +130,6 @@ extension Syncer {
         options.progress?(.index(serial: marker.serial, changed: false))
         var report = SyncReport(serial: marker.serial, indexChanged: false, packages: [], removedByGC: [])
         report.upToDate = true
-        return .upToDate(report)
+        return report
     }
 }

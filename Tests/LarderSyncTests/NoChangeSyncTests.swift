@@ -41,6 +41,35 @@ struct NoChangeSyncTests {
         #expect(third.upToDate)
     }
 
+    @Test("over file:// the check reads the repository's signature, not its index; a new release is still seen")
+    func fileRepositoryComparesTheSignature() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise()
+        _ = try await env.sync()
+        let index = FilePath(env.repo.appendingPathComponent(RepositoryLayout.indexName).path)
+        let signature = FilePath(env.repo.appendingPathComponent(RepositoryLayout.signatureName).path)
+        let (again, opens) = try await syncCountingOpens(env, under: [index])
+        #expect(again.upToDate, "\(again)")
+        #expect(opens == [0], "the index was opened \(opens) time(s)")
+        // An index changed under its old signature is never read, so never applied: up to date.
+        let original = try AtomicFile.read(index)
+        try AtomicFile.write(original + Data(" ".utf8), to: index)
+        #expect(try await env.sync().upToDate)
+        try AtomicFile.write(original, to: index)
+        // A release (a new index and its new signature) is seen and installed.
+        try env.publish("2.0.0")
+        let update = try await env.sync()
+        #expect(!update.upToDate && update.packages.map(\.to) == ["2.0.0"], "\(update)")
+        #expect(try await env.sync().upToDate)
+        // Without a readable signature the check compares the index instead, as over http: the
+        // same index, so up to date; and an index that cannot be read ends the sync.
+        try SystemCalls.unlink(signature)
+        #expect(try await env.sync().upToDate)
+        await #expect(throws: SyncError.self) { _ = try await syncCountingOpens(env, under: [index]) }
+    }
+
     @Test("a state write since, another channel, or a new index each make the sync plan again")
     func changesInvalidate() async throws {
         let env = try SyncEnv()
