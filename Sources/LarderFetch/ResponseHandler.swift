@@ -1,7 +1,6 @@
 import Foundation
 import LarderCore
 import LarderFileSystem
-import Synchronization
 import SystemPackage
 
 /// What one request does with the server's answer, whatever engine carries it: checks the
@@ -12,15 +11,18 @@ import SystemPackage
 /// answer ends the request with that outcome.
 final class ResponseHandler: @unchecked Sendable {
     // @unchecked: `head` and `chunk` are called by one request at a time (its engine's serial
-    // queue or task); what `checkFloor` shares with them is in the `window` mutex.
+    // queue or task); what `checkFloor` shares with them is guarded by `windowLock`.
     let url: String
     let sink: HTTPTransport.Sink
     let options: HTTPOptions
     private(set) var status = 0
     private(set) var headers: [String: String] = [:]
     private(set) var body = Data()
-    /// The floor's current window: when it began and the bytes received since.
-    private let window = Mutex<(start: ContinuousClock.Instant, bytes: Int64)>((.now, 0))
+    /// The floor's current window: when it began and the bytes received since (under
+    /// `windowLock`: `Mutex` needs macOS 15 / iOS 18, newer than the package's platforms).
+    private let windowLock = NSLock()
+    private var windowStart = ContinuousClock.now
+    private var windowBytes: Int64 = 0
     /// Body bytes received so far.
     private(set) var received: Int64 = 0
 
@@ -85,7 +87,9 @@ final class ResponseHandler: @unchecked Sendable {
 
     /// A piece of the body. Nil to go on; else the failure that ends the request.
     func chunk(_ bytes: UnsafeRawBufferPointer) -> HTTPTransport.Outcome? {
-        window.withLock { $0.bytes += Int64(bytes.count) }
+        windowLock.lock()
+        windowBytes += Int64(bytes.count)
+        windowLock.unlock()
         received += Int64(bytes.count)
         switch sink {
         case .memory(let limit):
@@ -109,12 +113,14 @@ final class ResponseHandler: @unchecked Sendable {
     /// The throughput floor: a failure when the average rate over the last `floorWindow`
     /// seconds is below `minimumRate`; else nil (and a new window starts when one is complete).
     func checkFloor() -> HTTPTransport.Outcome? {
-        let (elapsed, bytes) = window.withLock { w -> (Double, Int64) in
-            let elapsed = Self.seconds(ContinuousClock.now - w.start)
-            let bytes = w.bytes
-            if elapsed >= options.floorWindow { w = (.now, 0) }
-            return (elapsed, bytes)
+        windowLock.lock()
+        let elapsed = Self.seconds(ContinuousClock.now - windowStart)
+        let bytes = windowBytes
+        if elapsed >= options.floorWindow {
+            windowStart = .now
+            windowBytes = 0
         }
+        windowLock.unlock()
         guard elapsed >= options.floorWindow else { return nil }
         let rate = Double(bytes) / elapsed
         guard rate < options.minimumRate else { return nil }
