@@ -130,6 +130,8 @@ public struct Syncer: Sendable {
         if let t = injected { return t }
         var http = options.http
         http.allowInsecureHTTP = http.allowInsecureHTTP || config.allowInsecureHTTP
+        // As many connections to the repository as transfers at once (HTTP/2 needs only one).
+        http.connectionsPerHost = max(1, config.concurrency)
         do { return try transport(for: base, options: http) } catch { throw .fetch(error) }
     }
 
