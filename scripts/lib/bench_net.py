@@ -310,16 +310,7 @@ def table(rows, base, targets=True):
 
 
 def write_benchmarks(lines):
-    path = os.path.join(ls.CHECKOUT, "BENCHMARKS.md")
-    text = open(path).read()
-    section = "\n".join([TITLE, "", BEGIN] + lines + [END])
-    if BEGIN in text and END in text:
-        start = text.index(TITLE) if TITLE in text else text.index(BEGIN)
-        text = text[:start] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    with open(path, "w") as f:
-        f.write(text)
+    ls.write_section(TITLE, BEGIN, END, lines)
     say("bench --net: wrote BENCHMARKS.md")
 
 

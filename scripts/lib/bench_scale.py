@@ -197,16 +197,7 @@ def table(rows, big, machine, command):
 
 
 def write_benchmarks(lines):
-    path = os.path.join(ls.CHECKOUT, "BENCHMARKS.md")
-    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n\nEvery figure here comes from a script anyone can rerun.\n"
-    section = "\n".join(["## Scale (`scripts/bench --scale`)", "", BEGIN] + lines + [END])
-    if BEGIN in text and END in text:
-        start = text.index("## Scale (`scripts/bench --scale`)") if "## Scale (`scripts/bench --scale`)" in text else text.index(BEGIN)
-        text = text[:start] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    with open(path, "w") as f:
-        f.write(text)
+    ls.write_section("## Scale (`scripts/bench --scale`)", BEGIN, END, lines)
     say("bench --scale: wrote BENCHMARKS.md")
 
 

@@ -250,3 +250,19 @@ def tree_problems(tree, want):
     for missing in sorted(set(want) - have):
         problems.append("%s: missing" % missing)
     return problems
+
+
+def write_section(title, begin, end, lines):
+    """Replaces the section of BENCHMARKS.md from `title` to the `end` marker with `title`, the
+    `begin` marker, `lines` and `end` (appended when the markers are not there yet)."""
+    path = os.path.join(CHECKOUT, "BENCHMARKS.md")
+    text = open(path).read() if os.path.exists(path) else \
+        "# Benchmarks\n\nEvery figure here comes from a script anyone can rerun.\n"
+    section = "\n".join([title, "", begin] + lines + [end])
+    if begin in text and end in text:
+        start = text.index(title) if title in text else text.index(begin)
+        text = text[:start] + section + text[text.index(end) + len(end):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    with open(path, "w") as f:
+        f.write(text)
