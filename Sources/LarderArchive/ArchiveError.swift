@@ -78,27 +78,28 @@ public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
         switch self {
         case .unreadable(let d): "not a readable zip archive: \(d)"
         case .structure(_, let m): "zip structure: \(m)"
-        case .libarchive(let e, let m): e.map { "entry \"\($0)\": \(m)" } ?? m
+        case .libarchive(let e, let m):
+            e.map { "entry \(quoted($0)): \(Quoting.sanitizeLine(m))" } ?? Quoting.sanitizeLine(m)
         case .unsupportedEntryType(let e, let t):
-            "entry \"\(e)\" is a \(t); only regular files and directories are allowed"
-        case .hardLink(let e, let t): "entry \"\(e)\" is a hard link to \"\(t)\"; links are not allowed"
-        case .encrypted(let e): "entry \"\(e)\" is encrypted; encrypted entries are not supported"
-        case .badName(let e, let p): "entry \"\(e)\": \(p)"
-        case .duplicate(let e): "entry \"\(e)\" appears twice"
+            "entry \(quoted(e)) is a \(t); only regular files and directories are allowed"
+        case .hardLink(let e, let t): "entry \(quoted(e)) is a hard link to \(quoted(t)); links are not allowed"
+        case .encrypted(let e): "entry \(quoted(e)) is encrypted; encrypted entries are not supported"
+        case .badName(let e, let p): "entry \(quoted(e)): \(p)"
+        case .duplicate(let e): "entry \(quoted(e)) appears twice"
         case .collision(let e, let o):
-            "entries \"\(o)\" and \"\(e)\" differ only by case or Unicode normalisation (they would merge on iOS/macOS)"
-        case .fileDirectoryConflict(let e, let o): "\"\(e)\" is a file but \"\(o)\" uses it as a directory"
+            "entries \(quoted(o)) and \(quoted(e)) differ only by case or Unicode normalisation (they would merge on iOS/macOS)"
+        case .fileDirectoryConflict(let e, let o): "\(quoted(e)) is a file but \(quoted(o)) uses it as a directory"
         case .tooManyEntries(let l): "more than \(l) entries"
         case .tooManyFiles(let l): "more than \(l) files"
-        case .fileTooLarge(let e, let s, let l): "entry \"\(e)\" is \(s) bytes (limit \(l))"
+        case .fileTooLarge(let e, let s, let l): "entry \(quoted(e)) is \(s) bytes (limit \(l))"
         case .totalTooLarge(let l): "the files add up to more than \(l) bytes"
         case .compressionRatio(let e, let l):
-            "while reading \"\(e)\": more than \(l) uncompressed bytes per archive byte (zip bomb?)"
-        case .sizeMismatch(let e, let d, let a): "entry \"\(e)\" declares \(d) bytes but holds \(a)"
-        case .discontiguousData(let e): "entry \"\(e)\" has discontiguous data blocks"
+            "while reading \(quoted(e)): more than \(l) uncompressed bytes per archive byte (zip bomb?)"
+        case .sizeMismatch(let e, let d, let a): "entry \(quoted(e)) declares \(d) bytes but holds \(a)"
+        case .discontiguousData(let e): "entry \(quoted(e)) has discontiguous data blocks"
         case .empty: "the archive holds no files"
         case .io(let e): e.description
-        case .sink(let e, let d): "entry \"\(e)\": \(d)"
+        case .sink(let e, let d): "entry \(quoted(e)): \(d)"
         }
     }
 }

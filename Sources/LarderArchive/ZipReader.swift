@@ -190,6 +190,7 @@ public struct ZipReader: Sendable {
     ) throws(ArchiveError) -> [[UInt8]] {
         do { return try ZipStructure.check(fd: fd, size: size, path: path) } catch {
             if let io = error.io { throw .io(io) }
+            if let entry = error.entry { throw entry }
             throw .structure(code: error.code, message: error.message)
         }
     }
@@ -355,7 +356,7 @@ struct EntryAccount {
         feed(UnsafeRawBufferPointer(name))
         if let expected, firstDifference == nil, count >= expected.count || expected[count] != mark {
             let text =
-                "\"\(String(decoding: name, as: UTF8.self))\" ("
+                quoted(String(decoding: name, as: UTF8.self)) + " ("
                 + (isDirectory ? "a directory)" : "a file of \(size) bytes)")
             firstDifference = (count, text)
         }

@@ -22,6 +22,9 @@ enum ZipStructure {
         let code: String
         let message: String
         var io: FileSystemError? = nil
+        /// The entry refused for itself rather than for the archive's structure (its name or its
+        /// type), reported as the reader reports it.
+        var entry: ArchiveError? = nil
     }
 
     private struct Central {
@@ -58,15 +61,6 @@ enum ZipStructure {
             }
             throw Problem(code: "archive-trailing-data", message: "data follows the end of central directory record")
         }
-        if exact.count > 1 || candidates.count > 1 {
-            // A second signature inside the comment or before the real record: two readers may pick
-            // different ones.
-            let others = candidates.filter { $0 != eocd }
-            if others.contains(where: { plausibleEndRecord(tail, $0, tailStart: tailStart) }) {
-                throw Problem(
-                    code: "archive-several-end-records", message: "more than one end of central directory record")
-            }
-        }
         let eocdOffset = tailStart + UInt64(eocd)
         var entries = UInt64(le16(tail, eocd + 10))
         var cdSize = UInt64(le32(tail, eocd + 12))
@@ -95,6 +89,18 @@ enum ZipStructure {
                 cdOffset = le64(rec, 48)
                 cdEnd = z64
             }
+        }
+        // A second end record: inside the comment (readers that search back from the end take
+        // the last signature they meet), one whose comment also reaches the end, or one in the
+        // directory or after it. Two readers may pick different ones. A signature inside an
+        // entry's data (before the directory; every byte there is accounted for below) is data:
+        // an archive stored in the archive, as a web app may ship one.
+        let others = candidates.filter {
+            $0 != eocd && ($0 > eocd || exact.contains($0) || tailStart + UInt64($0) >= cdOffset)
+        }
+        if others.contains(where: { plausibleEndRecord(tail, $0, tailStart: tailStart) }) {
+            throw Problem(
+                code: "archive-several-end-records", message: "more than one end of central directory record")
         }
         if add(cdOffset, cdSize) < cdEnd {
             // Offsets count from the start of the zip proper: whatever precedes it (a
@@ -125,6 +131,7 @@ enum ZipStructure {
                     code: "archive-bad-central-directory", message: "a central directory entry runs past the directory")
             }
             let name = Array(cd[(p + 46)..<(p + 46 + nameLength)])
+            try checkKind(name, madeBy: le16(cd, p + 4), attributes: le32(cd, p + 38))
             var compressed = UInt64(le32(cd, p + 20))
             var uncompressed = UInt64(le32(cd, p + 24))
             var offset = UInt64(le32(cd, p + 42))
@@ -176,21 +183,24 @@ enum ZipStructure {
             guard c.localOffset >= previousEnd else {
                 throw Problem(
                     code: "archive-overlapping-entries",
-                    message: "entry \"\(display)\" overlaps the data of \"\(previousName)\"")
+                    message: "entry \(quoted(display)) overlaps the data of \(quoted(previousName))")
             }
             if index > 0, c.localOffset - previousEnd > previousSlack {
                 throw Problem(
                     code: "archive-gap",
                     message:
-                        "\(c.localOffset - previousEnd) unlisted bytes between \"\(previousName)\" and \"\(display)\"")
+                        "\(c.localOffset - previousEnd) unlisted bytes between \(quoted(previousName)) and \(quoted(display))"
+                )
             }
             guard add(c.localOffset, 30) <= cdOffset else {
-                throw Problem(code: "archive-bad-local-header", message: "entry \"\(display)\" points past the entries")
+                throw Problem(
+                    code: "archive-bad-local-header", message: "entry \(quoted(display)) points past the entries")
             }
             let head = try bytes(fd, at: c.localOffset, count: 30, path)
             guard le32(head, 0) == 0x0403_4B50 else {
                 throw Problem(
-                    code: "archive-bad-local-header", message: "entry \"\(display)\" has no local header at its offset")
+                    code: "archive-bad-local-header",
+                    message: "entry \(quoted(display)) has no local header at its offset")
             }
             let nameLength = Int(le16(head, 26))
             let extraLength = UInt64(le16(head, 28))
@@ -201,7 +211,7 @@ enum ZipStructure {
                 throw Problem(
                     code: "archive-header-mismatch",
                     message:
-                        "the local header of \"\(display)\" disagrees with the central directory (\"\(String(decoding: localName, as: UTF8.self))\")"
+                        "the local header of \(quoted(display)) disagrees with the central directory (\(quoted(String(decoding: localName, as: UTF8.self))))"
                 )
             }
             var end = add(add(add(c.localOffset, 30 + UInt64(nameLength)), extraLength), c.compressedSize)
@@ -217,7 +227,7 @@ enum ZipStructure {
                 guard add(end, 12) <= cdOffset else {
                     throw Problem(
                         code: "archive-overlapping-entries",
-                        message: "the data of \"\(display)\" runs into the central directory")
+                        message: "the data of \(quoted(display)) runs into the central directory")
                 }
                 let descriptor = try bytes(fd, at: end, count: 8, path)
                 agree = (le32(descriptor, 0) == 0x0807_4B50 ? le32(descriptor, 4) : le32(descriptor, 0)) == c.crc
@@ -226,7 +236,7 @@ enum ZipStructure {
                 throw Problem(
                     code: "archive-header-mismatch",
                     message:
-                        "the CRC-32 or sizes of \"\(display)\" in its local header or data descriptor disagree with the central directory"
+                        "the CRC-32 or sizes of \(quoted(display)) in its local header or data descriptor disagree with the central directory"
                 )
             }
             // A data descriptor follows: 12 bytes at least (no signature, 32-bit sizes), 24 at
@@ -237,7 +247,7 @@ enum ZipStructure {
             guard end <= cdOffset else {
                 throw Problem(
                     code: "archive-overlapping-entries",
-                    message: "the data of \"\(display)\" runs into the central directory")
+                    message: "the data of \(quoted(display)) runs into the central directory")
             }
             previousEnd = end
             previousSlack = slack
@@ -248,9 +258,36 @@ enum ZipStructure {
             throw Problem(
                 code: "archive-gap",
                 message:
-                    "\(cdOffset - previousEnd) unlisted bytes between \"\(previousName)\" and the central directory")
+                    "\(cdOffset - previousEnd) unlisted bytes between \(quoted(previousName)) and the central directory"
+            )
         }
         return names
+    }
+
+    /// Refuses what the central record says of an entry that some reader would act on: a NUL in
+    /// the name (C readers, libarchive among them, stop there: `a\0b.txt` would become `a`), a
+    /// file type other than regular file or directory in the Unix mode bits (Python's `zipfile`
+    /// and Info-ZIP read them whatever the "made by" host says; libarchive only for Unix hosts), and
+    /// a directory by its attributes whose name does not end in `/` (a directory to libarchive, a
+    /// file to `zipfile`).
+    private static func checkKind(_ name: [UInt8], madeBy: UInt16, attributes: UInt32) throws(Problem) {
+        let display = String(decoding: name, as: UTF8.self)
+        if name.contains(0) {
+            let error = ArchiveError.badName(entry: display, problem: .nul)
+            throw Problem(code: error.code, message: error.description, entry: error)
+        }
+        let type = (attributes >> 16) & 0o170000
+        if type != 0, type != 0o100000, type != 0o040000 {
+            let error = ArchiveError.unsupportedEntryType(entry: display, type: LA.typeName(type))
+            throw Problem(code: error.code, message: error.description, entry: error)
+        }
+        let host = madeBy >> 8
+        let directoryByAttributes = type == 0o040000 || (type == 0 && host == 0 && attributes & 0x10 != 0)
+        if directoryByAttributes, name.last != UInt8(ascii: "/") {
+            let error = ArchiveError.unsupportedEntryType(
+                entry: display, type: "directory by its attributes whose name does not end in /")
+            throw Problem(code: error.code, message: error.description, entry: error)
+        }
     }
 
     /// Whether the bytes at `at` in `tail` look like a real end record (its directory would lie

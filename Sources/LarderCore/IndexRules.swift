@@ -33,28 +33,30 @@ public enum IndexRules {
                 add("duplicate-entry", "a second entry for channel \(p.channel) (one entry per package and channel)")
             }
             if !Channel.isValid(p.channel) {
-                add("bad-channel", "channel \"\(p.channel)\" is not a valid channel name")
+                add("bad-channel", "channel \(quoted(p.channel)) is not a valid channel name")
             }
             if !(0...100).contains(p.rollout.percent) {
                 add("bad-rollout", "rollout percent \(p.rollout.percent) is outside 0...100")
             }
-            if RelativePath(p.entry) == nil { add("bad-entry", "entry \"\(p.entry)\" is not a valid relative path") }
+            if RelativePath(p.entry) == nil {
+                add("bad-entry", "entry \(quoted(p.entry)) is not a valid relative path")
+            }
             if p.bundle.path != "packages/\(id)/\(v)/bundle.zip" {
-                add("bad-layout", "bundle path \"\(p.bundle.path)\" should be packages/\(id)/\(v)/bundle.zip")
+                add("bad-layout", "bundle path \(quoted(p.bundle.path)) should be packages/\(id)/\(v)/bundle.zip")
             }
             if p.files.path != "packages/\(id)/\(v)/files.json" {
-                add("bad-layout", "file list path \"\(p.files.path)\" should be packages/\(id)/\(v)/files.json")
+                add("bad-layout", "file list path \(quoted(p.files.path)) should be packages/\(id)/\(v)/files.json")
             }
             for b in p.policy.bypass where !b.hasPrefix("/") {
-                add("bad-policy", "bypass prefix \"\(b)\" must start with /")
+                add("bad-policy", "bypass prefix \(quoted(b)) must start with /")
             }
             for r in p.routes {
                 guard let prefix = RoutePrefix(r) else {
-                    add("bad-route", "route \"\(r)\": \(RoutePrefix.problem(r) ?? "invalid")")
+                    add("bad-route", "route \(quoted(r)): \(RoutePrefix.problem(r) ?? "invalid")")
                     continue
                 }
                 if prefix.description != r {
-                    add("route-not-normalised", "route \"\(r)\" should be written \(prefix) (pack writes it so)")
+                    add("route-not-normalised", "route \(quoted(r)) should be written \(prefix) (pack writes it so)")
                 }
                 if let owner = routeOwner[prefix], owner != p.id {
                     add("route-conflict", "route \(prefix) is also claimed by \(owner)")

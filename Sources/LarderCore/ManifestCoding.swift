@@ -57,7 +57,7 @@ public enum ManifestCoding {
             let text = try c.decode(String.self)
             guard let d = parseRFC3339(text) else {
                 throw DecodingError.dataCorruptedError(
-                    in: c, debugDescription: "\"\(text)\" is not an RFC 3339 date-time")
+                    in: c, debugDescription: "\(quoted(text)) is not an RFC 3339 date-time")
             }
             return d
         }
@@ -105,7 +105,7 @@ public enum ManifestCoding {
         }
         switch error {
         case .keyNotFound(let key, let ctx):
-            return "missing field \"\(key.stringValue)\" at \(path(ctx.codingPath))"
+            return "missing field \(quoted(key.stringValue)) at \(path(ctx.codingPath))"
         case .typeMismatch(let t, let ctx):
             return "\(path(ctx.codingPath)): expected \(t)"
         case .valueNotFound(let t, let ctx):

@@ -255,7 +255,8 @@ public struct FileEntry: Codable, Sendable, Equatable {
         if let m = mime, !isMediaType(m) {
             throw DecodingError.dataCorruptedError(
                 forKey: mimeKey, in: c,
-                debugDescription: "\"\(m)\" is not a media type (type/subtype, optional ;parameters, printable ASCII)")
+                debugDescription:
+                    "\(quoted(m)) is not a media type (type/subtype, optional ;parameters, printable ASCII)")
         }
     }
 
@@ -317,12 +318,12 @@ public struct FileList: Codable, Sendable, Equatable {
                 throw DecodingError.dataCorruptedError(
                     forKey: .files, in: c,
                     debugDescription:
-                        "\"\(f.path)\" is out of order or repeated (paths are sorted by UTF-8 bytes, each once)")
+                        "\(quoted(f.path)) is out of order or repeated (paths are sorted by UTF-8 bytes, each once)")
             }
             if let other = keys.updateValue(f.path.string, forKey: f.path.collisionKey) {
                 throw DecodingError.dataCorruptedError(
                     forKey: .files, in: c,
-                    debugDescription: "\"\(f.path)\" and \"\(other)\" differ only by case or normalisation")
+                    debugDescription: "\(quoted(f.path)) and \(quoted(other)) differ only by case or normalisation")
             }
         }
     }
@@ -395,7 +396,7 @@ public struct SignatureEntry: Codable, Sendable, Equatable {
         let hex = keyID.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
         guard keyID.utf8.count == 16, hex else {
             throw DecodingError.dataCorruptedError(
-                forKey: .keyID, in: c, debugDescription: "\"\(keyID)\" is not a key id (16 lowercase hex digits)")
+                forKey: .keyID, in: c, debugDescription: "\(quoted(keyID)) is not a key id (16 lowercase hex digits)")
         }
     }
 }

@@ -32,7 +32,7 @@ public struct PackageID: Hashable, Sendable, Comparable, Codable, CustomStringCo
         let text = try c.decode(String.self)
         guard let id = PackageID(text) else {
             throw DecodingError.dataCorruptedError(
-                in: c, debugDescription: "\"\(text)\" is not a package id: expected [a-z0-9][a-z0-9._-]{0,63}")
+                in: c, debugDescription: "\(quoted(text)) is not a package id: expected [a-z0-9][a-z0-9._-]{0,63}")
         }
         self = id
     }

@@ -46,7 +46,7 @@ public enum PathProblem: Error, Sendable, Equatable, CustomStringConvertible {
         case .nul: "the name contains a NUL byte"
         case .controlCharacter: "the name contains a control character"
         case .emptyComponent: "the name has an empty component (//)"
-        case .dotComponent(let c): "the name has a \"\(c)\" component"
+        case .dotComponent(let c): "the name has a \(quoted(c)) component"
         case .notNFC: "the name is not in Unicode NFC form"
         case .tooLong(let b, let l): "the name is \(b) bytes long (limit \(l))"
         case .componentTooLong(let b, let l): "a component of the name is \(b) bytes long (limit \(l))"
@@ -166,7 +166,7 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
         switch Self.validate(text) {
         case .success(let p): self = p
         case .failure(let problem):
-            throw DecodingError.dataCorruptedError(in: c, debugDescription: "path \"\(text)\": \(problem)")
+            throw DecodingError.dataCorruptedError(in: c, debugDescription: "path \(quoted(text)): \(problem)")
         }
     }
 

@@ -142,7 +142,11 @@ public struct RouteTable: Sendable {
 
     /// Resolves a URL string. Works on the URL's UTF-8 bytes in place; the common case (a plain
     /// path under a route) allocates at most the host and the in-package path.
+    ///
+    /// The URL is read as a browser would request it (`BrowserURL`): `http://h/app/x//..` is
+    /// `/app/x/`, `https://bücher.example/` is `https://xn--bcher-kva.example/`.
     public func resolve(_ url: String) -> Resolution {
+        let url = BrowserURL.canonical(url) ?? url
         if let r = url.utf8.withContiguousStorageIfAvailable({ resolve(bytes: $0) }) { return r }
         var copy = url
         return copy.withUTF8 { resolve(bytes: $0) }
@@ -174,6 +178,7 @@ public struct RouteTable: Sendable {
             if case .package(let p, _) = match(bytes: b) { return p.id }
             return nil
         }
+        let url = BrowserURL.canonical(url) ?? url
         if let r = url.utf8.withContiguousStorageIfAvailable(id) { return r }
         var copy = url
         return copy.withUTF8(id)

@@ -2,7 +2,8 @@ import Foundation
 
 /// A route prefix a package claims: `https://host[:port]/path/`, or a custom scheme
 /// `myapp://host/path/`. Normalised so that equal prefixes compare equal: scheme and host lower
-/// case, default ports (80 for http, 443 for https) dropped, path ending in `/`.
+/// case, an internationalised host in its ASCII (IDNA, `xn--`) form, default ports (80 for http,
+/// 443 for https) dropped, path ending in `/`.
 public struct RoutePrefix: Hashable, Sendable, CustomStringConvertible {
     /// Lower-case scheme.
     public let scheme: String
@@ -46,7 +47,10 @@ public struct RoutePrefix: Hashable, Sendable, CustomStringConvertible {
         if c.query != nil || c.fragment != nil || c.user != nil || c.password != nil {
             return .failure(Reason(message: "a route is a prefix: no query, fragment or credentials"))
         }
-        let host = (c.host ?? "").lowercased()
+        // An internationalised host in its ASCII form, as browsers send it in Host.
+        guard let host = BrowserURL.asciiHost(c.host ?? "") else {
+            return .failure(Reason(message: "the host \(quoted(c.host ?? "")) has no ASCII (IDNA) form"))
+        }
         if (scheme == "http" || scheme == "https") && host.isEmpty {
             return .failure(Reason(message: "an http(s) route needs a host"))
         }

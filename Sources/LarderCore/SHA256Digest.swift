@@ -103,7 +103,7 @@ public struct SHA256Digest: Hashable, Sendable, Codable, CustomStringConvertible
         let text = try container.decode(String.self)
         guard let value = SHA256Digest(hex: text) else {
             throw DecodingError.dataCorruptedError(
-                in: container, debugDescription: "expected 64 lowercase hex digits (sha256), got \"\(text)\"")
+                in: container, debugDescription: "expected 64 lowercase hex digits (sha256), got \(quoted(text))")
         }
         self = value
     }

@@ -124,7 +124,7 @@ public struct SemanticVersion: Sendable, Hashable, Comparable, CustomStringConve
         guard let v = SemanticVersion(text) else {
             throw DecodingError.dataCorruptedError(
                 in: container,
-                debugDescription: "\"\(text)\" is not a SemVer 2.0.0 version (e.g. 1.4.0 or 2.0.0-beta.1)")
+                debugDescription: "\(quoted(text)) is not a SemVer 2.0.0 version (e.g. 1.4.0 or 2.0.0-beta.1)")
         }
         self = v
     }
@@ -230,7 +230,7 @@ public struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible
         guard let r = VersionRange(text) else {
             throw DecodingError.dataCorruptedError(
                 in: container,
-                debugDescription: "\"\(text)\" is not a version range (e.g. \">=1.0.0 <2.0.0\" or \"^1.2.0\")")
+                debugDescription: "\(quoted(text)) is not a version range (e.g. \">=1.0.0 <2.0.0\" or \"^1.2.0\")")
         }
         self = r
     }

@@ -118,7 +118,7 @@ public struct KeyFile: Codable, Sendable, Equatable {
             switch file.type {
             case publicType: return try PublicKey(rawRepresentation: raw)
             case privateType: return try PrivateKey(rawRepresentation: raw).publicKey
-            default: throw SigningError.badKeyFile(path: path, detail: "unknown type \"\(file.type)\"")
+            default: throw SigningError.badKeyFile(path: path, detail: "unknown type \(quoted(file.type))")
             }
         } catch let e as SigningError {
             throw e
@@ -132,7 +132,8 @@ public struct KeyFile: Codable, Sendable, Equatable {
         let file = try parse(data, path: path)
         guard file.type == privateType else {
             throw .badKeyFile(
-                path: path, detail: "type is \"\(file.type)\", expected \"\(privateType)\" (is this the .pub file?)")
+                path: path,
+                detail: "type is \(quoted(file.type)), expected \(quoted(privateType)) (is this the .pub file?)")
         }
         guard let raw = Data(base64Encoded: file.key), let key = try? PrivateKey(rawRepresentation: raw) else {
             throw .badKeyFile(path: path, detail: "the key bytes are not an Ed25519 seed")

@@ -79,7 +79,7 @@
                 if [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "location") {
                     redirects += 1
                     guard let next = URL(string: location, relativeTo: url)?.absoluteURL else {
-                        let detail = "redirect to an unreadable Location \"\(location)\" refused"
+                        let detail = "redirect to an unreadable Location \(quoted(location)) refused"
                         return .failed(.redirect(url: handler.url, detail: detail), retryable: false)
                     }
                     if let refusal = ResponseHandler.refusal(

@@ -59,7 +59,7 @@ final class ResponseHandler: @unchecked Sendable {
                     start == box.part.have
                 else {
                     let detail =
-                        "Content-Range \"\(headers["content-range"] ?? "")\" does not continue at byte \(box.part.have)"
+                        "Content-Range \(quoted(headers["content-range"] ?? "")) does not continue at byte \(box.part.have)"
                     box.part.reset()
                     return .failed(.badRange(url: url, detail: detail), retryable: false)
                 }

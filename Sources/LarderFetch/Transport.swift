@@ -60,7 +60,7 @@ public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
         case .tooSlow(let u, let d): "\(u): \(d)"
         case .redirect(let u, let d): "\(u): \(d)"
         case .insecure(let u): "\(u): plain http is allowed only to loopback, or with --allow-http"
-        case .unsupportedScheme(let s): "unsupported URL scheme \"\(s)\" (use https://, http:// or file://)"
+        case .unsupportedScheme(let s): "unsupported URL scheme \(quoted(s)) (use https://, http:// or file://)"
         case .file(let e): e.description
         case .io(let d): d
         }

@@ -242,7 +242,7 @@ public struct Verifier: Sendable {
                 compare(listing.files, list, bundle: entry.bundle.path, problem: problem)
             }
             if !list.files.contains(where: { $0.path.string == entry.entry }) {
-                problem("entry-missing", entry.entry, "the entry file \"\(entry.entry)\" is not in the package")
+                problem("entry-missing", entry.entry, "the entry file \(quoted(entry.entry)) is not in the package")
             }
             for file in list.files {
                 let objectRel = RepositoryLayout.objectPath(file.sha256)
@@ -357,21 +357,22 @@ public struct Verifier: Sendable {
                 case .external:
                     continue
                 case .escapes:
-                    problem("link-escapes", file.string, "reference \"\(ref)\" leads outside the package")
+                    problem("link-escapes", file.string, "reference \(quoted(ref)) leads outside the package")
                 case .malformed:
-                    problem("link-malformed", file.string, "reference \"\(ref)\" has bad percent-encoding")
+                    problem("link-malformed", file.string, "reference \(quoted(ref)) has bad percent-encoding")
                 case .local(let target):
                     let dir = target.hasSuffix("/") ? String(target.dropLast()) : target
                     if !target.hasSuffix("/"), paths.contains(target) { continue }
                     if directories.contains(dir) {
                         let entry = dir.isEmpty ? entryName : dir + "/" + entryName
                         if paths.contains(entry) { continue }
-                        problem("link-broken", file.string, "reference \"\(ref)\" is a directory without \(entryName)")
+                        problem(
+                            "link-broken", file.string, "reference \(quoted(ref)) is a directory without \(entryName)")
                         continue
                     }
                     problem(
                         "link-broken", file.string,
-                        "reference \"\(ref)\" points to \(target), which is not in the package")
+                        "reference \(quoted(ref)) points to \(target), which is not in the package")
                 }
             }
         }

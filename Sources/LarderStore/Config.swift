@@ -110,9 +110,9 @@ public struct SyncConfig: Codable, Sendable, Equatable {
         guard let url = URL(string: repository), let scheme = url.scheme?.lowercased(),
             ["https", "http", "file"].contains(scheme)
         else {
-            throw .invalid("\"\(repository)\" is not a repository URL (https://…, http://… or file://…)")
+            throw .invalid("\(quoted(repository)) is not a repository URL (https://…, http://… or file://…)")
         }
-        guard Channel.isValid(channel) else { throw .invalid("\"\(channel)\" is not a channel name") }
+        guard Channel.isValid(channel) else { throw .invalid("\(quoted(channel)) is not a channel name") }
         guard !keys.isEmpty else { throw .invalid("at least one trusted public key is needed") }
         let existing = try? load(root: root)
         let device =

@@ -76,8 +76,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             "state.json cannot be read: \(d). It was left as it is; run `larder doctor --repair` to rebuild it from the verified versions on disk"
         case .missingState:
             "state.json is missing but versions are on disk; run `larder doctor --repair` to rebuild it"
-        case .badID(let s): "\"\(s)\" is not a package id: expected [a-z0-9][a-z0-9._-]{0,63}"
-        case .badVersion(let s): "\"\(s)\" is not a SemVer 2.0.0 version"
+        case .badID(let s): "\(quoted(s)) is not a package id: expected [a-z0-9][a-z0-9._-]{0,63}"
+        case .badVersion(let s): "\(quoted(s)) is not a SemVer 2.0.0 version"
         case .unknownPackage(let id): "no package \(id) in this sandbox"
         case .notInstalled(let id, let v): "\(id) \(v) is not on disk in this sandbox"
         case .noFallback(let id): "\(id) has no fallback version to roll back to (name one with --to)"

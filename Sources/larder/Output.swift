@@ -36,14 +36,15 @@ enum Output {
     /// The sink of the running command (tests run commands in-process with a capture).
     @TaskLocal static var sink = OutputSink.standard
 
-    /// Writes a line to stdout.
+    /// Writes a line to stdout. Control characters and other characters a terminal acts on are
+    /// written escaped (`\u{1B}`), whatever the line embeds.
     static func line(_ text: String) {
-        sink.out(Data((text + "\n").utf8))
+        sink.out(Data((Quoting.sanitizeLine(text) + "\n").utf8))
     }
 
-    /// Writes a line to stderr.
+    /// Writes a line to stderr, escaped as `line` does.
     static func diagnostic(_ text: String) {
-        sink.err(Data((text + "\n").utf8))
+        sink.err(Data((Quoting.sanitizeLine(text) + "\n").utf8))
     }
 
     /// Prints a command's result on stdout: the canonical JSON document with `--json`, else its

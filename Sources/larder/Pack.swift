@@ -114,7 +114,7 @@ extension LarderCommand {
                 throw ValidationError("--max-total-size must be within 1...\(TreeLimits.standard.maxTotalBytes)")
             }
             guard ttlDays > 0 else { throw ValidationError("--ttl-days must be positive") }
-            for b in bypass where !b.hasPrefix("/") { throw ValidationError("--bypass \"\(b)\" must start with /") }
+            for b in bypass where !b.hasPrefix("/") { throw ValidationError("--bypass \(quoted(b)) must start with /") }
         }
 
         func run() throws {

@@ -33,7 +33,7 @@ extension LarderCommand {
 
         func validate() throws {
             guard SemanticVersion(appVersion) != nil else {
-                throw ValidationError("--app-version \"\(appVersion)\" is not a SemVer version")
+                throw ValidationError("--app-version \(quoted(appVersion)) is not a SemVer version")
             }
             guard !publicKeys.isEmpty else { throw ValidationError("at least one --public-key is needed") }
         }
@@ -98,7 +98,7 @@ struct SyncArguments: ParsableArguments {
         o.packages = packages
         if let v = appVersion {
             guard let sv = SemanticVersion(v) else {
-                throw ValidationError("--app-version \"\(v)\" is not a SemVer version")
+                throw ValidationError("--app-version \(quoted(v)) is not a SemVer version")
             }
             o.appVersion = sv
         }

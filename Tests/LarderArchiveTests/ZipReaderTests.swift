@@ -49,8 +49,33 @@ struct ZipReaderTests {
         let fx = try Self.fixtures.get()
         let nfd = try ZipReader().validate(try fx.path("nfd-flagged.zip"))
         #expect(nfd.files.contains { $0.path.string == "caf\u{e9}.txt" })
-        let fifo = try ZipReader().validate(try fx.path("fifo-as-regular.zip"))
-        #expect(fifo.files.contains { $0.path.string == "pipe" && $0.size == 0 })
+    }
+
+    /// A zip stored inside the bundle (a web app may ship one) is a file like any other: its end
+    /// record, inside the entry's data, is not taken for a second end record of the bundle.
+    @Test func anArchiveStoredInsideIsData() throws {
+        let fx = try Self.fixtures.get()
+        let listing = try ZipReader().validate(try fx.path("inner-zip-stored.zip"))
+        let inner = try #require(listing.files.first { $0.path.string == "assets/data.zip" })
+        #expect(inner.size > 22)
+        #expect(listing.files.count == 4)
+    }
+
+    /// A refused name is quoted with its control characters escaped: a hostile name cannot
+    /// rewrite the user's terminal line (ESC, BEL, CR) or cut the message short (NUL).
+    @Test func refusedNamesAreEscaped() throws {
+        let fx = try Self.fixtures.get()
+        let cases = ["escape-name.zip": #""\u{1B}[K\u{7}\u{D}.bn""#, "nul-name.zip": #""caf\u{0}.bin""#]
+        for (name, shown) in cases {
+            let path = try fx.path(name)
+            do throws(ArchiveError) {
+                _ = try ZipReader().validate(path)
+                Issue.record("\(name) must be refused")
+            } catch {
+                #expect(error.description.contains(shown), "\(name): \(error.description)")
+                #expect(!error.description.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F })
+            }
+        }
     }
 
     /// Hashing on a second thread gives the same listing as hashing inline, with or without

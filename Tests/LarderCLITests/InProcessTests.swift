@@ -208,6 +208,30 @@ struct InProcessCommandTests {
         #expect(refused.status == 1 && refused.stderr.contains("error [signature]"), "\(refused)")
     }
 
+    @Test("a refused entry name reaches the terminal escaped: ESC, BEL and CR cannot rewrite the line")
+    func hostileNamesAreEscaped() async throws {
+        let env = try Env()
+        let zip = env.dir.appending("hostile.zip")
+        try python(
+            """
+            import sys, zipfile
+            with zipfile.ZipFile(sys.argv[1], "w") as z:
+                z.writestr("index.html", "<p>hi")
+                z.writestr("\\x1b]0;owned\\x07\\x1b[2K\\rok.js", "x")
+            """, [zip.path])
+        for json in [false, true] {
+            let r = await runInProcess(
+                ["install", "--root", env.root, "--id", "app", "--version", "1.0.0", zip.path]
+                    + (json ? ["--json"] : []))
+            #expect(r.status == 1, "\(r)")
+            #expect(r.stderr.contains("error [path-control-character]"), "\(r)")
+            #expect(r.stderr.contains(#"\u{1B}]0;owned\u{7}\u{1B}[2K\u{D}ok.js"#), "\(r)")
+            for text in [r.stdout, r.stderr] {
+                #expect(!text.unicodeScalars.contains { $0 != "\n" && ($0.value < 0x20 || $0.value == 0x7F) }, "\(r)")
+            }
+        }
+    }
+
     @Test("usage errors exit 64 and name the option")
     func usage() async throws {
         let r = await runInProcess(["sync", "--root", "/nonexistent", "--progress", "sometimes"])

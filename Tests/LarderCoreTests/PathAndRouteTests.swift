@@ -77,3 +77,44 @@ struct RouteTests {
         #expect(RoutePrefix.problem(s) != nil)
     }
 }
+
+@Suite("Untrusted text in messages")
+struct QuotingTests {
+    @Test func controlsAreEscaped() {
+        #expect(quoted("plain name.js") == #""plain name.js""#)
+        #expect(quoted("a\u{1B}[2K\u{7}\rb") == #""a\u{1B}[2K\u{7}\u{D}b""#)
+        #expect(quoted("a\0b\n") == #""a\u{0}b\u{A}""#)
+        #expect(quoted("say \"hi\" \\ bye") == #""say \"hi\" \\ bye""#)
+        // C1 controls (U+009B is CSI to some terminals), bidi overrides, DEL.
+        #expect(quoted("x\u{9B}31m\u{202E}cod.exe\u{7F}") == #""x\u{9B}31m\u{202E}cod.exe\u{7F}""#)
+        // Everything else, non-ASCII text included, is kept as it is.
+        #expect(quoted("café/日本.txt") == "\"café/日本.txt\"")
+    }
+
+    @Test func linesAreSanitised() {
+        #expect(Quoting.sanitizeLine("ok\tline") == "ok\tline")
+        #expect(Quoting.sanitizeLine("bad \u{1B}]0;title\u{7} line\r") == #"bad \u{1B}]0;title\u{7} line\u{D}"#)
+    }
+}
+
+@Suite("URLs as a browser requests them")
+struct BrowserURLTests {
+    @Test(arguments: [
+        ("/a/b/../c", "/a/c"), ("/a/b//..", "/a/b/"), ("/a/./b/.", "/a/b/"), ("/..", "/"), ("/../../x", "/x"),
+        ("/a/%2e%2E/b", "/b"), ("/a/.%2e", "/"), ("/a/%2e", "/a/"), ("/a//b", "/a//b"), ("/a/..b/.c", "/a/..b/.c"),
+        ("/", "/"),
+    ])
+    func dotSegments(_ path: String, _ expected: String) {
+        #expect(BrowserURL.removeDotSegments(path) == expected)
+    }
+
+    @Test func canonicalOnlyWhenNeeded() {
+        #expect(BrowserURL.canonical("https://app.example.com/js/app.js?v=1") == nil)
+        #expect(BrowserURL.canonical("larder://app/a/b.js") == nil)
+        #expect(BrowserURL.canonical("https://app.example.com/a/../b?x=/../y") == "https://app.example.com/b?x=/../y")
+        #expect(BrowserURL.canonical("HTTPS://h\\a\\..\\b") == "https://h/b")
+        #expect(BrowserURL.canonical("myapp://h/a\\..\\b") == "myapp://h/a\\..\\b")
+        #expect(BrowserURL.canonical("https://b\u{FC}cher.example:8443/") == "https://xn--bcher-kva.example:8443/")
+        #expect(BrowserURL.asciiHost("B\u{DC}cher.Example") == "xn--bcher-kva.example")
+    }
+}
