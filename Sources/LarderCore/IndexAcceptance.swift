@@ -15,6 +15,9 @@ public enum IndexRefusal: Error, Sendable, Equatable, CustomStringConvertible {
     case expired(Date)
     /// The keys the index rotates to cannot be used (the detail says which and why).
     case unusableRotatedKeys(String)
+    /// The signature names other index bytes than those fetched: the two come from different
+    /// publications (a cache holding one longer than the other), not a forgery.
+    case torn(String)
 
     /// What was wrong, for a person.
     public var description: String {
@@ -25,6 +28,7 @@ public enum IndexRefusal: Error, Sendable, Equatable, CustomStringConvertible {
         case .serialReused(let s): "serial \(s) was accepted with different contents"
         case .expired(let at): "expired at \(ManifestCoding.formatRFC3339(at))"
         case .unusableRotatedKeys(let d): "a rotated key is not usable: \(d)"
+        case .torn(let detail): detail
         }
     }
 }
@@ -99,7 +103,13 @@ public enum IndexAcceptance {
         return out
     }
 
-    /// Applies every rule, in order: signature file, signature, schema, serial, expiry, rotation.
+    /// Why a signature and an index do not belong together, for a person.
+    static func tornDetail(named: IndexName, got: IndexName) -> String {
+        "the signature is over another index (\(named.size) bytes, sha256 \(named.sha256.hex.prefix(12))…) than the one fetched (\(got.size) bytes, sha256 \(got.sha256.hex.prefix(12))…): the two come from different publications (a cache between them?)"
+    }
+
+    /// Applies every rule, in order: signature file, the index it names, signature, schema,
+    /// serial, expiry, rotation.
     public static func decide(_ input: Input) throws(IndexRefusal) -> AcceptedIndexDecision {
         let signatures: SignatureFile
         do {
@@ -107,6 +117,9 @@ public enum IndexAcceptance {
                 SignatureFile.self, from: input.signature, document: RepositoryLayout.signatureName)
         } catch {
             throw .signature(.badSignatureFile(detail: error.description))
+        }
+        if let named = signatures.index, !named.names(input.bytes) {
+            throw .torn(Self.tornDetail(named: named, got: IndexName(of: input.bytes)))
         }
         do { _ = try IndexSignature.verify(input.bytes, signatures: signatures, trusted: input.trusted) } catch {
             throw .signature(error)

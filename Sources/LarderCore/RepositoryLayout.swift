@@ -28,6 +28,13 @@ public struct RepositoryLayout: Sendable {
     /// The objects, one gzip-compressed file per content named by its SHA-256, `<root>/objects`.
     public var objects: FilePath { root.appending("objects") }
 
+    /// Every published index under its SHA-256, immutable (`<root>/indexes`): the copy a
+    /// device fetches when the signature it got names another index than `index.json` gave it.
+    public var indexes: FilePath { root.appending("indexes") }
+
+    /// `indexes/<sha256>.json` relative to the root.
+    public static func indexCopyPath(_ digest: SHA256Digest) -> String { "indexes/\(digest.hex).json" }
+
     /// `packages/<id>/<version>` relative to the root.
     public static func versionPath(_ id: PackageID, _ version: SemanticVersion) -> String {
         "packages/\(id)/\(version)"

@@ -152,9 +152,10 @@ public struct KeyFile: Codable, Sendable, Equatable {
 
 /// Signing and checking `index.json`.
 public enum IndexSignature {
-    /// A signature file with one signature per key over `indexBytes`.
+    /// A signature file with one signature per key over `indexBytes`, naming them.
     public static func sign(_ indexBytes: Data, with keys: [PrivateKey]) throws -> SignatureFile {
         SignatureFile(
+            index: IndexName(of: indexBytes),
             signatures: try keys.map { key in
                 SignatureEntry(
                     keyID: key.publicKey.keyID, signature: try key.signature(for: indexBytes).base64EncodedString())

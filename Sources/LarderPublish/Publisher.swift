@@ -490,12 +490,11 @@ public struct Publisher: Sendable {
             throw .signing(.badKeyFile(path: "(signing key)", detail: "\(error)"))
         }
         let sigBytes = try encode(sig)
+        // The immutable copy the signature names, before the pair that names it: a device whose
+        // cache pairs this signature with another index fetches it.
+        try writeIndexCopy(bytes, layout)
         try io { () throws(FileSystemError) in try AtomicFile.write(sigBytes, to: layout.pendingSignature) }
         try io { () throws(FileSystemError) in try AtomicFile.write(bytes, to: layout.pendingIndex) }
-        // Static servers derive validators from the modification time in whole seconds (nginx:
-        // mtime + length). Two publications in one second with equal lengths would look the same
-        // to a conditional GET, so the new pair's mtime is strictly after the previous index's.
-        advanceModificationTime([layout.pendingSignature, layout.pendingIndex], after: layout.index)
         try renameDurably(layout.pendingSignature, layout.signature, in: layout.root)
         try renameDurably(layout.pendingIndex, layout.index, in: layout.root)
         return index
@@ -517,17 +516,24 @@ public struct Publisher: Sendable {
         }
     }
 
-    /// Gives `paths` one modification second: at least one second after that of `previous` (when
-    /// it exists) and no earlier than the latest of their own (each was stamped when written,
-    /// possibly in the second before "now", and a slow fsync can put the two writes of a pair in
-    /// different seconds). A file already in that second keeps its time.
-    private func advanceModificationTime(_ paths: [FilePath], after previous: FilePath) {
-        let floor = (try? SystemCalls.stat(previous)).map { $0.modificationTime.seconds + 1 } ?? 0
-        let own = paths.map { (try? SystemCalls.stat($0))?.modificationTime.seconds }
-        let target = FileTime(seconds: max(floor, own.compactMap { $0 }.max() ?? floor))
-        for (p, seconds) in zip(paths, own) {
-            guard let seconds, seconds < target.seconds else { continue }
-            try? SystemCalls.setTimes(p, accessed: target, modified: target)
+    /// How many publications' index copies `indexes/` keeps: a device needs the copy only while
+    /// an edge still serves that publication's signature (minutes).
+    public static let keptIndexCopies = 8
+
+    /// Writes `indexes/<sha256>.json` durably, and removes the copies of all but the last
+    /// `keptIndexCopies` publications (oldest modification first).
+    private func writeIndexCopy(_ bytes: Data, _ layout: RepositoryLayout) throws(PublishError) {
+        let copy = layout.resolve(RepositoryLayout.indexCopyPath(SHA256Digest.of(bytes)))
+        try io { () throws(FileSystemError) in
+            try AtomicFile.makeDirectories(layout.indexes)
+            try AtomicFile.write(bytes, to: copy)
+        }
+        guard let names = try? SystemCalls.listDirectory(layout.indexes) else { return }
+        let copies = names.filter { $0.name.string.hasSuffix(".json") }.map { layout.indexes.appending($0.name) }
+        guard copies.count > Self.keptIndexCopies else { return }
+        let dated = copies.map { ($0, (try? SystemCalls.stat($0))?.modificationTime ?? FileTime(seconds: 0)) }
+        for (path, _) in dated.sorted(by: { $0.1 > $1.1 }).dropFirst(Self.keptIndexCopies) where path != copy {
+            try? SystemCalls.unlink(path)
         }
     }
 

@@ -153,6 +153,7 @@ public struct Verifier: Sendable {
                 let sigBytes = try AtomicFile.read(layout.signature, limit: 1 << 20)
                 let sig = try ManifestCoding.decode(
                     SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
+                checkIndexName(sig.index, indexBytes, layout: layout) { problem($0, $1, file: $2) }
                 report.signedBy = try IndexSignature.verify(indexBytes, signatures: sig, trusted: trustedKeys)
             } catch let e as SigningError {
                 let code = if case .invalidSignature = e { "signature-invalid" } else { "signature-untrusted" }
@@ -275,6 +276,34 @@ public struct Verifier: Sendable {
             }
             // Links are checked against what the bundle really holds (the list is compared above).
             checkLinks(collector.texts, files: listing?.files ?? list.files, entryName: entry.entry, problem: problem)
+        }
+    }
+
+    /// The index the signature file names (`index`): the same bytes as `index.json` (else a
+    /// device sees a torn pair), and the immutable copy `indexes/<sha256>.json` a device falls
+    /// back on. A signature file from before `index` names nothing and is not a problem.
+    private func checkIndexName(
+        _ named: IndexName?, _ indexBytes: Data, layout: RepositoryLayout,
+        problem: (String, String, String) -> Void
+    ) {
+        guard let named else { return }
+        if !named.names(indexBytes) {
+            problem(
+                "index-torn",
+                "\(RepositoryLayout.signatureName) names another index (\(named.size) bytes, sha256 \(named.sha256)) than \(RepositoryLayout.indexName) (\(indexBytes.count) bytes, sha256 \(SHA256Digest.of(indexBytes)))",
+                RepositoryLayout.signatureName)
+        }
+        let copyPath = RepositoryLayout.indexCopyPath(named.sha256)
+        guard let copy = try? AtomicFile.read(layout.resolve(copyPath), limit: ManifestCoding.maxDocumentBytes + 1)
+        else {
+            problem(
+                "index-copy-missing",
+                "no copy of the signed index at \(copyPath): a device whose cache pairs this signature with another index cannot recover",
+                copyPath)
+            return
+        }
+        if !named.names(copy) {
+            problem("index-copy-mismatch", "\(copyPath) is not the index the signature names", copyPath)
         }
     }
 

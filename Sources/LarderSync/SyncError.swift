@@ -18,6 +18,10 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     case serialReused(serial: UInt64)
     /// The index expired: nothing new is installed (what is installed keeps serving).
     case expired(String)
+    /// The signature names another index than the one fetched, still after fetching the copy
+    /// it names and the pair again past any cache: a publication under way, or a broken upload.
+    /// Transient, not an attack: nothing was changed and the next sync tries again.
+    case indexTorn(String)
     /// The sandbox could not be opened, read or written (locked, corrupt state, I/O).
     case store(StoreError)
 
@@ -31,6 +35,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case .rollbackAttack: "rollback-attack"
         case .serialReused: "serial-reused"
         case .expired: "index-expired"
+        case .indexTorn: "index-torn"
         case .store(let e): e.code
         }
     }
@@ -47,6 +52,8 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case .serialReused(let s):
             "the index has serial \(s), already accepted with different contents; nothing was changed"
         case .expired(let at): "the index expired at \(at); nothing new is installed until the publisher re-signs it"
+        case .indexTorn(let detail):
+            "\(detail); it named no copy the repository could serve either (indexes/<sha256>.json), nor did a fresh request past any cache agree; nothing was changed, and the next sync tries again"
         case .store(let e): e.description
         }
     }

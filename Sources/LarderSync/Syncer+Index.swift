@@ -11,50 +11,64 @@ extension Syncer {
     /// The largest index or file list a sync fetches.
     static let maxIndexBytes = ManifestCoding.maxDocumentBytes
 
-    /// Fetches the index (conditionally), fetches its signature when the bytes are new, applies
-    /// the trust rules, and — with `record` — makes the accepted index durable (cache, then the
-    /// accepted serial) and adopts rotated keys. Returns the index and whether it changed.
+    /// Fetches the signature file, then the index it names unless that is the accepted one,
+    /// applies the trust rules, and — with `record` — makes the accepted index durable (cache,
+    /// then the accepted serial) and adopts rotated keys. Returns the index and whether it
+    /// changed.
+    ///
+    /// The signature file names the exact index bytes it is over (`index`): no conditional
+    /// request is needed, nor trusted (a static server's validator is its file's mtime and size,
+    /// which two quick publications can share). When the index fetched is not the one named —
+    /// an edge cache holding one file longer than the other — the immutable copy the signature
+    /// names (`indexes/<sha256>.json`) is fetched, else the pair once more past any cache; only
+    /// then is it `index-torn`. A signature file without `index` (an older publisher) falls back
+    /// to a conditional request for the index.
     func acceptIndex(
         sandbox: Sandbox, config: SyncConfig, transport: any Transport, base: URL, record: Bool = true,
-        prefetched: FetchedDocument? = nil
+        prefetchedSignature: Data? = nil
     ) async throws(SyncError) -> (RepositoryIndex, Bool) {
         let cacheIndex = sandbox.layout.acceptedIndex
         let cacheSig = sandbox.layout.acceptedSignature
-        let cached = sandbox.state.index != nil && AtomicFile.exists(cacheIndex)
-        let doc: FetchedDocument
-        if let prefetched, !prefetched.notModified {
-            // The no-change check's request already brought a new index (see `checkNoChange`).
-            doc = prefetched
+        let accepted = sandbox.state.index
+        let cached = accepted != nil && AtomicFile.exists(cacheIndex)
+        var sigBytes: Data
+        if let prefetchedSignature {
+            sigBytes = prefetchedSignature
         } else {
-            do throws(FetchError) {
-                doc = try await transport.document(
-                    url(base, RepositoryLayout.indexName), etag: cached ? sandbox.state.index?.etag : nil,
-                    maxBytes: Self.maxIndexBytes)
-            } catch { throw .fetch(error) }
+            sigBytes = try await fetchSignature(transport, base)
         }
+        let named = Self.indexName(in: sigBytes)
+        var bytes: Data
+        var notModified = false
+        var etag: String?
+        if let named, cached, let accepted, named.sha256 == accepted.sha256 {
+            // The index this sandbox accepted: nothing to fetch.
+            do { bytes = try AtomicFile.read(cacheIndex) } catch { throw .store(.io(error)) }
+            sigBytes = (try? AtomicFile.read(cacheSig)) ?? sigBytes
+            notModified = true
+        } else if let named {
+            let doc = try await fetchIndex(transport, base, etag: nil)
+            (bytes, etag) = (doc.data, doc.etag)
+            if !named.names(bytes) {
+                (bytes, sigBytes) = try await mendTornPair(transport, base, named: named, fetched: bytes, sig: sigBytes)
+            }
+        } else {
+            // An older publisher's signature file: the index by a conditional request.
+            let doc = try await fetchIndex(transport, base, etag: cached ? accepted?.etag : nil)
+            (bytes, etag, notModified) = (doc.data, doc.etag, doc.notModified)
+            if doc.notModified {
+                do { bytes = try AtomicFile.read(cacheIndex) } catch { throw .store(.io(error)) }
+                sigBytes = (try? AtomicFile.read(cacheSig)) ?? Data()
+            }
+        }
+        let doc = FetchedDocument(data: Data(), etag: etag, notModified: notModified)
         let trusted: [PublicKey]
         do { trusted = try config.publicKeys() } catch { throw .config(error) }
-        var bytes = doc.data
-        if doc.notModified {
-            do { bytes = try AtomicFile.read(cacheIndex) } catch { throw .store(.io(error)) }
-        }
-        let fresh = IndexAcceptance.isFresh(bytes: bytes, notModified: doc.notModified, accepted: sandbox.state.index)
-        // The signature is checked over the exact bytes before anything is decoded.
-        var sigBytes = Data()
-        if fresh {
-            do throws(FetchError) {
-                sigBytes = try await transport.document(
-                    url(base, RepositoryLayout.signatureName), etag: nil, maxBytes: 1 << 16
-                ).data
-            } catch { throw .fetch(error) }
-        } else {
-            sigBytes = (try? AtomicFile.read(cacheSig)) ?? Data()
-        }
         let decision: AcceptedIndexDecision
         do {
             decision = try IndexAcceptance.decide(
                 IndexAcceptance.Input(
-                    bytes: bytes, signature: sigBytes, notModified: doc.notModified, trustedKeys: config.trustedKeys,
+                    bytes: bytes, signature: sigBytes, notModified: notModified, trustedKeys: config.trustedKeys,
                     trusted: trusted, accepted: sandbox.state.index, now: options.clock()))
         } catch { throw SyncError(refusal: error) }
         let index = decision.index
@@ -84,6 +98,64 @@ extension Syncer {
         }
         options.progress?(.index(serial: index.serial, changed: decision.fresh))
         return (index, decision.fresh)
+    }
+
+    /// The repository's signature file, fetched whole every time (a few hundred bytes).
+    func fetchSignature(_ transport: any Transport, _ base: URL, fresh: Bool = false) async throws(SyncError) -> Data {
+        let u = url(base, RepositoryLayout.signatureName)
+        do throws(FetchError) {
+            return try await transport.document(fresh ? Self.pastCaches(u) : u, etag: nil, maxBytes: 1 << 16).data
+        } catch { throw .fetch(error) }
+    }
+
+    private func fetchIndex(
+        _ transport: any Transport, _ base: URL, etag: String?, fresh: Bool = false
+    ) async throws(SyncError) -> FetchedDocument {
+        let u = url(base, RepositoryLayout.indexName)
+        do throws(FetchError) {
+            return try await transport.document(
+                fresh ? Self.pastCaches(u) : u, etag: etag, maxBytes: Self.maxIndexBytes)
+        } catch { throw .fetch(error) }
+    }
+
+    /// The index a signature file names, when it names one (decoding errors are the trust
+    /// rules' to report).
+    static func indexName(in signature: Data) -> IndexName? {
+        (try? ManifestCoding.decode(SignatureFile.self, from: signature, document: RepositoryLayout.signatureName))?
+            .index
+    }
+
+    /// `u` with a query no cache has seen, so that an edge forwards the request to the origin
+    /// (static servers ignore the query).
+    static func pastCaches(_ u: URL) -> URL {
+        guard var c = URLComponents(url: u, resolvingAgainstBaseURL: false) else { return u }
+        c.queryItems = [URLQueryItem(name: "larder-fresh", value: String(UInt64.random(in: 0...UInt64.max), radix: 36))]
+        return c.url ?? u
+    }
+
+    /// The index and signature to check after the index fetched was not the one the signature
+    /// names: the immutable copy the signature names, when the repository has it; else the pair
+    /// fetched again past any cache. What comes back may still disagree: the trust rules then
+    /// refuse it as torn.
+    private func mendTornPair(
+        _ transport: any Transport, _ base: URL, named: IndexName, fetched: Data, sig: Data
+    ) async throws(SyncError) -> (Data, Data) {
+        options.logger.notice(
+            "the signature names another index than the one fetched; fetching the index it names",
+            metadata: ["named": "\(named.sha256)", "fetched": "\(SHA256Digest.of(fetched))"])
+        if named.size <= Int64(Self.maxIndexBytes) {
+            let copyURL = url(base, RepositoryLayout.indexCopyPath(named.sha256))
+            // A missing or wrong copy only means the pair is fetched again, below.
+            do throws(FetchError) {
+                let copy = try await transport.document(copyURL, etag: nil, maxBytes: Self.maxIndexBytes)
+                if named.names(copy.data) { return (copy.data, sig) }
+            } catch {
+                options.logger.notice("no copy of the named index", metadata: ["error": "\(error)"])
+            }
+        }
+        let freshSig = try await fetchSignature(transport, base, fresh: true)
+        let freshIndex = try await fetchIndex(transport, base, etag: nil, fresh: true)
+        return (freshIndex.data, freshSig)
     }
 
     /// Fetches the file lists the plan needs, each checked against the size and SHA-256 the
@@ -139,6 +211,7 @@ extension SyncError {
         case .serialReused(let s): self = .serialReused(serial: s)
         case .expired(let at): self = .expired(ManifestCoding.formatRFC3339(at))
         case .unusableRotatedKeys(let d): self = .config(.invalid("a trusted key in config.json is not usable: \(d)"))
+        case .torn(let detail): self = .indexTorn(detail)
         }
     }
 }

@@ -5,10 +5,11 @@ import LarderFileSystem
 import LarderStore
 import SystemPackage
 
-/// The no-change sync: when the repository answers with the index the last sync applied in full
-/// (304, or the same bytes), and neither the state nor the sync's inputs changed since, there is
-/// nothing to plan — the plan would be the last one, which left nothing to do. Such a sync makes
-/// its one request, records the check, and stops, whatever the number and size of the packages.
+/// The no-change sync: when the repository's signature file names the index the last sync
+/// applied in full, and neither the state nor the sync's inputs changed since, there is nothing
+/// to plan — the plan would be the last one, which left nothing to do. Such a sync makes its one
+/// request (the signature file, a few hundred bytes), records the check, and stops, whatever the
+/// number and size of the packages.
 extension Syncer {
     /// `last-sync.json`: what the last sync that left nothing to do saw.
     struct SyncMarker: Codable {
@@ -26,11 +27,10 @@ extension Syncer {
         /// When the sync finished, and when a later no-change sync last confirmed it.
         var at: Date
         var checkedAt: Date
-        /// The SHA-256 of the accepted index's signature file. Over `file://` the check compares
-        /// the repository's signature with it instead of reading (and hashing) the whole index:
-        /// a signature covers the index's exact bytes, so the same signature means the same
-        /// index, and an index changed under an old signature could not be accepted anyway.
-        /// Nil in records written before it existed (the index is then compared).
+        /// The SHA-256 of the accepted index's signature file: compared with the repository's
+        /// when its signature file does not name its index (an older publisher). A signature
+        /// covers the index's exact bytes, so the same signature means the same index, and an
+        /// index changed under an old signature could not be accepted anyway.
         var signature: SHA256Digest?
     }
 
@@ -67,9 +67,9 @@ extension Syncer {
     enum NoChangeCheck {
         /// Nothing to do: the sync's report.
         case upToDate(SyncReport)
-        /// The repository sent another index: the full sync goes on with this answer (not
-        /// requested twice).
-        case changed(FetchedDocument)
+        /// The repository's signature names another index: the full sync goes on with this
+        /// signature file (not requested twice).
+        case changed(signature: Data)
         /// No check was possible: no record, the state or an input changed, the index expired
         /// (the full sync reports it), or the lock is busy.
         case notChecked
@@ -93,23 +93,16 @@ extension Syncer {
         defer { lock.unlock() }
         guard FileIdentity(layout.state) == marker.state else { return nil }
         let t = try transportFor(base, config)
-        if base.scheme?.lowercased() == "file", let signature = marker.signature,
-            let sig = try? await t.document(
-                url(base, RepositoryLayout.signatureName), etag: "\"\(signature.hex)\"", maxBytes: 1 << 16),
-            sig.notModified
-        {
-            // `FileTransport`'s ETag is the SHA-256 of the bytes: the same signature file.
+        // One request: the signature file, which names the index it signs.
+        let sig = try await fetchSignature(t, base)
+        if let named = Self.indexName(in: sig) {
+            return named.sha256 == marker.index ? .upToDate(settled(marker, layout: layout)) : .changed(signature: sig)
+        }
+        // An older publisher's signature file: the same file signs the same index.
+        if let signature = marker.signature, SHA256Digest.of(sig) == signature {
             return .upToDate(settled(marker, layout: layout))
         }
-        let doc: FetchedDocument
-        do throws(FetchError) {
-            doc = try await t.document(
-                url(base, RepositoryLayout.indexName), etag: marker.etag, maxBytes: Self.maxIndexBytes)
-        } catch { throw .fetch(error) }
-        guard doc.notModified || (doc.etag == marker.etag && SHA256Digest.of(doc.data) == marker.index) else {
-            return doc.notModified ? nil : .changed(doc)
-        }
-        return .upToDate(settled(marker, layout: layout))
+        return .changed(signature: sig)
     }
 
     /// Records that the repository was checked and found unchanged, and reports it.

@@ -56,7 +56,7 @@ public struct Syncer: Sendable {
 
     /// Locks and recovers the sandbox, fetches and verifies the index (recording it when
     /// `record`), plans once to learn which file lists are needed, fetches them, and plans again.
-    func prepare(record: Bool, prefetched: FetchedDocument? = nil) async throws(SyncError) -> Prepared {
+    func prepare(record: Bool, prefetchedSignature: Data? = nil) async throws(SyncError) -> Prepared {
         let config: SyncConfig
         do { config = try SyncConfig.load(root: root) } catch { throw .config(error) }
         let sandbox: Sandbox
@@ -67,7 +67,8 @@ public struct Syncer: Sendable {
             }
             let t = try transportFor(base, config)
             let (index, changed) = try await acceptIndex(
-                sandbox: sandbox, config: config, transport: t, base: base, record: record, prefetched: prefetched)
+                sandbox: sandbox, config: config, transport: t, base: base, record: record,
+                prefetchedSignature: prefetchedSignature)
             let ctx = context(config)
             let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
             let (lists, failures, listBytes) = await fetchLists(
@@ -139,13 +140,13 @@ public struct Syncer: Sendable {
     /// place and activate (as pending; dependency groups together), gc by retention. One
     /// package's failure neither blocks nor damages another.
     public func sync() async throws(SyncError) -> SyncReport {
-        var prefetched: FetchedDocument?
+        var prefetched: Data?
         switch try await checkNoChange() {
         case .upToDate(let report): return report
-        case .changed(let doc): prefetched = doc
+        case .changed(let signature): prefetched = signature
         case .notChecked: break
         }
-        let p = try await prepare(record: true, prefetched: prefetched)
+        let p = try await prepare(record: true, prefetchedSignature: prefetched)
         defer { p.sandbox.close() }
         let entries = Dictionary(
             p.index.packages.filter { $0.channel == p.context.channel }.map { ($0.id, $0) },

@@ -191,6 +191,9 @@ struct Workspace {
         let root = repo ?? self.repo
         let bytes = try ManifestCoding.encode(index)
         let sig = try IndexSignature.sign(bytes, with: [try signer ?? privateKey()])
+        let copy = root.appendingPathComponent(RepositoryLayout.indexCopyPath(SHA256Digest.of(bytes)))
+        try FileManager.default.createDirectory(at: copy.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try bytes.write(to: copy)
         try bytes.write(to: root.appendingPathComponent("index.json"))
         try ManifestCoding.encode(sig).write(to: root.appendingPathComponent("index.json.sig"))
     }

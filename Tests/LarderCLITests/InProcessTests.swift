@@ -127,19 +127,41 @@ struct InProcessCommandTests {
         let env = try Env()
         try env.repository.publish("1.0.0")
         try await env.initialise()
-        // A tampered index: its signature no longer matches.
+        // An index edited after signing, with no copy of the signed one to fall back on: the
+        // signature names other bytes, so the pair is torn.
         let index = env.repository.url.appendingPathComponent("index.json")
+        let copies = env.repository.url.appendingPathComponent("indexes")
         let original = try Data(contentsOf: index)
         var bytes = original
         bytes.append(contentsOf: Array("\n".utf8))
         try bytes.write(to: index)
+        let kept = env.dir.appending("indexes-kept")
+        try FileManager.default.moveItem(at: copies, to: kept)
+        let torn = await runInProcess(["sync", "--root", env.root, "--json"])
+        #expect(torn.status == 1, "\(torn)")
+        #expect(torn.stderr.contains("error [index-torn]"), "\(torn)")
+        #expect(torn.stdout.contains("\"ok\" : false"), "\(torn)")
+        // With the copy the signature names, the edited index.json is passed over: the plan is
+        // made from what was signed.
+        try FileManager.default.moveItem(at: kept, to: copies)
+        let mended = await runInProcess(["plan", "--root", env.root, "--json"])
+        #expect(mended.status == 0 && mended.stdout.contains("sample-app"), "\(mended)")
+
+        // A signature that names the index but does not verify: refused as a bad signature.
+        try original.write(to: index)
+        let sigURL = env.repository.url.appendingPathComponent("index.json.sig")
+        let goodSig = try Data(contentsOf: sigURL)
+        var sig = try ManifestCoding.decode(SignatureFile.self, from: goodSig, document: "index.json.sig")
+        let forged = try #require(Data(base64Encoded: sig.signatures[0].signature)).map { $0 ^ 0x01 }
+        sig.signatures[0].signature = Data(forged).base64EncodedString()
+        try ManifestCoding.encode(sig).write(to: sigURL)
         let refused = await runInProcess(["sync", "--root", env.root, "--json"])
         #expect(refused.status == 1, "\(refused)")
         #expect(refused.stderr.contains("error [signature]"), "\(refused)")
         #expect(refused.stdout.contains("\"ok\" : false"), "\(refused)")
+        try goodSig.write(to: sigURL)
 
         // A good index whose bundle is corrupt: that package fails, the sync exits 2.
-        try original.write(to: index)
         try env.repository.publish("1.0.1")
         let bundle = try env.repository.bundle("sample-app", "1.0.1")
         var zip = try Data(contentsOf: URL(fileURLWithPath: bundle.string))

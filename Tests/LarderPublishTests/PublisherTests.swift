@@ -46,9 +46,12 @@ struct Workspace {
         try ManifestCoding.decode(RepositoryIndex.self, from: data("index.json"), document: "index.json")
     }
 
-    /// Re-signs an edited index with the repository key, so that a test isolates one corruption.
+    /// Re-signs an edited index with the repository key (and keeps its copy, as `pack` does), so
+    /// that a test isolates one corruption.
     func resign(_ index: RepositoryIndex) throws {
         let bytes = try ManifestCoding.encode(index)
+        let copy = repo.appendingPathComponent(RepositoryLayout.indexCopyPath(SHA256Digest.of(bytes)))
+        try bytes.write(to: copy)
         try bytes.write(to: repo.appendingPathComponent("index.json"))
         try ManifestCoding.encode(IndexSignature.sign(bytes, with: [key])).write(
             to: repo.appendingPathComponent("index.json.sig"))
@@ -196,25 +199,35 @@ struct PublisherTests {
         #expect(try ws.index().packages.first?.revoked.map(\.description) == ["1.1.0"])
     }
 
-    /// Static servers build validators from mtime seconds and length: every new index must have
-    /// a later mtime than the previous one, even when published within the same second.
-    @Test func indexModificationTimesIncrease() throws {
+    /// Every publication signs a signature file that names its index, keeps an immutable copy of
+    /// that index under its SHA-256 (the last `keptIndexCopies`), and leaves honest times: no
+    /// file is stamped in the future, however quickly publications follow each other.
+    @Test func signatureNamesItsIndexAndCopiesAreKept() throws {
         let ws = try Workspace()
         defer { ws.cleanup() }
-        var previous = 0
-        for i in 0..<6 {
+        var names: [IndexName] = []
+        for i in 0..<(Publisher.keptIndexCopies + 3) {
             try ws.write("data/catalog.json", "{\"version\": \"1.0.\(i)\", \"items\": []}\n")
             _ = try ws.publisher().pack(ws.request("1.0.\(i)"))
-            let m = try #require(
-                FileManager.default.attributesOfItem(atPath: ws.repo.appendingPathComponent("index.json").path)[
-                    .modificationDate] as? Date)
-            let sig = try #require(
-                FileManager.default.attributesOfItem(atPath: ws.repo.appendingPathComponent("index.json.sig").path)[
-                    .modificationDate] as? Date)
-            #expect(Int(m.timeIntervalSince1970) > previous, "publication \(i)")
-            #expect(Int(sig.timeIntervalSince1970) >= Int(m.timeIntervalSince1970))
-            previous = Int(m.timeIntervalSince1970)
+            let index = try Data(contentsOf: ws.repo.appendingPathComponent("index.json"))
+            let sig = try ManifestCoding.decode(
+                SignatureFile.self, from: try Data(contentsOf: ws.repo.appendingPathComponent("index.json.sig")),
+                document: "sig")
+            let named = try #require(sig.index)
+            #expect(named.names(index), "publication \(i)")
+            let copy = ws.repo.appendingPathComponent(RepositoryLayout.indexCopyPath(named.sha256))
+            #expect(try Data(contentsOf: copy) == index)
+            names.append(named)
+            for file in ["index.json", "index.json.sig", RepositoryLayout.indexCopyPath(named.sha256)] {
+                let m = try #require(
+                    FileManager.default.attributesOfItem(atPath: ws.repo.appendingPathComponent(file).path)[
+                        .modificationDate] as? Date)
+                #expect(m.timeIntervalSinceNow < 1, "\(file) is stamped in the future (\(m))")
+            }
         }
+        let kept = try FileManager.default.contentsOfDirectory(atPath: ws.repo.appendingPathComponent("indexes").path)
+        #expect(kept.count == Publisher.keptIndexCopies, "\(kept)")
+        #expect(kept.contains(names.last!.sha256.hex + ".json"))
     }
 
     /// One publisher at a time: a second one waits for the lock, then gives up naming the holder.
@@ -336,7 +349,8 @@ struct VerifierTests {
         let text = String(decoding: try Data(contentsOf: url), as: UTF8.self).replacingOccurrences(
             of: "\"percent\" : 100", with: "\"percent\" : 10")
         try Data(text.utf8).write(to: url)
-        #expect(codes(ws.verify()) == ["signature-invalid"])
+        // The signature names the bytes it signed: these are others (torn), and do not verify.
+        #expect(codes(ws.verify()) == ["index-torn", "signature-invalid"])
     }
 
     @Test func expiredAndMissingSignature() throws {

@@ -41,7 +41,7 @@ struct NoChangeSyncTests {
         #expect(third.upToDate)
     }
 
-    @Test("over file:// the check reads the repository's signature, not its index; a new release is still seen")
+    @Test("the check reads the repository's signature file, not its index; a new release is still seen")
     func fileRepositoryComparesTheSignature() async throws {
         let env = try SyncEnv()
         defer { env.cleanup() }
@@ -63,11 +63,14 @@ struct NoChangeSyncTests {
         let update = try await env.sync()
         #expect(!update.upToDate && update.packages.map(\.to) == ["2.0.0"], "\(update)")
         #expect(try await env.sync().upToDate)
-        // Without a readable signature the check compares the index instead, as over http: the
-        // same index, so up to date; and an index that cannot be read ends the sync.
+        // Without a signature file there is nothing to check against: the sync fails, naming it.
         try SystemCalls.unlink(signature)
-        #expect(try await env.sync().upToDate)
-        await #expect(throws: SyncError.self) { _ = try await syncCountingOpens(env, under: [index]) }
+        do {
+            _ = try await env.sync()
+            Issue.record("a repository without index.json.sig must fail the sync")
+        } catch {
+            #expect(error.description.contains("index.json.sig"), "\(error)")
+        }
     }
 
     @Test("a state write since, another channel, or a new index each make the sync plan again")

@@ -1,4 +1,8 @@
 {
+  "index" : {
+    "sha256" : "babfd2ace0fa3bc1e1c6e7469a30e4a8d3bb023880631f35f9d1d7922e76f883",
+    "size" : 1964
+  },
   "schemaVersion" : 1,
   "signatures" : [
     {

@@ -30,7 +30,8 @@ Control endpoint (on --host only; paths starting with /__ are never faulted):
                      "if-none-match","status","fault","sent","declared"}...]; ?prefix=P filters
     POST /__shutdown stops the server
 
-A rule: {"path-prefix": "/lanes/x/b/packages/", "fault": NAME, "count": 1, ...parameters}. The
+A rule: {"path-prefix": "/lanes/x/b/packages/", "fault": NAME, "count": 1, ...parameters}
+("exact": true: that path only, not the paths it is a prefix of). The
 first rule whose prefix the request path (without query) starts with, and that has requests
 left, applies; "count" is how many requests get the fault before it heals (default 1; -1: until
 reset). "only-range": true makes a rule apply only to requests carrying a Range header (the
@@ -45,7 +46,8 @@ Faults and their parameters:
     bad-content-range  a Range request gets 206 starting "shift" bytes (default 7) after the
                        requested offset (or at 0 when that is past the end), honestly labelled;
                        "total" replaces the size after the slash of Content-Range
-    flip               the byte at "offset" (default the middle of what is sent) is inverted
+    flip               the byte at "offset" (default the middle of what is sent; negative: from
+                       the end) is inverted
     drip               headers, then "rate" bytes per second (default 4) until done or the
                        client goes away
     stall              headers, then nothing for "seconds" (default 120), then closes
@@ -161,7 +163,7 @@ def pick_rule(path, has_range):
     """The rule that applies to this request (its count used up by one), or None."""
     with LOCK:
         for r in RULES:
-            if not path.startswith(r["path-prefix"]):
+            if not path.startswith(r["path-prefix"]) or (r.get("exact") and path != r["path-prefix"]):
                 continue
             if r["left"] == 0:
                 continue
@@ -424,6 +426,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = body + (JUNK * (n // len(JUNK) + 1))[:n]
         if fault == "flip" and body:
             off = int(rule.get("offset", len(body) // 2))
+            off = off + len(body) if off < 0 else off
             off = min(max(off, 0), len(body) - 1)
             body = body[:off] + bytes([body[off] ^ 0xFF]) + body[off + 1:]
 

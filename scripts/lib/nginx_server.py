@@ -20,8 +20,9 @@ NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class Nginx:
-    def __init__(self, binary, work, repo, template, tls=None):
+    def __init__(self, binary, work, repo, template, tls=None, include=None):
         self.binary = binary
+        self.include = include  # a file of directives for the server block, or None
         self.template = template
         self.tls = tls  # (ca.pem, server.pem, server.key) or None
         self.prefix = os.path.join(work, "nginx")
@@ -48,6 +49,7 @@ class Nginx:
         for k, v in {"USER": user, "PREFIX": self.prefix, "PORT": str(self.port), "REPO": self.repo,
                      "ACCESS_LOG": self.log, "LIMIT_RATE": limit_rate, "GENERATION": str(self.generation),
                      "LISTEN": "ssl http2" if self.tls else "",
+                     "INCLUDE": "include %s;" % self.include if self.include else "",
                      "TLS": "ssl_certificate %s; ssl_certificate_key %s;" % self.tls[1:] if self.tls else ""}.items():
             text = text.replace("@%s@" % k, v)
         if "@" in "".join(l for l in text.splitlines() if not l.lstrip().startswith("#")):
