@@ -38,6 +38,9 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     case manifest(ManifestError)
     case signing(SigningError)
     case io(FileSystemError)
+    /// A pack or revoke is under way or was interrupted (its `.pending` file is there): the
+    /// repository is not in a published state to upload.
+    case publicationPending(path: String)
     /// zlib refused to compress a file into its object (the detail says how).
     case compression(path: String, detail: String)
 
@@ -73,6 +76,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .manifest: "manifest"
         case .signing: "signing"
         case .io: "io"
+        case .publicationPending: "publication-interrupted"
         case .compression: "compress"
         }
     }
@@ -113,6 +117,8 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .manifest(let e): e.description
         case .signing(let e): e.description
         case .io(let e): e.description
+        case .publicationPending(let p):
+            "\(p) is there: a pack or revoke is under way or was interrupted; run it again (or wait) before uploading"
         case .compression(let path, let detail): "\(path) could not be compressed into its object: \(detail)"
         }
     }

@@ -58,6 +58,16 @@ public struct VerifyReport: Sendable, Codable, Equatable {
     /// Whether nothing was found.
     public var ok: Bool { problems.isEmpty }
 
+    /// An empty report: nothing checked, nothing found yet.
+    public init(kind: String, path: String) {
+        self.kind = kind
+        self.path = path
+        packagesChecked = 0
+        filesChecked = 0
+        objectsChecked = 0
+        problems = []
+    }
+
     enum CodingKeys: String, CodingKey {
         case kind, path, serial, signedBy, signatureChecked, packagesChecked, filesChecked, objectsChecked, problems, ok
     }
@@ -91,14 +101,6 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         problems = try c.decode([VerifyProblem].self, forKey: .problems)
     }
 
-    init(kind: String, path: String) {
-        self.kind = kind
-        self.path = path
-        packagesChecked = 0
-        filesChecked = 0
-        objectsChecked = 0
-        problems = []
-    }
 }
 
 /// The CI gate: checks a repository or a single bundle the way a device will, and more.

@@ -1,9 +1,11 @@
 import ArgumentParser
+import Foundation
 import Larder
+import LarderFileSystem
 import SystemPackage
 
 extension LarderCommand {
-    struct Verify: ParsableCommand {
+    struct Verify: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "verify",
             abstract: "Check a repository or a single bundle (the CI gate).",
@@ -15,14 +17,29 @@ extension LarderCommand {
                 and equal to its file list, every object inflating to its hash, the entry file, and \
                 relative src/href/url() references in HTML and CSS (http(s):, data: and larder: links \
                 are not checked).
+                A repository URL (https://…, http://…): the same checks on the repository as the \
+                server serves it, a post-deploy check — the signature file, the index, the index copy \
+                the signature names, and every file list, bundle and object the index names are \
+                downloaded into a temporary directory (nothing trusted; sizes capped by the index) and \
+                checked there; what cannot be fetched is a problem with the fetch's code.
                 A bundle (a .zip): the archive rules and its references; with --files, its tree must \
                 equal that file list.
 
                 Prints one line per problem, then a summary. Exit 0 clean, 1 problems found, 64 usage.
                 """)
 
-        @Argument(help: ArgumentHelp("A repository directory or a bundle .zip.", valueName: "PATH"))
+        @Argument(help: ArgumentHelp("A repository directory or URL, or a bundle .zip.", valueName: "PATH"))
         var path: String
+
+        @Option(
+            name: .customLong("ca-file"),
+            help: ArgumentHelp(
+                "For a repository URL: also trust the CA certificates in this PEM file (repeatable).",
+                valueName: "FILE"))
+        var caFiles: [String] = []
+
+        @Flag(help: "For a repository URL: allow plain http to a host other than loopback.")
+        var allowHttp = false
 
         @Option(
             name: .customLong("public-key"),
@@ -48,7 +65,13 @@ extension LarderCommand {
 
         var isRepository: Bool { !path.hasSuffix(".zip") }
 
-        func run() throws {
+        var repositoryURL: URL? {
+            let lower = path.lowercased()
+            guard lower.hasPrefix("https://") || lower.hasPrefix("http://") else { return nil }
+            return URL(string: path.hasSuffix("/") ? path : path + "/")
+        }
+
+        func run() async throws {
             var keys: [PublicKey] = []
             for k in publicKeys {
                 do { keys.append(try PublisherKeys.loadPublicKey(FilePath(k))) } catch {
@@ -57,7 +80,9 @@ extension LarderCommand {
             }
             let verifier = Verifier(trustedKeys: keys, checkSignature: !skipSignature)
             let report: VerifyReport
-            if isRepository {
+            if let base = repositoryURL {
+                report = try await verifyRemote(base, verifier)
+            } else if isRepository {
                 report = verifier.verifyRepository(FilePath(path))
             } else {
                 var list: FileList?
@@ -72,6 +97,24 @@ extension LarderCommand {
             try Output.emit(
                 VerifyOutput(report: report, signatureSkipped: skipSignature && isRepository), json: output.json)
             if !report.ok { throw ExitStatus.failure }
+        }
+
+        /// The repository at `base`, downloaded into a temporary directory and verified there.
+        private func verifyRemote(_ base: URL, _ verifier: Verifier) async throws -> VerifyReport {
+            var options = HTTPOptions()
+            options.caFiles = caFiles + (ProcessInfo.processInfo.environment["LARDER_CA_FILE"].map { [$0] } ?? [])
+            options.allowInsecureHTTP = allowHttp
+            let transport: HTTPTransport
+            do { transport = try HTTPTransport(options: options) } catch {
+                throw Output.failure(command: "verify", code: error.code, message: "\(error)", json: output.json)
+            }
+            let scratch = FilePath(ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp").appending(
+                "larder-verify-\(ProcessInfo.processInfo.processIdentifier)-\(UInt32.random(in: 0...UInt32.max))")
+            do { try SystemCalls.mkdir(scratch, permissions: [.ownerReadWriteExecute]) } catch {
+                throw Output.failure(command: "verify", code: "io", message: "\(error)", json: output.json)
+            }
+            defer { try? SystemCalls.removeTree(scratch) }
+            return await Larder.verifyRemoteRepository(base, verifier: verifier, transport: transport, scratch: scratch)
         }
     }
 }

@@ -230,6 +230,46 @@ struct PublisherTests {
         #expect(kept.contains(names.last!.sha256.hex + ".json"))
     }
 
+    /// The upload order: every immutable file, then the index, then its signature last; a copy
+    /// made in that order verifies, a second one copies only what changed, and a repository with
+    /// a publication pending is refused.
+    @Test func uploadOrder() throws {
+        let ws = try Workspace()
+        defer { ws.cleanup() }
+        _ = try ws.publisher().pack(ws.request("1.0.0"))
+        let steps = try UploadOrder.plan(ws.repoPath)
+        #expect(steps.suffix(2).map(\.path) == ["index.json", "index.json.sig"])
+        #expect(steps.suffix(2).map(\.phase) == [.index, .signature])
+        let immutable = steps.dropLast(2)
+        #expect(immutable.allSatisfy { $0.phase == .immutable })
+        #expect(
+            immutable.contains { $0.path.hasPrefix("objects/") } && immutable.contains { $0.path.hasPrefix("indexes/") }
+        )
+        #expect(
+            immutable.contains { $0.path.hasSuffix("/bundle.zip") }
+                && immutable.contains { $0.path.hasSuffix("/files.json") })
+        #expect(!steps.contains { $0.path.contains(".larder-publish.lock") })
+
+        let target = ws.temporary.appending("served")
+        let first = try UploadOrder.perform(ws.repoPath, to: FilePath(target.path))
+        #expect(first.copied == steps.map(\.path) && first.skipped == 0)
+        let copy = Verifier(trustedKeys: [ws.key.publicKey]).verifyRepository(FilePath(target.path))
+        #expect(copy.ok, "\(copy.problems)")
+
+        try ws.write("data/catalog.json", "{\"version\": \"1.1.0\", \"items\": []}\n")
+        _ = try ws.publisher().pack(ws.request("1.1.0"))
+        let second = try UploadOrder.perform(ws.repoPath, to: FilePath(target.path))
+        #expect(second.skipped == steps.count - 2, "\(second)")
+        #expect(second.copied.suffix(2) == ["index.json", "index.json.sig"])
+        #expect(second.copied.contains { $0.hasPrefix("packages/sample-app/1.1.0/") })
+        #expect(Verifier(trustedKeys: [ws.key.publicKey]).verifyRepository(FilePath(target.path)).ok)
+
+        try Data("{}".utf8).write(to: ws.repo.appendingPathComponent("index.json.pending"))
+        #expect(throws: PublishError.publicationPending(path: ws.repoPath.appending("index.json.pending").string)) {
+            try UploadOrder.plan(ws.repoPath)
+        }
+    }
+
     /// One publisher at a time: a second one waits for the lock, then gives up naming the holder.
     @Test func publishersTakeTurns() throws {
         let ws = try Workspace()

@@ -52,7 +52,9 @@ class Varnish:
             out = open(self.output, "ab")
             self.proc = subprocess.Popen(
                 [self.binary, "-F", "-n", self.instance, "-a", "127.0.0.1:%d" % self.port, "-f", self.vcl,
-                 "-s", "malloc," + self.memory, "-T", "none", "-p", "thread_pool_min=50"]
+                 "-s", "malloc," + self.memory, "-T", "none", "-p", "thread_pool_min=50",
+                 # Counters flushed after every request, so that a request is counted when answered.
+                 "-p", "thread_stats_rate=1"]
                 # As root, varnishd would switch to its own user, which cannot read a private
                 # work directory: no jail (a test edge on loopback).
                 + (["-j", "none"] if os.geteuid() == 0 else []),

@@ -1,0 +1,105 @@
+import Foundation
+import LarderCore
+import LarderFetch
+import LarderFileSystem
+import LarderPublish
+import SystemPackage
+
+extension Larder {
+    /// Verifies a repository as a server serves it (`larder verify https://…`, a post-deploy
+    /// check): downloads what a device could ask for — the signature file, the index, the index
+    /// copy the signature names, and every file list, bundle and object the index names — into
+    /// `scratch`, exactly as served (sizes capped by what the index declares, nothing trusted),
+    /// then runs every check of `Verifier.verifyRepository` on that copy. What could not be
+    /// fetched is a problem with the fetch error's code (`http-status`, `connection`, …) naming
+    /// the path.
+    public static func verifyRemoteRepository(
+        _ base: URL, verifier: Verifier, transport: any Transport, scratch: FilePath
+    ) async -> VerifyReport {
+        var problems: [VerifyProblem] = []
+        func fetchProblem(_ path: String, _ error: FetchError) {
+            problems.append(VerifyProblem(code: error.code, file: path, message: "\(error)"))
+        }
+        func url(_ path: String) -> URL { base.appendingPathComponent(path) }
+        func document(_ path: String, maxBytes: Int) async -> Data? {
+            do throws(FetchError) {
+                let doc = try await transport.document(url(path), etag: nil, maxBytes: maxBytes)
+                let target = scratch.appending(path)
+                try? AtomicFile.makeDirectories(target.removingLastComponent())
+                try? AtomicFile.write(doc.data, to: target, durable: false)
+                return doc.data
+            } catch {
+                fetchProblem(path, error)
+                return nil
+            }
+        }
+        let maxIndex = ManifestCoding.maxDocumentBytes
+        guard let sig = await document(RepositoryLayout.signatureName, maxBytes: 1 << 16),
+            let index = await document(RepositoryLayout.indexName, maxBytes: maxIndex)
+        else {
+            var report = VerifyReport(kind: "repository", path: base.absoluteString)
+            report.problems = problems
+            return report
+        }
+        _ = index
+        if let named = try? ManifestCoding.decode(SignatureFile.self, from: sig, document: "sig").index {
+            _ = await document(RepositoryLayout.indexCopyPath(named.sha256), maxBytes: maxIndex)
+        }
+        if let decoded = try? ManifestCoding.decode(RepositoryIndex.self, from: index, document: "index") {
+            var downloads: [(String, Int64)] = []
+            var seen = Set<String>()
+            for entry in decoded.packages {
+                downloads.append((entry.bundle.path, entry.bundle.size))
+                guard let listBytes = await document(entry.files.path, maxBytes: maxIndex),
+                    let list = try? ManifestCoding.decode(FileList.self, from: listBytes, document: "files.json")
+                else { continue }
+                for file in list.files {
+                    let path = RepositoryLayout.objectPath(file.sha256)
+                    // An object is gzip: never larger than its content by more than gzip's framing.
+                    if seen.insert(path).inserted { downloads.append((path, file.size + file.size / 100 + 1024)) }
+                }
+            }
+            problems += await download(downloads, base: base, transport: transport, scratch: scratch)
+        }
+        var report = verifier.verifyRepository(scratch)
+        report.path = base.absoluteString
+        // A file that could not be fetched is reported once, as the fetch failure.
+        let failed = Set(problems.compactMap(\.file))
+        report.problems.removeAll { p in p.file.map { failed.contains($0) } ?? false }
+        report.problems = problems + report.problems
+        return report
+    }
+
+    /// Downloads `files` (path, size limit) four at a time; the failures as problems.
+    private static func download(
+        _ files: [(String, Int64)], base: URL, transport: any Transport, scratch: FilePath
+    ) async -> [VerifyProblem] {
+        await withTaskGroup(of: VerifyProblem?.self) { group in
+            var next = 0
+            var problems: [VerifyProblem] = []
+            func start() {
+                guard next < files.count else { return }
+                let (path, limit) = files[next]
+                next += 1
+                group.addTask {
+                    let target = scratch.appending(path)
+                    try? AtomicFile.makeDirectories(target.removingLastComponent())
+                    do throws(FetchError) {
+                        try await transport.download(
+                            base.appendingPathComponent(path), to: target,
+                            expecting: Expectation(size: nil, limit: limit, sha256: nil), progress: nil, watch: nil)
+                        return nil
+                    } catch {
+                        return VerifyProblem(code: error.code, file: path, message: "\(error)")
+                    }
+                }
+            }
+            for _ in 0..<4 { start() }
+            while let result = await group.next() {
+                if let p = result { problems.append(p) }
+                start()
+            }
+            return problems.sorted { ($0.file ?? "") < ($1.file ?? "") }
+        }
+    }
+}
