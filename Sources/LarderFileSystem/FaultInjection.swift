@@ -61,6 +61,13 @@ public enum SystemCall: String, Sendable, Hashable, CaseIterable {
 
     /// The kinds a `Fault.loseWrite` may target: writes and flushes.
     public static let losable: Set<SystemCall> = [.write, .pwrite, .fsync, .fdatasync, .syncfs]
+
+    /// The kinds that can change what is on disk (and `open`, which may create): the points at
+    /// which a crash leaves a different disk state. A `Fault.crash` counts these.
+    public static let changing: Set<SystemCall> = [
+        .open, .write, .pwrite, .fsync, .fdatasync, .syncfs, .ftruncate, .rename, .link, .unlink, .mkdir, .rmdir,
+        .utimens,
+    ]
 }
 
 /// A fault to inject into the funnel: the `nth` call of a kind (and the `times - 1` after it)
@@ -75,10 +82,15 @@ public struct Fault: Sendable, Equatable, CustomStringConvertible {
         /// sequential `write` still moves the file offset past them, as a lost block would
         /// leave a hole), a flush is skipped — what a lying or failing disk does.
         case loseWrite
+        /// The process kills itself with SIGKILL before the call, after one line on stderr
+        /// naming the call and its path: a crash at exactly that point.
+        case crash
     }
 
     /// The kind of call it targets.
     public var kind: SystemCall
+    /// For a crash: every kind it counts (`SystemCall.changing`), instead of `kind` alone.
+    public var kinds: Set<SystemCall>? = nil
     /// The first call it hits, counting from 1 the calls of `kind` on paths under the scope's
     /// root (retries after `EINTR` count).
     public var nth: Int
@@ -100,6 +112,16 @@ public struct Fault: Sendable, Equatable, CustomStringConvertible {
         return Fault(kind: kind, nth: nth, times: times, effect: .loseWrite)
     }
 
+    /// The process dies (SIGKILL) just before the `nth` call that can change the disk
+    /// (`SystemCall.changing`, counted together) on a path under the scope's root.
+    public static func crash(nth: Int) -> Fault {
+        precondition(nth >= 1, "a crash hits from the first call on")
+        return Fault(kind: .open, kinds: SystemCall.changing, nth: nth, times: 1, effect: .crash)
+    }
+
+    /// Whether it counts calls of `call`.
+    func counts(_ call: SystemCall) -> Bool { kinds?.contains(call) ?? (kind == call) }
+
     /// Whether the `n`th call of its kind is hit.
     func hits(_ n: Int) -> Bool { n >= nth && n - nth < times }
 
@@ -109,6 +131,7 @@ public struct Fault: Sendable, Equatable, CustomStringConvertible {
         switch effect {
         case .fail(let e): return "\(kind.rawValue) \(which) fails with errno \(e.rawValue) (\(e))"
         case .loseWrite: return "\(kind.rawValue) \(which) is lost"
+        case .crash: return "the process crashes before changing call \(which)"
         }
     }
 }
@@ -266,7 +289,7 @@ final class SynchronizedFaultTable: FaultTable {
             var effect: Fault.Effect?
             for i in state.scopes.indices where state.scopes[i].active {
                 guard state.scopes[i].covers(path) || (other.map(state.scopes[i].covers) ?? false) else { continue }
-                for j in state.scopes[i].faults.indices where state.scopes[i].faults[j].kind == call {
+                for j in state.scopes[i].faults.indices where state.scopes[i].faults[j].counts(call) {
                     state.scopes[i].seen[j] += 1
                     if state.scopes[i].faults[j].hits(state.scopes[i].seen[j]), effect == nil {
                         state.scopes[i].hits[j] += 1

@@ -36,6 +36,8 @@ func checked<R>(
             switch effect {
             case .fail(let injected):
                 errno = injected
+            case .crash:
+                crashNow(call, path(), destination)
             case .loseWrite:
                 if let lost { return lost() }
                 let r = body()
@@ -66,6 +68,17 @@ func checked<I: FixedWidthInteger>(
 }
 
 @inline(__always) private func currentErrno() -> Int32 { errno }
+
+/// A crash injected before `call` on `path`: one line on stderr (which call, which path), then
+/// SIGKILL — nothing after it runs, as when the process is killed or the machine stops.
+func crashNow(_ call: SystemCall, _ path: FilePath, _ destination: FilePath?) -> Never {
+    var line = "larder: crash injected before \(call.rawValue) \(path)"
+    if let destination { line += " -> \(destination)" }
+    line += "\n"
+    line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
+    _ = kill(getpid(), SIGKILL)
+    abort()
+}
 
 @inline(__always) func clearErrno() { errno = 0 }
 
