@@ -155,6 +155,16 @@ let package = Package(
             dependencies: ["LarderCore", "LarderFileSystem", "LarderResolve", "LarderStore"],
             swiftSettings: strict
         ),
+        // The fuzz targets (scripts/fuzz): built with -sanitize=fuzzer for libFuzzer, or plain to
+        // replay inputs (scripts/test replays the committed seeds); not a product.
+        .executableTarget(
+            name: "larder-fuzz",
+            dependencies: [
+                "LarderArchive", "LarderCore", "LarderFileSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            swiftSettings: strict
+        ),
         // The publisher side of the scale benchmark (scripts/bench --scale); not a product.
         .executableTarget(
             name: "larder-bench-scale",
@@ -167,7 +177,7 @@ let package = Package(
         .executableTarget(
             name: "larder",
             dependencies: [
-                "Larder", "LarderGateway",
+                "Larder", "LarderFileSystem", "LarderGateway",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -87,8 +87,17 @@ public enum BrowserURL {
         var hostEnd = hostAndPort.endIndex
         if !hostAndPort.hasPrefix("["), let colon = hostAndPort.lastIndex(of: ":") { hostEnd = colon }
         let host = String(hostAndPort[..<hostEnd])
-        guard host.utf8.contains(where: { $0 >= 0x80 || $0 == UInt8(ascii: "%") }) else { return authority }
-        guard case .success(let decoded) = PercentDecoding.decode(host), let ascii = asciiHost(decoded) else {
+        guard !host.hasPrefix("["), host.utf8.contains(where: { $0 >= 0x80 || $0 == UInt8(ascii: "%") }) else {
+            return authority
+        }
+        // A decoded host with a forbidden domain code point is no host to a browser: left as it
+        // is, it matches no route.
+        guard case .success(let decoded) = PercentDecoding.decode(host),
+            !decoded.unicodeScalars.contains(where: {
+                $0.value <= 0x20 || $0.value == 0x7F || "#%/:<>?@[\\]^|".unicodeScalars.contains($0)
+            }),
+            let ascii = asciiHost(decoded)
+        else {
             return authority
         }
         return String(authority[..<at]) + ascii + hostAndPort[hostEnd...]

@@ -24,6 +24,18 @@ public struct LocalFile: Sendable, Equatable {
     public var length: Int64
     /// The file's SHA-256 from its file list (quoted for the header).
     public var etag: String
+
+    /// Creates one (the route table makes them from file lists; tests and fuzzers make their own).
+    public init(
+        package: PackageID, version: SemanticVersion, path: RelativePath, mime: String, length: Int64, etag: String
+    ) {
+        self.package = package
+        self.version = version
+        self.path = path
+        self.mime = mime
+        self.length = length
+        self.etag = etag
+    }
 }
 
 /// One installed package as the resolver sees it: its active version's files and the serving
