@@ -103,7 +103,13 @@ public final class HTTPTransport: Transport, Sendable {
                     url: url.absoluteString, detail: "not complete after the \(Int(options.deadline)) s deadline")
             }
             if let size = expecting.size, file.part.have == size {
-                try file.part.finish()
+                do {
+                    try file.part.finish()
+                } catch let e {
+                    try? SystemCalls.unlink(etagPath)
+                    if file.part.shouldRefetch(after: e) { continue }
+                    throw e
+                }
                 try? SystemCalls.unlink(etagPath)
                 return
             }
@@ -131,6 +137,7 @@ public final class HTTPTransport: Transport, Sendable {
                             continue
                         }
                         if case .hashMismatch = e { try? SystemCalls.unlink(etagPath) }
+                        if file.part.shouldRefetch(after: e) { continue }
                         throw e
                     }
                 }

@@ -12,6 +12,10 @@ struct PartFile {
     let url: String
     let expecting: Expectation
     private(set) var have: Int64 = 0
+    /// How many bytes an earlier attempt had left when this one opened the file (0: a new
+    /// download). A mismatch over such bytes may be theirs — a power cut can leave a part file
+    /// of the right size holding zeros — so the callers fetch it all once more.
+    private(set) var resumedFrom: Int64 = 0
     private var hasher = SHA256Stream()
     private var fd: FileDescriptor
     /// Told of every byte written, so that an extraction can follow the download.
@@ -40,6 +44,7 @@ struct PartFile {
             have += Int64(n)
         }
         if have > (expecting.size ?? expecting.limit) { reset() }
+        resumedFrom = have
         watch?.advance(to: have)
     }
 
@@ -70,6 +75,14 @@ struct PartFile {
     /// Appends the bytes of `data` (as `append(_:)` of a buffer).
     mutating func append(_ data: Data) throws(FetchError) {
         try data.withUnsafeBytes { raw in Result { () throws(FetchError) in try append(raw) } }.get()
+    }
+
+    /// Whether `error` (from `finish()`) is a mismatch over bytes an earlier attempt left, with
+    /// the part file now empty: worth one fresh transfer before the download is called bad.
+    mutating func shouldRefetch(after error: FetchError) -> Bool {
+        guard case .hashMismatch = error, resumedFrom > 0 else { return false }
+        resumedFrom = 0
+        return true
     }
 
     /// Checks the complete content; a wrong one is deleted.

@@ -178,12 +178,18 @@ public struct FileTransport: Transport {
             do { n = try SystemCalls.pread(input, into: &buffer, at: sink.have, path: source) } catch {
                 throw .file(error)
             }
-            if n == 0 { break }
+            if n == 0 {
+                do { try sink.finish() } catch {
+                    // Wrong bytes left by an earlier attempt: copy it all once more.
+                    if sink.shouldRefetch(after: error) { continue }
+                    throw error
+                }
+                return
+            }
             try buffer.withUnsafeBytes { raw in
                 Result { () throws(FetchError) in try sink.append(UnsafeRawBufferPointer(rebasing: raw[0..<n])) }
             }.get()
             progress?(Int64(n))
         }
-        try sink.finish()
     }
 }

@@ -98,6 +98,9 @@ public struct Fault: Sendable, Equatable, CustomStringConvertible {
     public var times: Int
     /// What the hit calls do.
     public var effect: Effect
+    /// Whether a hit call names itself on stderr (`larder: fault injected: …`), as a crash
+    /// always does: for the CLI's fault seam, whose scripts need to know that the fault hit.
+    public var announced = false
 
     /// The `nth` call of `kind` (and `times - 1` more) fails with `errno`.
     public static func fail(kind: SystemCall, nth: Int = 1, times: Int = 1, errno: Errno) -> Fault {
@@ -216,7 +219,7 @@ public enum FaultInjector {
     static var isArmed: Bool { faultTable?.isArmed ?? false }
 
     /// What the funnel must do instead of the call, when a fault hits it.
-    static func effect(for call: SystemCall, _ path: FilePath, _ other: FilePath?) -> Fault.Effect? {
+    static func effect(for call: SystemCall, _ path: FilePath, _ other: FilePath?) -> (Fault.Effect, announced: Bool)? {
         faultTable?.effect(for: call, path, other)
     }
 }
@@ -226,7 +229,7 @@ protocol FaultTable: AnyObject, Sendable {
     /// Whether any scope is installed (a relaxed load).
     var isArmed: Bool { get }
     /// Counts the call in every scope that covers it and returns the first hit's effect.
-    func effect(for call: SystemCall, _ path: FilePath, _ other: FilePath?) -> Fault.Effect?
+    func effect(for call: SystemCall, _ path: FilePath, _ other: FilePath?) -> (Fault.Effect, announced: Bool)?
     /// Installs a scope.
     func add(_ faults: [Fault], under root: FilePath) -> FaultScope
     /// Stops a scope's faults (idempotent); its counters stay until `forget`.
@@ -284,16 +287,16 @@ final class SynchronizedFaultTable: FaultTable {
 
     var isArmed: Bool { armed.load(ordering: .relaxed) != 0 }
 
-    func effect(for call: SystemCall, _ path: FilePath, _ other: FilePath?) -> Fault.Effect? {
+    func effect(for call: SystemCall, _ path: FilePath, _ other: FilePath?) -> (Fault.Effect, announced: Bool)? {
         state.withLock { state in
-            var effect: Fault.Effect?
+            var effect: (Fault.Effect, announced: Bool)?
             for i in state.scopes.indices where state.scopes[i].active {
                 guard state.scopes[i].covers(path) || (other.map(state.scopes[i].covers) ?? false) else { continue }
                 for j in state.scopes[i].faults.indices where state.scopes[i].faults[j].counts(call) {
                     state.scopes[i].seen[j] += 1
                     if state.scopes[i].faults[j].hits(state.scopes[i].seen[j]), effect == nil {
                         state.scopes[i].hits[j] += 1
-                        effect = state.scopes[i].faults[j].effect
+                        effect = (state.scopes[i].faults[j].effect, state.scopes[i].faults[j].announced)
                     }
                 }
             }

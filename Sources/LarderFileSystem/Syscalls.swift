@@ -32,9 +32,12 @@ func checked<R>(
 ) throws(FileSystemError) -> R {
     while true {
         let errno: Errno
-        if _slowPath(FaultInjector.isArmed), let effect = FaultInjector.effect(for: call, path(), destination) {
+        if _slowPath(FaultInjector.isArmed),
+            let (effect, announced) = FaultInjector.effect(for: call, path(), destination)
+        {
             switch effect {
             case .fail(let injected):
+                if announced { announceFault(call, path(), destination, injected) }
                 errno = injected
             case .crash:
                 crashNow(call, path(), destination)
@@ -78,6 +81,19 @@ func crashNow(_ call: SystemCall, _ path: FilePath, _ destination: FilePath?) ->
     line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
     _ = kill(getpid(), SIGKILL)
     abort()
+}
+
+/// One line on stderr for an announced injected failure: which call, which path (with its inode
+/// when it exists, so a checker can tell whether what failed to flush was trusted later under
+/// another name), which errno.
+func announceFault(_ call: SystemCall, _ path: FilePath, _ destination: FilePath?, _ injected: Errno) {
+    var line = "larder: fault injected: \(call.rawValue) \(path)"
+    if let destination { line += " -> \(destination)" }
+    line += " fails with \(injected.rawValue) (\(injected))"
+    var st = stat()
+    if path.withPlatformString({ lstat($0, &st) }) == 0 { line += " [inode \(st.st_ino)]" }
+    line += "\n"
+    line.withUTF8 { bytes in _ = write(2, bytes.baseAddress, bytes.count) }
 }
 
 @inline(__always) func clearErrno() { errno = 0 }

@@ -52,6 +52,7 @@ extension Sandbox {
         guard repair, !problems.isEmpty else {
             return DoctorReport(problems: problems, verifiedVersions: verified, repaired: false)
         }
+        if let e = readOnly { throw .io(e) }
         guard lock != nil else { throw .closed }
         var rebuilt = SandboxState()
         rebuilt.generation = state.generation

@@ -54,7 +54,11 @@ public final class Sandbox {
     /// `id@version` (see `provideListBytes`).
     var stagedLists: [String: FilePath] = [:]
 
-    private init(layout: SandboxLayout, state: SandboxState, options: Options, lock: FileLock) {
+    /// Set when the sandbox lies on a read-only file system: it was opened for reading only (no
+    /// lock, no recovery), and every change fails with this error.
+    public internal(set) var readOnly: FileSystemError?
+
+    private init(layout: SandboxLayout, state: SandboxState, options: Options, lock: FileLock?) {
         self.layout = layout
         self.state = state
         self.options = options
@@ -68,19 +72,25 @@ public final class Sandbox {
     public static func open(_ root: FilePath, options: Options = Options()) throws(StoreError) -> Sandbox {
         let layout = SandboxLayout(root: root)
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(root) }
-        let lock: FileLock
+        var lock: FileLock?
+        var readOnly: FileSystemError?
         do { lock = try FileLock(path: layout.lock, timeout: options.lockTimeout) } catch {
             switch error {
             case .locked(let pid, let waited): throw .locked(holderPID: pid, waitedSeconds: waited)
+            // On a read-only file system no writer can change the sandbox under us: it opens for
+            // reading (status, resolve, doctor work), and every change fails naming the mount.
+            case .io(let e) where e.errno == .readOnlyFileSystem: readOnly = e
             case .io(let e): throw .io(e)
             }
         }
-        for dir in [layout.packages, layout.lists, layout.staging, layout.downloads, layout.trash, layout.pins] {
-            try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(dir) }
+        if readOnly == nil {
+            for dir in [layout.packages, layout.lists, layout.staging, layout.downloads, layout.trash, layout.pins] {
+                try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(dir) }
+            }
+            emptyDirectory(layout.staging)
+            emptyDirectory(layout.trash)
+            removeTemporaryStateFiles(layout)
         }
-        emptyDirectory(layout.staging)
-        emptyDirectory(layout.trash)
-        removeTemporaryStateFiles(layout)
         var state = SandboxState()
         var problem: String?
         if AtomicFile.exists(layout.state) {
@@ -97,6 +107,8 @@ public final class Sandbox {
         }
         let sandbox = Sandbox(layout: layout, state: state, options: options, lock: lock)
         sandbox.stateProblem = problem
+        sandbox.readOnly = readOnly
+        guard readOnly == nil else { return sandbox }
         if problem == nil { try sandbox.removeUnknownTrees() }
         // A writer that died between its state write and its generation write left readers a
         // stale number; publishing it again here makes them notice.
@@ -117,6 +129,7 @@ public final class Sandbox {
 
     /// Refuses to change anything through a closed handle or over an unreadable state.
     func requireWritable() throws(StoreError) {
+        if let e = readOnly { throw .io(e) }
         guard lock != nil else { throw .closed }
         if let p = stateProblem { throw .corruptState(detail: p) }
     }

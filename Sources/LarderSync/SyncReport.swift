@@ -82,6 +82,9 @@ public struct SyncOptions: Sendable {
     public var http = HTTPOptions()
     /// Other versions gc keeps per package after the sync.
     public var retention = 1
+    /// How long the sync waits for another writer's sandbox lock (another sync, an install)
+    /// before it fails with `locked`, seconds.
+    public var lockTimeout = 10.0
     /// The clock the index expiry is checked against.
     public var clock: @Sendable () -> Date = { Date() }
     /// Told of progress as it happens (from several transfers at once).

@@ -60,7 +60,9 @@ public struct Syncer: Sendable {
         let config: SyncConfig
         do { config = try SyncConfig.load(root: root) } catch { throw .config(error) }
         let sandbox: Sandbox
-        do { sandbox = try Sandbox.open(root) } catch { throw .store(error) }
+        var o = Sandbox.Options()
+        o.lockTimeout = options.lockTimeout
+        do { sandbox = try Sandbox.open(root, options: o) } catch { throw .store(error) }
         do throws(SyncError) {
             guard let base = URL(string: config.repository) else {
                 throw SyncError.config(.invalid("bad repository URL"))

@@ -102,6 +102,7 @@ extension SyncReport: RenderedReport {
                 line += String(format: " in %.2f s", p.seconds)
             }
             line += ": \(p.outcome.rawValue)"
+            if p.outcome == .failed, let code = p.code { line += " [\(code)]" }
             if p.outcome != .done || p.action == .rollback || p.action == .remove { line += " — \(p.reason)" }
             lines.append(line)
         }

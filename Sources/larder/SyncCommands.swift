@@ -74,6 +74,11 @@ struct SyncArguments: ParsableArguments {
     @Option(help: ArgumentHelp("… measured over this many seconds.", valueName: "SECONDS")) var rateWindow = 15.0
     @Option(help: ArgumentHelp("Deadline of one transfer, seconds.", valueName: "SECONDS")) var deadline = 600.0
     @Option(
+        help: ArgumentHelp(
+            "Seconds to wait for another writer's lock (another sync, an install) before failing.",
+            valueName: "SECONDS"))
+    var lockTimeout = 10.0
+    @Option(
         name: .customLong("ca-file"),
         help: ArgumentHelp(
             "PEM certificates of a certificate authority trusted for https besides the system's "
@@ -83,9 +88,10 @@ struct SyncArguments: ParsableArguments {
 
     func options() throws -> SyncOptions {
         var o = SyncOptions()
-        guard attempts >= 1, stallTimeout > 0, minRate >= 0, rateWindow > 0, deadline > 0 else {
+        guard attempts >= 1, stallTimeout > 0, minRate >= 0, rateWindow > 0, deadline > 0, lockTimeout >= 0 else {
             throw ValidationError("--attempts must be at least 1 and the times positive")
         }
+        o.lockTimeout = lockTimeout
         o.http.attempts = attempts
         o.http.stallTimeout = stallTimeout
         o.http.minimumRate = minRate

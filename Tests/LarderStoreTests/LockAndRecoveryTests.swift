@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderFileSystem
 import LarderStore
 import SystemPackage
 import Testing
@@ -35,6 +36,27 @@ struct LockTests {
         // Dropping a sandbox releases the lock too.
         do { _ = try env.open() }
         try env.open().close()
+    }
+
+    @Test("on a read-only file system the sandbox opens for reading; every change fails naming the mount")
+    func readOnlyFileSystem() throws {
+        let env = try StoreEnv()
+        defer { env.cleanup() }
+        try env.withSandbox { try env.installConfirmed($0, ["1.0.0", "1.1.0"]) }
+        let before = try env.stateBytes()
+        // Opening the lock file is the first open under the root: on a read-only mount, EROFS.
+        let scope = FaultInjector.install(.fail(kind: .open, nth: 1, errno: .readOnlyFileSystem), under: env.root)
+        defer { scope.remove() }
+        let sandbox = try env.open()
+        defer { sandbox.close() }
+        #expect(scope.hits == [1])
+        #expect(sandbox.readOnly?.errno == .readOnlyFileSystem)
+        #expect(sandbox.state[pid(sampleID)].active == ver("1.1.0"))
+        for change in [{ _ = try sandbox.confirm(id: sampleID) }, { _ = try sandbox.rollback(id: sampleID) }] {
+            let error = expectStoreError("io") { try change() }
+            #expect(error?.description.contains("read-only") == true, "\(String(describing: error))")
+        }
+        #expect(try env.stateBytes() == before)
     }
 
     @Test("a lock held by another process blocks writers until that process dies")

@@ -189,6 +189,26 @@ struct SyncTests {
         #expect(try !healed.hasFailures && env.active() == "1.1.0", "\(healed)")
     }
 
+    @Test("a part file a power cut left full of zeros is fetched again, not blamed on the server")
+    func zeroedPartFile() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise()
+        // The bundle's part file at its full size, holding zeros: what a power cut leaves when
+        // the file's size reached the disk and its data did not.
+        let bundle = try env.repository.bundle("sample-app", "1.0.0")
+        let bytes = try AtomicFile.read(bundle)
+        let layout = SandboxLayout(root: env.root)
+        let part = layout.bundlePart(
+            try #require(PackageID("sample-app")), SemanticVersion(1, 0, 0), sha256: SHA256Digest.of(bytes))
+        try SystemCalls.makeDirectories(layout.downloads)
+        try AtomicFile.write(Data(count: bytes.count), to: part)
+        let r = try await env.sync()
+        #expect(!r.hasFailures, "\(r)")
+        #expect(try env.active() == "1.0.0")
+    }
+
     /// The object paths (`objects/<aa>/<sha256>`) of contents 1.1.0 has and 1.0.0 lacks.
     func changedObjects(_ env: SyncEnv) throws -> [String] {
         func list(_ v: String) throws -> FileList {
@@ -429,5 +449,86 @@ struct SyncTests {
         let env = try SyncEnv()
         defer { env.cleanup() }
         await #expect(throws: SyncError.config(.notInitialised(root: env.root.string))) { try await env.sync() }
+    }
+}
+
+/// Forwards to a `FileTransport`, holding every download until `release()`; `reached` says a
+/// download arrived (the sync holding the sandbox lock got that far).
+final class GatedTransport: Transport, @unchecked Sendable {
+    // @unchecked: `released` and `arrived` are guarded by `lock`; `inner` is immutable.
+    private let lock = NSLock()
+    private var released = false
+    private var arrived = false
+    private let inner = FileTransport()
+
+    var reached: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return arrived
+    }
+
+    private var isReleased: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return released
+    }
+
+    func release() {
+        lock.lock()
+        released = true
+        lock.unlock()
+    }
+
+    func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
+        try await inner.document(url, etag: etag, maxBytes: maxBytes)
+    }
+
+    func download(
+        _ url: URL, to part: FilePath, expecting: LarderFetch.Expectation, progress: ProgressHandler?,
+        watch: GrowingPart?
+    ) async throws(FetchError) {
+        lock.withLock { arrived = true }
+        while !isReleased { try? await Task.sleep(for: .milliseconds(10)) }
+        try await inner.download(url, to: part, expecting: expecting, progress: progress, watch: watch)
+    }
+}
+
+@Suite("Sync: two syncs at once")
+struct TwoSyncsTests {
+    @Test("a second sync waits for the first one's lock, then finds nothing to do; with no time to wait, `locked`")
+    func secondSyncWaits() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.initialise()
+        let gate = GatedTransport()
+        let first = Task { try await env.sync(transport: gate) }
+        while !gate.reached { try await Task.sleep(for: .milliseconds(10)) }
+
+        var impatient = SyncOptions()
+        impatient.lockTimeout = 0
+        do {
+            let r = try await Syncer(root: env.root, options: impatient).sync()
+            Issue.record("a sync got in while another held the lock: \(r)")
+        } catch {
+            #expect(error.code == "locked")
+            #expect("\(error)".contains("\(getpid())"), "the message names the holder: \(error)")
+        }
+
+        var patient = SyncOptions()
+        patient.lockTimeout = 60
+        let opts = patient
+        let started = Date()
+        let second = Task { try await Syncer(root: env.root, options: opts).sync() }
+        try await Task.sleep(for: .milliseconds(300))
+        gate.release()
+        let a = try await first.value
+        let b = try await second.value
+        #expect(Date().timeIntervalSince(started) >= 0.3)
+        let installed = try #require(a.packages.first)
+        #expect(installed.action == .install && installed.outcome == .done)
+        #expect(!b.indexChanged && !b.hasFailures)
+        #expect(b.packages.allSatisfy { $0.action != .install }, "the second sync found the work done: \(b)")
+        #expect(try env.active() == "1.0.0")
     }
 }
