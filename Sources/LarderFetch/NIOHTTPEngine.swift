@@ -7,7 +7,6 @@
     import NIOHTTP1
     import NIOPosix
     import NIOSSL
-    import Synchronization
     import SystemPackage
 
     /// The engine on Linux: AsyncHTTPClient over NIO. One `HTTPClient` per process and
@@ -22,7 +21,7 @@
         let client: HTTPClient
         let options: HTTPOptions
 
-        private static let clients = Mutex<[String: HTTPClient]>([:])
+        private static let clients = Locked<[String: HTTPClient]>([:])
 
         /// The engine for these options, its client shared with every engine of the same settings.
         static func engine(_ options: HTTPOptions) throws(FetchError) -> NIOHTTPEngine {

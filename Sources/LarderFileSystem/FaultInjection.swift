@@ -1,3 +1,4 @@
+import LarderCore
 import Synchronization
 import SystemPackage
 
@@ -249,7 +250,7 @@ let faultTable: (any FaultTable)? = {
 }()
 
 /// The fault table: an atomic count of installed scopes for the hot path, and the scopes with
-/// their per-fault counters behind a `Mutex`.
+/// their per-fault counters behind a lock.
 @available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
 final class SynchronizedFaultTable: FaultTable {
     private struct Installed {
@@ -283,7 +284,7 @@ final class SynchronizedFaultTable: FaultTable {
     }
 
     private let armed = Atomic<Int>(0)
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     var isArmed: Bool { armed.load(ordering: .relaxed) != 0 }
 
