@@ -7,10 +7,11 @@ import LarderCore
 /// however large the archive. The worker calls the consumer in archive order; its first error
 /// stops the pipeline and is reported by `check()` / `finish()`.
 final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
-    // @unchecked: `queue`, `spare`, `closed`, `done` and `failure` are accessed only with
-    // `condition` locked. `consumer`, `hasher`, `digests` are touched only by the worker thread
-    // until `finish()`/`cancel()` has joined it (the `done` handshake), and `filling` only by
-    // the reader's thread.
+    // @unchecked: every stored property but `filling` (the reader's thread's alone) is accessed
+    // only with `condition` locked. The worker keeps the consumer, the hasher and the digests in
+    // locals while it runs and hands them back under the lock as it ends (the `done` handshake):
+    // no field of this generic class is written outside the lock, which ThreadSanitizer, whose
+    // debug-build view of a generic class's fields is the object as a whole, needs to see.
     private enum Op {
         case directory(RelativePath)
         case begin(RelativePath, Int64?)
@@ -32,7 +33,6 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
     private var failure: (entry: String, error: any Error)?
     private var filling = Batch()
     private var consumer: C
-    private var hasher = SHA256Stream()
     private var digests: [SHA256Digest] = []
 
     init(consumer: C, batchBytes: Int = 1 << 20, depth: Int = 4) {
@@ -103,10 +103,17 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
 
     private func work() {
         var current = ""
+        condition.lock()
+        var consumer = self.consumer
+        condition.unlock()
+        var hasher = SHA256Stream()
+        var digests: [SHA256Digest] = []
         while true {
             condition.lock()
             while queue.isEmpty && !closed { condition.wait() }
             if queue.isEmpty || failure != nil {
+                self.consumer = consumer
+                self.digests = digests
                 done = true
                 condition.broadcast()
                 condition.unlock()
@@ -140,6 +147,8 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
                 condition.lock()
                 failure = (current, error)
                 queue.removeAll()
+                self.consumer = consumer
+                self.digests = digests
                 done = true
                 condition.broadcast()
                 condition.unlock()
@@ -164,6 +173,8 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
     func finish() throws(ArchiveError) -> (consumer: C, digests: [SHA256Digest]) {
         try flush()
         join()
+        condition.lock()
+        defer { condition.unlock() }
         if let f = failure { throw .sink(entry: f.entry, detail: "\(f.error)") }
         return (consumer, digests)
     }
@@ -174,6 +185,8 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
         queue.removeAll()
         condition.unlock()
         join()
+        condition.lock()
+        defer { condition.unlock() }
         return consumer
     }
 }

@@ -60,9 +60,7 @@ public struct Syncer: Sendable {
         let config: SyncConfig
         do { config = try SyncConfig.load(root: root) } catch { throw .config(error) }
         let sandbox: Sandbox
-        var o = Sandbox.Options()
-        o.lockTimeout = options.lockTimeout
-        do { sandbox = try Sandbox.open(root, options: o) } catch { throw .store(error) }
+        sandbox = try await openWaiting()
         do throws(SyncError) {
             guard let base = URL(string: config.repository) else {
                 throw SyncError.config(.invalid("bad repository URL"))
@@ -101,6 +99,26 @@ public struct Syncer: Sendable {
         } catch {
             sandbox.close()
             throw error
+        }
+    }
+
+    /// Opens the sandbox, waiting up to `lockTimeout` for another writer's lock by suspending
+    /// between tries, never by blocking the thread: a sync is async, and a thread of the
+    /// cooperative pool held asleep for seconds could be the one the lock holder — another task of
+    /// the same process — needs to finish and let go.
+    func openWaiting() async throws(SyncError) -> Sandbox {
+        var o = Sandbox.Options()
+        o.lockTimeout = 0
+        let start = Date()
+        while true {
+            do { return try Sandbox.open(root, options: o) } catch {
+                guard case .locked(let holder, _) = error else { throw .store(error) }
+                let waited = Date().timeIntervalSince(start)
+                if waited >= options.lockTimeout {
+                    throw .store(.locked(holderPID: holder, waitedSeconds: (waited * 10).rounded() / 10))
+                }
+                try? await Task.sleep(for: .milliseconds(20))
+            }
         }
     }
 
