@@ -131,6 +131,18 @@ public struct PackageState: Codable, Sendable, Equatable {
     public var failed: [FailedVersion]
     /// The most recent state changes, oldest first (bounded by `historyLimit`).
     public var history: [HistoryEntry]
+    /// Grows by one every time the active version changes (absent in states written before it
+    /// existed: read it through `activationNumber`). A page-health verdict names the activation it
+    /// watched, so it is never applied to another.
+    public var activation: UInt64?
+
+    /// The number of the current activation (0 before the first).
+    public var activationNumber: UInt64 { activation ?? 0 }
+
+    /// The current activation of the active version, for a page-health verdict; nil when none is active.
+    public func activationRef(_ id: PackageID) -> ActivationRef? {
+        active.map { ActivationRef(package: id, version: $0, number: activationNumber) }
+    }
 
     /// How many history entries are kept per package.
     public static let historyLimit = 100
@@ -169,6 +181,7 @@ public struct PackageState: Codable, Sendable, Equatable {
         if let p = previous, p != version, health == .confirmed || fallback == nil { fallback = p }
         if fallback == version { fallback = nil }
         active = version
+        activation = activationNumber + 1
         health = .pending
         failures = 0
         launches = 0
@@ -195,6 +208,7 @@ public struct PackageState: Codable, Sendable, Equatable {
         // Rolling back *to* a version is a decision that it is good.
         failed.removeAll { $0.version == target }
         active = target
+        activation = activationNumber + 1
         health = .confirmed
         failures = 0
         launches = 0
@@ -212,6 +226,26 @@ public struct PackageState: Codable, Sendable, Equatable {
         guard health == .pending, failures >= policy.maxFailures, let target = fallback else { return nil }
         rollBack(to: target, reason: "\(failures) failures, the last: \(reason)", event: .autoRollback, at: at)
         return target
+    }
+
+    /// Applies a page's health verdict about the current activation: healthy confirms a pending
+    /// version (a confirmed one is left as it is, nothing recorded); failed counts a failure and,
+    /// for a pending version with a fallback, rolls back at once — a page that failed its health
+    /// check is decisive, unlike a missing file counted against `maxFailures`. Returns the
+    /// version rolled back to, if any.
+    public mutating func recordPageHealth(_ verdict: HealthVerdict, at: Date) -> SemanticVersion? {
+        guard let v = active else { return nil }
+        switch verdict {
+        case .healthy:
+            if health == .pending { confirm(at: at) }
+            return nil
+        case .failed(let reason):
+            failures += 1
+            record(HistoryEntry(event: .failure, version: v, reason: "page health: \(reason)", at: at))
+            guard health == .pending, let target = fallback else { return nil }
+            rollBack(to: target, reason: "page health: \(reason)", event: .autoRollback, at: at)
+            return target
+        }
     }
 
     /// Counts a launch; a pending version launched more than the policy allows without a

@@ -38,6 +38,15 @@ public struct Gateway: Sendable {
     public let log: @Sendable (String) -> Void
     /// Largest request body forwarded, and largest upstream answer relayed.
     public var maxForwardBytes = 64 << 20
+    /// Watches the health of the pages it serves (`serve --page-health`); nil serves pages as
+    /// they are. With it, a main document (a navigation, `Sec-Fetch-Dest: document`) of an
+    /// active version gets the page-health script first in its `<head>`, the gateway answers
+    /// the script's reserved paths on the page's own origin (`/.larder/health.js`, and POST
+    /// `/.larder/health?page=<token>`), and the tracker's verdicts confirm or roll back.
+    public var health: PageHealthTracker?
+    /// The largest main document the page-health script is put into (larger ones are served as
+    /// they are, unwatched).
+    public var maxInjectedDocumentBytes = 8 << 20
 
     /// A gateway for `loader` on `host:port`; `log` receives one line per request.
     public init(
@@ -66,7 +75,19 @@ public struct Gateway: Sendable {
                 await onListening(host, p)
             },
             logger: Logger(label: "larder.gateway", factory: { _ in SwiftLogNoOpLogHandler() }))
-        try await app.runService()
+        guard let tracker = health else { return try await app.runService() }
+        // The pages' deadlines run on the tracker's clock, looked at every 200 ms.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                while !Task.isCancelled {
+                    try await Task.sleep(for: .milliseconds(200))
+                    tracker.tick()
+                }
+            }
+            group.addTask { try await app.runService() }
+            _ = try await group.next()
+            group.cancelAll()
+        }
     }
 
     /// The URL a request asks for: the `larder://` form for requests to the gateway itself,
@@ -85,14 +106,24 @@ public struct Gateway: Sendable {
         let method = request.method.rawValue
         let target = request.head.path ?? "/"
         let authority = request.head.authority ?? request.headers[named: "Host"] ?? ""
+        if target.hasPrefix("/.larder/") {
+            var r = request
+            return await reserved(&r, target: target, authority: authority, started: started)
+        }
         let urls = Self.candidates(authority: authority, target: target, gatewayHost: host, ownPort: ownPort)
+        // A watched page's main document is always answered whole (its script tag is new each time).
+        let watched = health != nil && method == "GET" && Self.isNavigation(request.headers)
         var passReason = ""
         for url in urls {
             let req = LoadRequest(
-                method: method, url: url, range: request.headers[.range],
-                ifNoneMatch: request.headers[.ifNoneMatch], cors: url.hasPrefix("larder:"))
+                method: method, url: url, range: watched ? nil : request.headers[.range],
+                ifNoneMatch: watched ? nil : request.headers[.ifNoneMatch], cors: url.hasPrefix("larder:"))
             switch loader.load(req) {
             case .response(let r):
+                if watched, let injected = watch(r) {
+                    log(line(method, url, r.status, "\(r.outcome) page-health", "\(injected.readableBytes)", started))
+                    return Self.document(r, injected)
+                }
                 log(line(method, url, r.status, "\(r.outcome)", r.header("Content-Length"), started))
                 return Self.response(r, head: method == "HEAD")
             case .passthrough(let reason):
@@ -113,6 +144,111 @@ public struct Gateway: Sendable {
         }
         var r = request
         return await forward(&r, to: forwardURL, reason: passReason, started: started)
+    }
+
+    /// Whether a request is a top-level navigation: `Sec-Fetch-Dest: document`, or — from a client
+    /// that sends no fetch metadata — one that accepts `text/html`.
+    static func isNavigation(_ headers: HTTPFields) -> Bool {
+        if let dest = headers[named: "Sec-Fetch-Dest"] { return dest.lowercased() == "document" }
+        return headers[.accept]?.lowercased().contains("text/html") == true
+    }
+
+    /// Starts watching the page `r` serves, when it is an HTML document of an active version no
+    /// larger than `maxInjectedDocumentBytes`: returns the document with the page-health script
+    /// in it, having read (and closed) the response's body. Nil leaves `r` untouched.
+    func watch(_ r: LoadResponse) -> ByteBuffer? {
+        guard let tracker = health, r.status == 200, case .local(let package, let version) = r.outcome,
+            r.header("Content-Type")?.lowercased().hasPrefix("text/html") == true,
+            let length = Int(r.header("Content-Length") ?? ""), length <= maxInjectedDocumentBytes,
+            let activation = loader.resolver.snapshot().versions[package]?.activationRef(package),
+            activation.version == version
+        else { return nil }
+        var html = Data(capacity: length)
+        do {
+            while let chunk = try r.nextChunk() { html.append(chunk) }
+        } catch {
+            return nil
+        }
+        guard let token = tracker.begin(activation) else { return ByteBuffer(bytes: html) }
+        return ByteBuffer(bytes: PageHealthScript.inject(into: html, token: token))
+    }
+
+    /// A watched document: the loader's headers without the validators (the body is not the
+    /// file's), never stored by a cache.
+    static func document(_ r: LoadResponse, _ body: ByteBuffer) -> Response {
+        var headers = HTTPFields()
+        for (k, v) in r.headers
+        where !["etag", "last-modified", "content-length", "cache-control", "accept-ranges"]
+            .contains(k.lowercased())
+        {
+            if let name = HTTPField.Name(k) { headers[name] = v }
+        }
+        headers[.contentLength] = "\(body.readableBytes)"
+        headers[.cacheControl] = "no-store"
+        if let name = HTTPField.Name("X-Larder-Outcome") { headers[name] = "\(r.outcome)" }
+        return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: body))
+    }
+
+    /// The reserved paths on every origin: the page-health script and its report endpoint.
+    func reserved(_ request: inout Request, target: String, authority: String, started: Date) async -> Response {
+        let method = request.method.rawValue
+        let path = String(target.prefix { $0 != "?" })
+        let url = "http://\(authority)\(target)"
+        guard let tracker = health else {
+            log(line(method, url, 404, "page-health is off", nil, started))
+            return Self.text(404, "larder gateway: page health is off (larder serve --page-health)\n")
+        }
+        switch (method, path) {
+        case ("GET", PageHealthScript.scriptPath), ("HEAD", PageHealthScript.scriptPath):
+            var headers = HTTPFields()
+            headers[.contentType] = "text/javascript; charset=utf-8"
+            headers[.cacheControl] = "no-cache"
+            let body = ByteBuffer(string: PageHealthScript.source)
+            headers[.contentLength] = "\(body.readableBytes)"
+            log(line(method, url, 200, "page-health script", "\(body.readableBytes)", started))
+            return Response(
+                status: .ok, headers: headers, body: ResponseBody(byteBuffer: method == "HEAD" ? ByteBuffer() : body))
+        case ("POST", PageHealthScript.reportPath):
+            let token = Self.query(target, "page") ?? ""
+            let data: ByteBuffer
+            do { data = try await request.collectBody(upTo: 64 << 10) } catch {
+                log(line(method, url, 413, "page-health message refused: larger than 64 KiB", nil, started))
+                return Self.text(413, "larder gateway: a page-health message is at most 64 KiB\n")
+            }
+            switch PageSignal.decode(Data(buffer: data)) {
+            case .failure(let why):
+                log(line(method, url, 400, "page-health message refused: \(why)", nil, started))
+                return Self.text(400, "larder gateway: \(why)\n")
+            case .success(let signal):
+                guard tracker.signal(signal, page: token) else {
+                    log(line(method, url, 404, "page-health \(Self.name(signal)) for no open page", nil, started))
+                    return Self.text(404, "larder gateway: no page \(token) is watched (unknown, or decided already)\n")
+                }
+                log(line(method, url, 204, "page-health \(Self.name(signal))", nil, started))
+                return Response(status: .noContent, headers: [.cacheControl: "no-store"], body: ResponseBody())
+            }
+        default:
+            log(line(method, url, 404, "no such reserved path", nil, started))
+            return Self.text(
+                404,
+                "larder gateway: \(path) is not a reserved path (\(PageHealthScript.scriptPath), POST \(PageHealthScript.reportPath))\n"
+            )
+        }
+    }
+
+    static func name(_ s: PageSignal) -> String {
+        switch s {
+        case .ready: "ready"
+        case .documentLoaded: "loaded"
+        case .scriptError: "error"
+        case .loadFailed: "load-failed"
+        case .processTerminated: "terminated"
+        }
+    }
+
+    /// The value of the query parameter `name` of a request target.
+    static func query(_ target: String, _ name: String) -> String? {
+        URLComponents(string: target)?.queryItems?.first { $0.name == name }?.value
     }
 
     /// Whether a Host header names this gateway itself.

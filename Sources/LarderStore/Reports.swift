@@ -165,3 +165,47 @@ public struct DoctorReport: Sendable, Codable, Equatable {
         try c.encode(ok, forKey: .ok)
     }
 }
+
+/// What a page-health verdict did to the store.
+public struct PageHealthOutcome: Sendable, Equatable, CustomStringConvertible {
+    /// What changed.
+    public enum Effect: Sendable, Equatable {
+        /// A pending version was confirmed.
+        case confirmed
+        /// The version was confirmed already; nothing was written.
+        case unchanged
+        /// The failure was recorded; the version stays (it was confirmed, or has no fallback).
+        case failureRecorded
+        /// The failure was recorded and the pending version rolled back to this one.
+        case rolledBack(to: String)
+        /// The activation watched is no longer current (what is); nothing changed.
+        case stale(current: String)
+    }
+
+    /// The activation the page was loaded from.
+    public let activation: ActivationRef
+    /// The page's verdict.
+    public let verdict: HealthVerdict
+    /// What the store did with it.
+    public let effect: Effect
+
+    /// Creates an outcome.
+    public init(activation: ActivationRef, verdict: HealthVerdict, effect: Effect) {
+        self.activation = activation
+        self.verdict = verdict
+        self.effect = effect
+    }
+
+    /// One line for a log: the activation, the verdict, what was done.
+    public var description: String {
+        let done =
+            switch effect {
+            case .confirmed: "confirmed"
+            case .unchanged: "already confirmed"
+            case .failureRecorded: "failure recorded"
+            case .rolledBack(let to): "rolled back to \(to)"
+            case .stale(let current): "ignored (the activation is no longer current: \(current))"
+            }
+        return "health \(activation.package)@\(activation.version): \(verdict) → \(done)"
+    }
+}

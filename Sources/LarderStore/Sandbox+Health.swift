@@ -37,6 +37,36 @@ extension Sandbox {
         return outcome(id, from: to == nil ? nil : from, to: to)
     }
 
+    /// Applies a page-health verdict reached about `activation`: when that activation is still
+    /// the current one, healthy confirms a pending version and failed records the failure with
+    /// its reason and rolls a pending version back to its fallback at once. A verdict about an
+    /// activation that is no longer current (a sync or rollback happened since the page loaded)
+    /// changes nothing. Writes the state only when something changed.
+    public func recordPageHealth(_ verdict: HealthVerdict, for activation: ActivationRef) throws(StoreError)
+        -> PageHealthOutcome
+    {
+        try requireWritable()
+        var pkg = state[activation.package]
+        guard let current = pkg.activationRef(activation.package), current == activation else {
+            let now = state[activation.package].activationRef(activation.package)
+            return PageHealthOutcome(
+                activation: activation, verdict: verdict,
+                effect: .stale(current: now.map { "\($0)" } ?? "no active version"))
+        }
+        if verdict == .healthy, pkg.health == .confirmed {
+            return PageHealthOutcome(activation: activation, verdict: verdict, effect: .unchanged)
+        }
+        let to = pkg.recordPageHealth(verdict, at: now)
+        state[activation.package] = pkg
+        try commit()
+        let effect: PageHealthOutcome.Effect =
+            switch verdict {
+            case .healthy: .confirmed
+            case .failed: to.map { .rolledBack(to: $0.description) } ?? .failureRecorded
+            }
+        return PageHealthOutcome(activation: activation, verdict: verdict, effect: effect)
+    }
+
     /// Counts an app launch for every pending package; one still unconfirmed after too many
     /// launches is rolled back automatically.
     public func beginLaunch() throws(StoreError) -> [HealthOutcome] {

@@ -55,11 +55,19 @@ public struct ServingState: Decodable, Sendable, SchemaVersioned {
         public var active: SemanticVersion?
         /// The last known good version.
         public var fallback: SemanticVersion?
+        /// The package's activation number (`PackageState.activation`; absent in older states).
+        public var activation: UInt64?
 
         /// Versions as given.
-        public init(active: SemanticVersion?, fallback: SemanticVersion?) {
+        public init(active: SemanticVersion?, fallback: SemanticVersion?, activation: UInt64? = nil) {
             self.active = active
             self.fallback = fallback
+            self.activation = activation
+        }
+
+        /// The current activation of the active version of `id`; nil when none is active.
+        public func activationRef(_ id: PackageID) -> ActivationRef? {
+            active.map { ActivationRef(package: id, version: $0, number: activation ?? 0) }
         }
     }
 

@@ -22,6 +22,17 @@ extension LarderCommand {
                 forwarded to the network (--upstream-scheme), or answered 502 with --offline. The \
                 sandbox is re-read when a sync or rollback changes it; no lock is held.
 
+                With --page-health, the gateway watches each page it serves from an active \
+                version: the page-health script goes first in the main document's <head> and \
+                defines larder.ready(), which the page calls once it has rendered. The page is \
+                healthy when it calls it; it fails when it does not within --ready-deadline \
+                seconds of its load event (or of being served, if it never loads), after \
+                --max-script-errors uncaught errors, or when its document fails. Healthy confirms \
+                a pending version; failed records the reason (the deadline, the last script \
+                error's message and source) and rolls a pending version back to its fallback at \
+                once; a confirmed version only has the failure recorded. Each verdict prints one \
+                "health …" line.
+
                 Prints "listening on http://HOST:PORT" once bound, then one line per request: \
                 method, URL, status, outcome (package@version, fallback, passthrough), bytes, time. \
                 Stops on SIGINT or SIGTERM. Exit 1 when the sandbox cannot be read or the address \
@@ -41,11 +52,28 @@ extension LarderCommand {
             name: .customLong("scheme"),
             help: ArgumentHelp("Another custom scheme routed like larder: (repeatable).", valueName: "SCHEME"))
         var schemes: [String] = []
+        @Flag(help: "Watch the health of the pages served: ready confirms, failure rolls back.")
+        var pageHealth = false
+        @Option(
+            help: ArgumentHelp(
+                "With --page-health: seconds a page has to call larder.ready() after loading (0.1–600).",
+                valueName: "SECONDS"))
+        var readyDeadline: Double = 30
+        @Option(
+            help: ArgumentHelp(
+                "With --page-health: uncaught script errors that fail a page before it is ready.", valueName: "N"))
+        var maxScriptErrors = 3
 
         func validate() throws {
             guard Self.parseListen(listen) != nil else {
                 throw ValidationError(
                     "--listen must be a loopback HOST:PORT (127.0.0.1, ::1 or localhost), got \(listen)")
+            }
+            guard (0.1...600).contains(readyDeadline) else {
+                throw ValidationError("--ready-deadline must be between 0.1 and 600 seconds, got \(readyDeadline)")
+            }
+            guard maxScriptErrors >= 1 else {
+                throw ValidationError("--max-script-errors must be at least 1, got \(maxScriptErrors)")
             }
         }
 
@@ -68,10 +96,21 @@ extension LarderCommand {
                 throw Output.failure(command: "serve", code: error.code, message: error.description, json: false)
             }
             let loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: FilePath(root)))
-            let gateway = Gateway(
+            var gateway = Gateway(
                 loader: loader, host: host, port: port,
                 network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue),
                 log: { Output.line($0) })
+            if pageHealth {
+                let recorder = StoreHealthRecorder(root: FilePath(root)) { result in
+                    switch result {
+                    case .success(let outcome): Output.line("\(outcome)")
+                    case .failure(let error): Output.line("health: could not be recorded: \(error)")
+                    }
+                }
+                gateway.health = PageHealthTracker(
+                    settings: PageHealthSettings(readyDeadline: readyDeadline, maxScriptErrors: maxScriptErrors),
+                    recorder: recorder)
+            }
             do {
                 try await gateway.run { h, p in
                     Output.line("listening on http://\(h.contains(":") ? "[\(h)]" : h):\(p)  (sandbox \(root))")

@@ -5,6 +5,9 @@
 //   one <li class="item" data-id="<id>" data-price="<0.00>"> per item, whose
 //   text is exactly the item's name
 // On failure: #status = "failed: <message>" and <body data-error="1">.
+// Once rendered it calls larder.ready() (the page-health signal), when a container that watches
+// page health put the script defining it in the page (`larder serve --page-health`, the WebKit
+// glue); elsewhere `window.larder` is absent and nothing is called.
 (function () {
   'use strict';
 
@@ -46,6 +49,9 @@
         throw new Error('HTTP ' + response.status + ' for data/catalog.json');
       }
       render(await response.json());
+      if (window.larder && typeof window.larder.ready === 'function') {
+        window.larder.ready();
+      }
     } catch (err) {
       fail(err);
     }

@@ -1,0 +1,226 @@
+import Foundation
+import LarderCore
+import LarderStore
+import Logging
+import SystemPackage
+
+/// Where page-health verdicts go (the store, through `StoreHealthRecorder`; a fake in tests).
+public protocol HealthRecording: Sendable {
+    /// Records `verdict` about `activation`; must not block the caller.
+    func record(_ verdict: HealthVerdict, for activation: ActivationRef)
+}
+
+/// The page-health monitors of the pages a container has open, on one clock.
+///
+/// A front-end calls `begin` when it serves a page's main document (the activation it came
+/// from), feeds what it observes with `signal`, and calls `tick` now and then (the gateway every
+/// 200 ms; the WebKit glue on a timer). Each page's verdict goes to the recorder once; the page is
+/// then forgotten, so a late signal names an unknown page and changes nothing.
+public final class PageHealthTracker: Sendable {
+    /// The deadline and error limit of every page.
+    public let settings: PageHealthSettings
+    /// Where verdicts go.
+    public let recorder: any HealthRecording
+    /// Seconds on a monotonic clock (injected in tests).
+    let clock: @Sendable () -> TimeInterval
+    private let pages = Locked<[String: HealthMonitor]>([:])
+    /// The most pages watched at once; a page beyond it is served without a monitor.
+    public static let maxPages = 4096
+
+    /// A tracker with `settings`, sending verdicts to `recorder`; `clock` gives seconds on a
+    /// monotonic clock (the system's uptime by default).
+    public init(
+        settings: PageHealthSettings = .standard, recorder: any HealthRecording,
+        clock: @escaping @Sendable () -> TimeInterval = { ProcessInfo.processInfo.systemUptime }
+    ) {
+        self.settings = settings
+        self.recorder = recorder
+        self.clock = clock
+    }
+
+    /// Starts watching a page loaded from `activation`; returns its token (the name its signals
+    /// carry), or nil when `maxPages` pages are open already.
+    public func begin(_ activation: ActivationRef) -> String? {
+        let token = Self.newToken()
+        let monitor = HealthMonitor(activation: activation, settings: settings, startedAt: clock())
+        let added = pages.withLock { pages -> Bool in
+            guard pages.count < Self.maxPages else { return false }
+            pages[token] = monitor
+            return true
+        }
+        return added ? token : nil
+    }
+
+    /// Applies `signal` to the page `token`; false when no such page is open (never begun, or
+    /// decided already).
+    @discardableResult
+    public func signal(_ signal: PageSignal, page token: String) -> Bool {
+        let now = clock()
+        let result = pages.withLock { pages -> (Bool, (HealthVerdict, ActivationRef)?) in
+            guard var monitor = pages[token] else { return (false, nil) }
+            let verdict = monitor.handle(signal, at: now)
+            if verdict == nil { pages[token] = monitor } else { pages[token] = nil }
+            return (true, verdict.map { ($0, monitor.activation) })
+        }
+        if let (verdict, activation) = result.1 { recorder.record(verdict, for: activation) }
+        return result.0
+    }
+
+    /// Applies the clock to every open page; the ones past their deadline fail.
+    public func tick() {
+        let now = clock()
+        let decided = pages.withLock { pages -> [(HealthVerdict, ActivationRef)] in
+            var out: [(HealthVerdict, ActivationRef)] = []
+            for (token, var monitor) in pages where (monitor.deadline ?? 0) <= now {
+                if let v = monitor.tick(at: now) { out.append((v, monitor.activation)) }
+                pages[token] = nil
+            }
+            return out
+        }
+        for (verdict, activation) in decided { recorder.record(verdict, for: activation) }
+    }
+
+    /// How many pages are being watched.
+    public var openPages: Int { pages.withLock { $0.count } }
+
+    static func newToken() -> String {
+        var g = SystemRandomNumberGenerator()
+        return String(format: "%016llx%016llx", g.next() as UInt64, g.next() as UInt64)
+    }
+}
+
+/// Applies page-health verdicts to the sandbox's store from a background queue, so a page's
+/// signal never waits for the writer lock. `onOutcome` hears what each verdict did.
+public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
+    // @unchecked: immutable after init; the work runs on `queue`.
+    /// The root of the sandbox the verdicts are recorded in.
+    public let root: FilePath
+    let onOutcome: @Sendable (Result<PageHealthOutcome, StoreError>) -> Void
+    private let queue = DispatchQueue(label: "larder.page-health")
+
+    /// A recorder for the sandbox at `root`; `onOutcome` hears each verdict's effect, or why it
+    /// could not be recorded.
+    public init(root: FilePath, onOutcome: @escaping @Sendable (Result<PageHealthOutcome, StoreError>) -> Void) {
+        self.root = root
+        self.onOutcome = onOutcome
+    }
+
+    /// Queues the verdict and returns at once.
+    public func record(_ verdict: HealthVerdict, for activation: ActivationRef) {
+        queue.async { [self] in
+            // A healthy verdict about a version already confirmed needs no lock: read first.
+            if verdict == .healthy, let state = try? SandboxReader(root: root).state(),
+                state[activation.package].activationRef(activation.package) == activation,
+                state[activation.package].health == .confirmed
+            {
+                onOutcome(.success(PageHealthOutcome(activation: activation, verdict: verdict, effect: .unchanged)))
+                return
+            }
+            var options = Sandbox.Options()
+            options.lockTimeout = 30
+            do throws(StoreError) {
+                let sandbox = try Sandbox.open(root, options: options)
+                defer { sandbox.close() }
+                onOutcome(.success(try sandbox.recordPageHealth(verdict, for: activation)))
+            } catch {
+                onOutcome(.failure(error))
+            }
+        }
+    }
+
+    /// Waits until every verdict queued so far is recorded (for tests and orderly shutdown).
+    public func flush() { queue.sync {} }
+}
+
+/// The page-health script a container puts in every page it watches, first in `<head>`.
+///
+/// It defines `window.larder.ready()`, which the page calls once it has rendered, and forwards
+/// the page's `load` event, uncaught errors (`error` events) and unhandled promise rejections.
+/// Messages go to WebKit's script-message handler `larderHealth` when there is one, else as a
+/// POST (`navigator.sendBeacon`, else `fetch`) to `/.larder/health?page=<token>` on the page's
+/// own origin, the token read from the script's own URL (`/.larder/health.js?page=<token>`).
+/// Loaded twice, it does nothing the second time.
+public enum PageHealthScript {
+    /// The path the gateway serves the script at.
+    public static let scriptPath = "/.larder/health.js"
+    /// The path the script posts its messages to.
+    public static let reportPath = "/.larder/health"
+    /// The WebKit script-message handler's name.
+    public static let messageHandler = "larderHealth"
+
+    /// The script's text.
+    public static let source = """
+        (function () {
+          'use strict';
+          if (window.larder && window.larder.__health) return;
+          var me = document.currentScript && document.currentScript.src || '';
+          var m = /[?&]page=([0-9a-f]+)/.exec(me);
+          var url = '/.larder/health?page=' + (m ? m[1] : '');
+          var handler = window.webkit && window.webkit.messageHandlers && window.webkit.messageHandlers.larderHealth;
+          function send(message) {
+            if (handler) { try { handler.postMessage(message); } catch (e) {} return; }
+            var body = JSON.stringify(message);
+            try {
+              if (navigator.sendBeacon && navigator.sendBeacon(url, new Blob([body], { type: 'text/plain' }))) return;
+            } catch (e) {}
+            try { fetch(url, { method: 'POST', body: body, keepalive: true }); } catch (e) {}
+          }
+          var readySent = false;
+          window.larder = {
+            __health: true,
+            ready: function () { if (!readySent) { readySent = true; send({ event: 'ready' }); } }
+          };
+          window.addEventListener('error', function (e) {
+            send({ event: 'error', message: String(e.message || (e.error && e.error.message) || 'error'),
+                   source: e.filename || '', line: e.lineno || 0 });
+          });
+          window.addEventListener('unhandledrejection', function (e) {
+            var r = e.reason;
+            send({ event: 'error', message: 'unhandled rejection: ' + (r && r.message ? r.message : String(r)),
+                   source: (r && r.fileName) || '', line: (r && r.lineNumber) || 0 });
+          });
+          window.addEventListener('load', function () { send({ event: 'loaded' }); });
+        })();
+
+        """
+
+    /// `html` with the script's tag (carrying `token`) inserted first in `<head>` — after the
+    /// `<head>` tag, else after `<html>`, else after the doctype, else at the start — so it runs
+    /// before any of the page's own scripts.
+    public static func inject(into html: Data, token: String) -> Data {
+        let tag = Data("<script src=\"\(scriptPath)?page=\(token)\"></script>".utf8)
+        let at = insertionPoint(html)
+        var out = Data(capacity: html.count + tag.count)
+        out.append(html.prefix(at))
+        out.append(tag)
+        out.append(html.dropFirst(at))
+        return out
+    }
+
+    /// The byte offset just past the first `<head…>` tag (else `<html…>`, else `<!doctype…>`),
+    /// looked for in the first 64 KiB, case-insensitively; 0 when there is none.
+    static func insertionPoint(_ html: Data) -> Int {
+        let bytes = [UInt8](html.prefix(64 << 10))
+        let lower = bytes.map { ($0 >= 65 && $0 <= 90) ? $0 + 32 : $0 }
+        for name in ["<head", "<html", "<!doctype"] {
+            let needle = Array(name.utf8)
+            var i = 0
+            while i + needle.count <= lower.count {
+                if Array(lower[i..<(i + needle.count)]) == needle {
+                    let next = i + needle.count < lower.count ? lower[i + needle.count] : 0
+                    // `<head>` or `<head attr…>`, not `<header>`.
+                    if next == UInt8(ascii: ">") || next == 0x20 || next == 0x09 || next == 0x0A || next == 0x0D
+                        || next == UInt8(ascii: "/")
+                    {
+                        if let close = lower[(i + needle.count)...].firstIndex(of: UInt8(ascii: ">")) {
+                            return close + 1
+                        }
+                        return 0
+                    }
+                }
+                i += 1
+            }
+        }
+        return 0
+    }
+}
