@@ -130,9 +130,7 @@ let package = Package(
                 "LarderCore", "LarderResolve",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
@@ -188,7 +186,7 @@ let package = Package(
         .target(
             name: "LarderTestSupport",
             dependencies: [
-                "LarderCore", "LarderFetch", "LarderPublish",
+                "LarderCore", "LarderFetch", "LarderPublish", "LarderStore", "LarderFileSystem",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strict
@@ -233,6 +231,13 @@ let package = Package(
             name: "LarderResolveTests",
             dependencies: [
                 "LarderTestSupport", "LarderResolve", "LarderStore", "LarderPublish", "LarderCore", "LarderFileSystem",
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "LarderWebKitTests",
+            dependencies: [
+                "LarderTestSupport", "LarderWebKit", "LarderResolve", "LarderStore", "LarderCore", "LarderFileSystem",
             ],
             swiftSettings: strict
         ),

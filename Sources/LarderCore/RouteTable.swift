@@ -373,6 +373,27 @@ public struct RouteTable: Sendable {
         return memcmp(pBase, bBase + start, count) == 0
     }
 
+    /// The network URL a custom-scheme URL `<scheme>://<id>/<rest>` stands for: the package's
+    /// first http(s) route with `<rest>` (path and query) after it — so a `local-then-network`
+    /// package loaded through a custom scheme reaches its own origin for what it lacks. Nil when
+    /// the URL is not of that form, names no package here, or the package has no http(s) route.
+    public func networkURL(forCustom url: String) -> String? {
+        guard let sep = url.range(of: "://") else { return nil }
+        let scheme = url[..<sep.lowerBound].lowercased()
+        guard scheme != "http", scheme != "https" else { return nil }
+        let afterScheme = url[sep.upperBound...]
+        let hostEnd = afterScheme.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? afterScheme.endIndex
+        let id = afterScheme[..<hostEnd].lowercased()
+        guard let pkg = packages[id],
+            let route = pkg.routes.first(where: { $0.scheme == "http" || $0.scheme == "https" })
+        else { return nil }
+        var rest = String(afterScheme[hostEnd...])
+        if let hash = rest.firstIndex(of: "#") { rest = String(rest[..<hash]) }
+        if rest.hasPrefix("/") { rest.removeFirst() }
+        let base = route.description.hasSuffix("/") ? route.description : route.description + "/"
+        return base + rest
+    }
+
     /// The lookup inside one package: bypass prefixes, decoding and dot segments, then the file,
     /// the directory's entry file, or the SPA fallback; else the policy decides.
     func lookup(_ pkg: RoutedPackage, rawPath: String) -> Resolution {

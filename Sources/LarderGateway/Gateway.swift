@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -6,15 +5,6 @@ import LarderCore
 import LarderResolve
 import Logging
 import NIOCore
-import NIOHTTP1
-
-/// What the gateway does with a request no package serves.
-public enum NetworkMode: Sendable, Equatable {
-    /// Forward it to `<scheme>://<Host><path>` (the app's origin) and relay the answer.
-    case forward(scheme: String)
-    /// Answer 502: the device is offline (or the app wants no network).
-    case offline
-}
 
 /// `larder serve`: an HTTP gateway on loopback over the resource loader.
 ///
@@ -32,12 +22,11 @@ public struct Gateway: Sendable {
     public let host: String
     /// The port to listen on; 0 lets the system choose (`run` reports the bound one).
     public let port: Int
-    /// Whether an unserved request is forwarded to the network or answered 502.
-    public let network: NetworkMode
+    /// Whether an unserved request is forwarded to the network or answered 502, and how
+    /// (shared with the WebKit scheme-task driver).
+    public let forwarder: Forwarder
     /// Called once per request with its log line.
     public let log: @Sendable (String) -> Void
-    /// Largest request body forwarded, and largest upstream answer relayed.
-    public var maxForwardBytes = 64 << 20
     /// Watches the health of the pages it serves (`serve --page-health`); nil serves pages as
     /// they are. With it, a main document (a navigation, `Sec-Fetch-Dest: document`) of an
     /// active version gets the page-health script first in its `<head>`, the gateway answers
@@ -48,15 +37,16 @@ public struct Gateway: Sendable {
     /// they are, unwatched).
     public var maxInjectedDocumentBytes = 8 << 20
 
-    /// A gateway for `loader` on `host:port`; `log` receives one line per request.
+    /// A gateway for `loader` on `host:port`, passing through with `forwarder`; `log` receives
+    /// one line per request.
     public init(
-        loader: ResourceLoader, host: String = "127.0.0.1", port: Int, network: NetworkMode,
+        loader: ResourceLoader, host: String = "127.0.0.1", port: Int, forwarder: Forwarder,
         log: @escaping @Sendable (String) -> Void
     ) {
         self.loader = loader
         self.host = host
         self.port = port
-        self.network = network
+        self.forwarder = forwarder
         self.log = log
     }
 
@@ -131,19 +121,16 @@ public struct Gateway: Sendable {
             }
         }
         let url = urls[0]
-        guard case .forward(let scheme) = network, !url.hasPrefix("larder:") else {
-            let why = url.hasPrefix("larder:") ? passReason : "offline: \(passReason)"
-            log(line(method, url, 502, "passthrough (\(why))", nil, started))
-            return Self.text(502, "larder gateway: \(why)\n")
+        let marked =
+            request.headers[named: Forwarder.loopMarker] != nil || Self.isSelf(authority, ownPort: ownPort, host: host)
+        switch forwarder.target(for: url, reason: passReason, table: loader.resolver.snapshot().table, marked: marked) {
+        case .refused(let status, let why):
+            log(line(method, url, status, "passthrough (\(why))", nil, started))
+            return Self.text(status, "larder gateway: \(why)\n")
+        case .url(let to):
+            var r = request
+            return await forward(&r, to: to, reason: passReason, started: started)
         }
-        var forwardURL = url
-        if scheme == "http", forwardURL.hasPrefix("https://") { forwardURL = "http://" + forwardURL.dropFirst(8) }
-        if request.headers[named: "X-Larder-Gateway"] != nil || Self.isSelf(authority, ownPort: ownPort, host: host) {
-            log(line(method, forwardURL, 508, "passthrough refused (a loop back to this gateway)", nil, started))
-            return Self.text(508, "larder gateway: the request would loop back to this gateway\n")
-        }
-        var r = request
-        return await forward(&r, to: forwardURL, reason: passReason, started: started)
     }
 
     /// Whether a request is a top-level navigation: `Sec-Fetch-Dest: document`, or — from a client
@@ -257,60 +244,42 @@ public struct Gateway: Sendable {
         return ["\(host):\(ownPort)", "localhost:\(ownPort)", "127.0.0.1:\(ownPort)", "[::1]:\(ownPort)"].contains(a)
     }
 
-    /// Relays a request to the network with AsyncHTTPClient's shared client (redirects followed,
-    /// the answer decoded and relayed whole, up to `maxForwardBytes`).
+    /// Relays a request to the network through the forwarder: method, header fields and body as
+    /// received; the answer's status, header fields and body streamed back as they arrive.
     func forward(_ request: inout Request, to url: String, reason: String, started: Date) async -> Response {
         let method = request.method.rawValue
-        guard URL(string: url) != nil else {
-            log(line(method, url, 502, "passthrough failed: not a URL", nil, started))
-            return Self.text(502, "larder gateway: cannot forward to \(url)\n")
-        }
-        var upstream = HTTPClientRequest(url: url)
-        upstream.method = HTTPMethod(rawValue: method)
-        for field in request.headers where !Self.hopByHop.contains(field.name.canonicalName) {
-            upstream.headers.add(name: field.name.rawName, value: field.value)
-        }
-        upstream.headers.replaceOrAdd(name: "X-Larder-Gateway", value: "1")
-        do {
-            if method != "GET" && method != "HEAD" {
-                let body = try await request.collectBody(upTo: maxForwardBytes)
-                upstream.body = .bytes(body)
+        var body: Data?
+        if method != "GET" && method != "HEAD" {
+            do {
+                body = Data(buffer: try await request.collectBody(upTo: forwarder.maxBytes))
+            } catch {
+                log(line(method, url, 413, "passthrough refused: the body is larger than the limit", nil, started))
+                return Self.text(
+                    413, "larder gateway: a forwarded request body is at most \(forwarder.maxBytes) bytes\n")
             }
-            let response = try await HTTPClient.shared.execute(upstream, timeout: .seconds(60))
-            let data = method == "HEAD" ? ByteBuffer() : try await response.body.collect(upTo: maxForwardBytes)
-            var headers = HTTPFields()
-            for field in response.headers {
-                let name = field.name.lowercased()
-                guard !Self.hopByHop.contains(name), !["content-length", "content-encoding"].contains(name),
-                    let key = HTTPField.Name(field.name)
-                else { continue }
-                headers.append(HTTPField(name: key, value: field.value))
-            }
-            headers[.contentLength] = "\(data.readableBytes)"
-            let status = Int(response.status.code)
-            log(line(method, url, status, "passthrough (\(reason))", "\(data.readableBytes)", started))
-            return Response(
-                status: HTTPResponse.Status(code: status), headers: headers,
-                body: method == "HEAD" ? ResponseBody() : ResponseBody(byteBuffer: data))
-        } catch {
-            let why = Self.describe(error)
+        }
+        let fields = request.headers.map { ($0.name.rawName, $0.value) }
+        let outgoing = forwarder.request(method: method, url: url, headers: fields, body: body)
+        switch await forwarder.send(outgoing) {
+        case .failure(let why):
             log(line(method, url, 502, "passthrough failed: \(why)", nil, started))
             return Self.text(502, "larder gateway: the network did not answer \(url): \(why)\n")
+        case .success(let answer):
+            var headers = HTTPFields()
+            for (k, v) in answer.headers {
+                guard let name = HTTPField.Name(k) else { continue }
+                headers.append(HTTPField(name: name, value: v))
+            }
+            let length = answer.headers.first { $0.0.lowercased() == "content-length" }.flatMap { Int($0.1) }
+            log(line(method, url, answer.status, "passthrough (\(reason))", length.map { "\($0)" }, started))
+            let stream = answer.body
+            let responseBody = ResponseBody(contentLength: method == "HEAD" ? nil : length) { writer in
+                for try await chunk in stream { try await writer.write(ByteBuffer(bytes: chunk)) }
+                try await writer.finish(nil)
+            }
+            return Response(status: HTTPResponse.Status(code: answer.status), headers: headers, body: responseBody)
         }
     }
-
-    /// A client error in words.
-    static func describe(_ error: any Error) -> String {
-        if let e = error as? NIOTooManyBytesError {
-            return "the answer is larger than \(e.maxBytes.map { "\($0)" } ?? "the allowed") bytes"
-        }
-        return "\(error)"
-    }
-
-    static let hopByHop: Set<String> = [
-        "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "host",
-        "proxy-authorization", "proxy-authenticate",
-    ]
 
     /// A loader response as a Hummingbird response, its body streamed chunk by chunk.
     static func response(_ r: LoadResponse, head: Bool) -> Response {

@@ -98,7 +98,8 @@ extension LarderCommand {
             let loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: FilePath(root)))
             var gateway = Gateway(
                 loader: loader, host: host, port: port,
-                network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue),
+                forwarder: Forwarder(
+                    network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue), exchange: HTTPExchange()),
                 log: { Output.line($0) })
             if pageHealth {
                 let recorder = StoreHealthRecorder(root: FilePath(root)) { result in

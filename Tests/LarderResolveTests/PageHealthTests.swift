@@ -2,6 +2,7 @@ import Foundation
 import LarderCore
 import LarderResolve
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 

@@ -1,0 +1,93 @@
+import Foundation
+
+/// A request on its way to the network: what a front-end received, as the forwarder passes it on.
+public struct ForwardRequest: Sendable {
+    /// The HTTP method, as received.
+    public var method: String
+    /// The absolute http(s) URL to send it to.
+    public var url: String
+    /// Header fields in order (hop-by-hop fields already removed).
+    public var headers: [(String, String)]
+    /// The request body, if any.
+    public var body: Data?
+
+    /// Creates one.
+    public init(method: String, url: String, headers: [(String, String)], body: Data?) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// The network's answer: status, header fields, and the body as it arrives.
+public struct ForwardResponse: Sendable {
+    /// The HTTP status.
+    public var status: Int
+    /// Header fields in order, consistent with the body as delivered (an engine that decodes a
+    /// `Content-Encoding` removes it and the length).
+    public var headers: [(String, String)]
+    /// The body in chunks as the reader asks for them (the network is read no faster), ending
+    /// with an error if the connection failed mid-way or the body passed the limit.
+    public var body: ForwardBody
+
+    /// Creates one.
+    public init(status: Int, headers: [(String, String)], body: ForwardBody) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+}
+
+/// What carries a forwarded request (`HTTPExchange` in LarderFetch: AsyncHTTPClient on Linux,
+/// URLSession on Apple platforms; a fake in tests). Redirects are followed; the body is streamed;
+/// a body longer than `maxBytes` ends its stream with an error.
+public protocol NetworkExchange: Sendable {
+    /// Sends `request`; returns when the response head arrived.
+    func send(_ request: ForwardRequest, maxBytes: Int) async throws -> ForwardResponse
+}
+
+/// A forwarded body, pulled chunk by chunk: each `next()` reads from the network only then, so a
+/// slow reader holds back the sender (back-pressure) and memory stays at one chunk.
+public struct ForwardBody: AsyncSequence, Sendable {
+    /// Chunks of the body.
+    public typealias Element = Data
+    let pull: @Sendable () async throws -> Data?
+
+    /// A body whose chunks `pull` returns, nil at its end.
+    public init(pull: @escaping @Sendable () async throws -> Data?) { self.pull = pull }
+
+    /// A body of these bytes, in one chunk (empty: none).
+    public static func bytes(_ data: Data) -> ForwardBody {
+        let left = Locked<Data?>(data.isEmpty ? nil : data)
+        return ForwardBody {
+            left.withLock { d in
+                defer { d = nil }
+                return d
+            }
+        }
+    }
+
+    /// The next chunk, or nil at the end.
+    public func next() async throws -> Data? { try await pull() }
+
+    /// Iterates the chunks.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let pull: @Sendable () async throws -> Data?
+        /// The next chunk, or nil at the end.
+        public mutating func next() async throws -> Data? { try await pull() }
+    }
+
+    /// An iterator over the chunks (one reader at a time).
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(pull: pull) }
+}
+
+/// A forwarded body longer than the limit.
+public struct ForwardTooLarge: Error, Sendable, CustomStringConvertible {
+    /// The limit, in bytes.
+    public let limit: Int
+    /// Creates one.
+    public init(limit: Int) { self.limit = limit }
+    /// What happened.
+    public var description: String { "the answer is larger than \(limit) bytes" }
+}

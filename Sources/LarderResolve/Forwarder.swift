@@ -1,0 +1,110 @@
+import Foundation
+import LarderCore
+
+/// What a front-end does with a request no package serves.
+public enum NetworkMode: Sendable, Equatable {
+    /// Forward it: an http(s) URL to itself (its scheme replaced by this one), a custom-scheme URL
+    /// `<scheme>://<id>/<rest>` to its package's first http(s) route (`https` or `http`).
+    case forward(scheme: String)
+    /// Refuse it (502): the device is offline, or the app wants no network.
+    case offline
+}
+
+/// Passthrough forwarding, shared by the HTTP gateway and the WebKit scheme-task driver so that
+/// a `local-then-network` route behaves the same in both: where a request goes, which header
+/// fields go with it (hop-by-hop ones removed, a loop marker added), and which come back. The
+/// network itself is an injected `NetworkExchange`.
+public struct Forwarder: Sendable {
+    /// Forward or refuse.
+    public let network: NetworkMode
+    /// What carries the requests; nil refuses every one (502).
+    public let exchange: (any NetworkExchange)?
+    /// Largest request body forwarded, and largest answer relayed.
+    public var maxBytes: Int
+
+    /// The header field a forwarded request carries, so a request that comes back is refused (508).
+    public static let loopMarker = "X-Larder-Gateway"
+
+    /// Header fields that concern one connection, never forwarded either way.
+    public static let hopByHop: Set<String> = [
+        "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "host",
+        "proxy-authorization", "proxy-authenticate",
+    ]
+
+    /// A forwarder in `network` mode over `exchange`.
+    public init(network: NetworkMode, exchange: (any NetworkExchange)?, maxBytes: Int = 64 << 20) {
+        self.network = network
+        self.exchange = exchange
+        self.maxBytes = maxBytes
+    }
+
+    /// Where a request goes, or why it does not.
+    public enum Target: Sendable, Equatable {
+        /// Send it to this URL.
+        case url(String)
+        /// Answer it with this status (502 refused or offline, 508 a loop) and reason.
+        case refused(status: Int, reason: String)
+    }
+
+    /// Where a request for `url` that the loader passed through (for `reason`) goes; `table` maps
+    /// custom-scheme URLs to their package's origin; `marked` says the request carries the loop
+    /// marker (it came from a forwarder).
+    public func target(for url: String, reason: String, table: RouteTable, marked: Bool) -> Target {
+        guard case .forward(let scheme) = network else {
+            return .refused(status: 502, reason: "offline: \(reason)")
+        }
+        var to = url
+        let lower = url.lowercased()
+        if !lower.hasPrefix("http://") && !lower.hasPrefix("https://") {
+            guard let mapped = table.networkURL(forCustom: url) else {
+                return .refused(
+                    status: 502, reason: "\(reason); a custom-scheme URL with no http(s) route has no network")
+            }
+            to = mapped
+        }
+        if scheme == "http", to.lowercased().hasPrefix("https://") { to = "http://" + to.dropFirst(8) }
+        if scheme == "https", to.lowercased().hasPrefix("http://") { to = "https://" + to.dropFirst(7) }
+        if marked { return .refused(status: 508, reason: "the request would loop back through a Larder forwarder") }
+        guard exchange != nil else { return .refused(status: 502, reason: "\(reason); no network exchange") }
+        return .url(to)
+    }
+
+    /// The request to send: the method and body as received, the header fields without hop-by-hop
+    /// ones, and the loop marker.
+    public func request(method: String, url: String, headers: [(String, String)], body: Data?) -> ForwardRequest {
+        var fields = headers.filter {
+            !Self.hopByHop.contains($0.0.lowercased()) && $0.0.lowercased() != "content-length"
+        }
+        fields.removeAll { $0.0.lowercased() == Self.loopMarker.lowercased() }
+        fields.append((Self.loopMarker, "1"))
+        let hasBody = body.map { !$0.isEmpty } ?? false
+        return ForwardRequest(method: method, url: url, headers: fields, body: hasBody ? body : nil)
+    }
+
+    /// Sends `request`; the answer's header fields without hop-by-hop ones, its body streamed
+    /// (empty for HEAD), or why it failed.
+    public func send(_ request: ForwardRequest) async -> Result<ForwardResponse, ForwardFailure> {
+        guard let exchange else { return .failure(ForwardFailure(message: "no network exchange")) }
+        if let body = request.body, body.count > maxBytes {
+            return .failure(ForwardFailure(message: "the request body is larger than \(maxBytes) bytes"))
+        }
+        do {
+            var response = try await exchange.send(request, maxBytes: maxBytes)
+            response.headers.removeAll { Self.hopByHop.contains($0.0.lowercased()) }
+            if request.method == "HEAD" { response.body = .bytes(Data()) }
+            return .success(response)
+        } catch {
+            return .failure(ForwardFailure(message: "\(error)"))
+        }
+    }
+}
+
+/// Why a forwarded request got no answer.
+public struct ForwardFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What went wrong (the network's error in words).
+    public let message: String
+    /// Creates one.
+    public init(message: String) { self.message = message }
+    /// The message.
+    public var description: String { message }
+}

@@ -1,0 +1,244 @@
+import Foundation
+import LarderCore
+import LarderResolve
+
+/// A request as a scheme task carries it (WebKit's `URLRequest`, in plain values).
+public struct SchemeRequest: Sendable {
+    /// The HTTP method.
+    public var method: String
+    /// The URL as the page asked for it.
+    public var url: String
+    /// Header fields in order.
+    public var headers: [(String, String)]
+    /// The request body, if any.
+    public var body: Data?
+
+    /// Creates one.
+    public init(method: String = "GET", url: String, headers: [(String, String)] = [], body: Data? = nil) {
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+    }
+
+    /// The value of a header field (case-insensitive name).
+    public func header(_ name: String) -> String? {
+        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+    }
+}
+
+/// A response head for a scheme task.
+public struct SchemeResponseHead: Sendable, Equatable {
+    /// The HTTP status.
+    public var status: Int
+    /// Header fields in order.
+    public var headers: [String: String]
+    /// The URL the response answers.
+    public var url: String
+
+    /// Creates one.
+    public init(status: Int, headers: [String: String], url: String) {
+        self.status = status
+        self.headers = headers
+        self.url = url
+    }
+}
+
+/// Why a scheme task failed.
+public struct SchemeTaskError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What kind of failure, for mapping to the platform's error codes.
+    public enum Kind: Sendable, Equatable {
+        /// Not a URL.
+        case badURL
+        /// Nothing local serves it and it cannot go to the network (offline, no route, a loop).
+        case noLocalCopy
+        /// The network did not answer, or failed mid-way.
+        case network
+        /// A local file could not be read to its end.
+        case unreadable
+    }
+
+    /// The kind.
+    public let kind: Kind
+    /// What went wrong, for a person.
+    public let message: String
+
+    /// Creates one.
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    /// The message.
+    public var description: String { message }
+}
+
+/// What the driver calls on a task: `WKURLSchemeTask`'s calls, as a protocol the WebKit glue
+/// implements over the real task and tests implement with a fake.
+public protocol SchemeTask: AnyObject, Sendable {
+    /// What identifies the task between `start` and `stop` (a wrapper returns its WebKit task's).
+    var taskIdentity: ObjectIdentifier { get }
+    /// The request the task carries.
+    var schemeRequest: SchemeRequest { get }
+    /// The response head (once, first).
+    func didReceive(_ head: SchemeResponseHead)
+    /// A chunk of the body.
+    func didReceive(_ data: Data)
+    /// The end of the body.
+    func didFinish()
+    /// The task failed (instead of `didFinish`).
+    func didFail(_ error: SchemeTaskError)
+}
+
+extension SchemeTask {
+    /// The object's own identity.
+    public var taskIdentity: ObjectIdentifier { ObjectIdentifier(self) }
+}
+
+/// Where a driver's calls to tasks run, one at a time, together with `stop`: WebKit's main
+/// thread (`.main`), or a serial queue of one's own (tests, other hosts). Running on it already,
+/// a call runs inline.
+public final class DeliveryQueue: Sendable {
+    private let queue: DispatchQueue?
+    private let key = DispatchSpecificKey<UInt8>()
+
+    /// The main thread (WebKit calls `start` and `stop` there, and wants its task called there).
+    public static let main = DeliveryQueue(queue: nil)
+
+    /// A serial queue named `label`.
+    public convenience init(label: String) {
+        self.init(queue: DispatchQueue(label: label))
+    }
+
+    private init(queue: DispatchQueue?) {
+        self.queue = queue
+        queue?.setSpecific(key: key, value: 1)
+    }
+
+    /// Runs `body` on the queue and waits for it.
+    public func sync<T>(_ body: () -> T) -> T {
+        guard let queue else { return Thread.isMainThread ? body() : DispatchQueue.main.sync(execute: body) }
+        return DispatchQueue.getSpecific(key: key) == 1 ? body() : queue.sync(execute: body)
+    }
+}
+
+/// Drives scheme tasks over the resource loader: everything a `WKURLSchemeHandler` does but the
+/// WebKit types. A task is answered from the sandbox (head, body in chunks read on a background
+/// queue, end), or — when the loader passes it through — by the network through the same
+/// `Forwarder` as the gateway (method, header fields, body, status and streamed answer), so a
+/// `local-then-network` route behaves the same in a web view and through `larder serve`. After
+/// `stop`, no call reaches the task: each call runs on the delivery queue only while the task is
+/// still active, and `stop` runs there too.
+public final class SchemeTaskDriver: Sendable {
+    /// Answers from the sandbox.
+    public let loader: ResourceLoader
+    /// The pinned versions of the web view this driver serves; nil follows the sandbox.
+    public let session: ResolverSession?
+    /// What goes to the network, and how.
+    public let forwarder: Forwarder
+    /// Where task calls run.
+    public let delivery: DeliveryQueue
+    private let work = DispatchQueue(label: "larder.scheme-tasks", qos: .userInitiated, attributes: .concurrent)
+    private let active = Locked<Set<ObjectIdentifier>>([])
+
+    /// A driver over `loader` (with `session`'s pins), forwarding with `forwarder`, calling tasks on `delivery`.
+    public init(
+        loader: ResourceLoader, session: ResolverSession? = nil,
+        forwarder: Forwarder = Forwarder(network: .offline, exchange: nil), delivery: DeliveryQueue = .main
+    ) {
+        self.loader = loader
+        self.session = session
+        self.forwarder = forwarder
+        self.delivery = delivery
+    }
+
+    /// Starts answering `task`: returns at once; the answer is delivered on the delivery queue.
+    public func start(_ task: any SchemeTask) {
+        let request = task.schemeRequest
+        delivery.sync { _ = active.withLock { $0.insert(task.taskIdentity) } }
+        work.async { [self] in
+            let load = LoadRequest(
+                method: request.method, url: request.url, range: request.header("Range"),
+                ifNoneMatch: request.header("If-None-Match"), cors: true)
+            switch loader.load(load, session: session) {
+            case .response(let r):
+                relay(r, to: task, url: request.url)
+            case .passthrough(let reason):
+                Task { await self.pass(request, reason: reason, to: task) }
+            }
+        }
+    }
+
+    /// Stops delivering to `task` (WebKit calls it on the main thread). After it returns, no
+    /// call reaches the task.
+    public func stop(_ task: any SchemeTask) {
+        delivery.sync { _ = active.withLock { $0.remove(task.taskIdentity) } }
+    }
+
+    /// Tasks started and neither stopped nor ended.
+    public var activeTasks: Int { active.withLock { $0.count } }
+
+    /// Streams a loader response: head, chunks, end; stops reading when the task is stopped.
+    func relay(_ r: LoadResponse, to task: any SchemeTask, url: String) {
+        defer { r.close() }
+        let headers = Dictionary(r.headers, uniquingKeysWith: { a, _ in a })
+        guard
+            deliver(
+                task, last: false, { $0.didReceive(SchemeResponseHead(status: r.status, headers: headers, url: url)) })
+        else { return }
+        do {
+            while let chunk = try r.nextChunk() {
+                guard deliver(task, last: false, { $0.didReceive(chunk) }) else { return }
+            }
+            deliver(task, last: true) { $0.didFinish() }
+        } catch {
+            deliver(task, last: true) { $0.didFail(SchemeTaskError(.unreadable, "\(error)")) }
+        }
+    }
+
+    /// Sends a passed-through request to the network through the forwarder and relays the answer.
+    func pass(_ request: SchemeRequest, reason: String, to task: any SchemeTask) async {
+        let table = session?.table().1 ?? loader.resolver.snapshot().table
+        let marked = request.header(Forwarder.loopMarker) != nil
+        switch forwarder.target(for: request.url, reason: reason, table: table, marked: marked) {
+        case .refused(_, let why):
+            deliver(task, last: true) { $0.didFail(SchemeTaskError(.noLocalCopy, why)) }
+        case .url(let to):
+            let outgoing = forwarder.request(
+                method: request.method, url: to, headers: request.headers, body: request.body)
+            switch await forwarder.send(outgoing) {
+            case .failure(let why):
+                deliver(task, last: true) { $0.didFail(SchemeTaskError(.network, "\(to): \(why)")) }
+            case .success(let answer):
+                let headers = Dictionary(answer.headers, uniquingKeysWith: { a, b in "\(a), \(b)" })
+                let head = SchemeResponseHead(status: answer.status, headers: headers, url: request.url)
+                guard deliver(task, last: false, { $0.didReceive(head) }) else { return }
+                do {
+                    for try await chunk in answer.body {
+                        guard deliver(task, last: false, { $0.didReceive(chunk) }) else { return }
+                    }
+                    deliver(task, last: true) { $0.didFinish() }
+                } catch {
+                    deliver(task, last: true) { $0.didFail(SchemeTaskError(.network, "\(to): \(error)")) }
+                }
+            }
+        }
+    }
+
+    /// Runs `call` on the delivery queue unless the task was stopped; false when it was. The
+    /// last call of a task (end or failure) also retires it.
+    @discardableResult
+    func deliver(_ task: any SchemeTask, last: Bool, _ call: (any SchemeTask) -> Void) -> Bool {
+        delivery.sync {
+            let id = task.taskIdentity
+            let live = active.withLock { set in
+                guard set.contains(id) else { return false }
+                if last { set.remove(id) }
+                return true
+            }
+            guard live else { return false }
+            call(task)
+            return true
+        }
+    }
+}
