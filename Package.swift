@@ -6,7 +6,7 @@ import PackageDescription
 //   LarderCore <- LarderFileSystem <- LarderFetch
 //   LarderStore, LarderFetch, LarderArchive <- LarderSync
 //   LarderStore <- LarderResolve <- LarderGateway, LarderWebKit
-//   all of them <- Larder (façade) <- larder (CLI)
+//   all of them but LarderGateway <- Larder (façade: OfflinePackages) <- larder (CLI, with LarderGateway)
 // LarderFetch carries HTTP over AsyncHTTPClient (NIO) on Linux and URLSession on Apple platforms;
 // LarderCore is pure values and decisions (no I/O). LarderArchive is the only module that
 // imports C libraries (libarchive for zip, zlib for gzip objects); CLarderShim is one inline
@@ -135,19 +135,21 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        // A WKURLSchemeHandler over the resource loader; its code compiles only where WebKit
-        // exists (`#if canImport(WebKit)`), so on Linux the module is empty.
+        // The WebKit path: the scheme-task driver and a web view's page health (platform-neutral,
+        // tested on Linux) and the thin WebKit glue over them (compiled only where WebKit exists).
         .target(name: "LarderWebKit", dependencies: ["LarderCore", "LarderResolve"], swiftSettings: strict),
         .target(
             name: "Larder",
             dependencies: [
                 "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore", "LarderFetch",
-                "LarderSync", "LarderResolve",
+                "LarderSync", "LarderResolve", "LarderWebKit",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strict
         ),
         // The resolve benchmark (scripts/bench-resolve); not a product.
+        // The README's Linux quick start (scripts/integration/quickstart runs it).
+        .executableTarget(name: "larder-quickstart", dependencies: ["Larder", "LarderGateway"], swiftSettings: strict),
         .executableTarget(
             name: "larder-bench-resolve",
             dependencies: ["LarderCore", "LarderFileSystem", "LarderResolve", "LarderStore"],

@@ -6,7 +6,8 @@ import LarderFileSystem
 @_exported import LarderResolve
 @_exported import LarderStore
 @_exported import LarderSync
-import SystemPackage
+@_exported import LarderWebKit
+@_exported import SystemPackage
 
 /// The use cases an app or tool calls. Publisher side: `PublisherKeys` (keygen, key files),
 /// `Publisher` (pack, revoke), `Verifier`. Device side: `Syncer` (sync, plan), `Sandbox`

@@ -26,7 +26,8 @@
             let r = onMain { task.request }
             return SchemeRequest(
                 method: r.httpMethod ?? "GET", url: r.url?.absoluteString ?? "",
-                headers: (r.allHTTPHeaderFields ?? [:]).map { ($0.key, $0.value) }, body: r.httpBody)
+                headers: (r.allHTTPHeaderFields ?? [:]).map { ($0.key, $0.value) }, body: r.httpBody,
+                isNavigation: r.mainDocumentURL == r.url)
         }
         func didReceive(_ head: SchemeResponseHead) {
             let url = onMain { task.request.url } ?? URL(fileURLWithPath: "/")

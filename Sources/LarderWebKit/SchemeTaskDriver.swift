@@ -12,13 +12,20 @@ public struct SchemeRequest: Sendable {
     public var headers: [(String, String)]
     /// The request body, if any.
     public var body: Data?
+    /// Whether it loads a main frame's document (WebKit: `mainDocumentURL == url`): the web
+    /// view's pins are renewed before it is answered.
+    public var isNavigation: Bool
 
     /// Creates one.
-    public init(method: String = "GET", url: String, headers: [(String, String)] = [], body: Data? = nil) {
+    public init(
+        method: String = "GET", url: String, headers: [(String, String)] = [], body: Data? = nil,
+        isNavigation: Bool = false
+    ) {
         self.method = method
         self.url = url
         self.headers = headers
         self.body = body
+        self.isNavigation = isNavigation
     }
 
     /// The value of a header field (case-insensitive name).
@@ -132,8 +139,9 @@ public final class DeliveryQueue: Sendable {
 public final class SchemeTaskDriver: Sendable {
     /// Answers from the sandbox.
     public let loader: ResourceLoader
-    /// The pinned versions of the web view this driver serves; nil follows the sandbox.
-    public let session: ResolverSession?
+    /// The pinned versions of the web view this driver serves, renewed at each navigation; nil
+    /// follows the sandbox as it changes.
+    public let pins: SessionPins?
     /// What goes to the network, and how.
     public let forwarder: Forwarder
     /// Where task calls run.
@@ -141,13 +149,13 @@ public final class SchemeTaskDriver: Sendable {
     private let work = DispatchQueue(label: "larder.scheme-tasks", qos: .userInitiated, attributes: .concurrent)
     private let active = Locked<Set<ObjectIdentifier>>([])
 
-    /// A driver over `loader` (with `session`'s pins), forwarding with `forwarder`, calling tasks on `delivery`.
+    /// A driver over `loader` (with `pins`), forwarding with `forwarder`, calling tasks on `delivery`.
     public init(
-        loader: ResourceLoader, session: ResolverSession? = nil,
+        loader: ResourceLoader, pins: SessionPins? = nil,
         forwarder: Forwarder = Forwarder(network: .offline, exchange: nil), delivery: DeliveryQueue = .main
     ) {
         self.loader = loader
-        self.session = session
+        self.pins = pins
         self.forwarder = forwarder
         self.delivery = delivery
     }
@@ -157,6 +165,9 @@ public final class SchemeTaskDriver: Sendable {
         let request = task.schemeRequest
         delivery.sync { _ = active.withLock { $0.insert(task.taskIdentity) } }
         work.async { [self] in
+            // A failed renewal (a package gone since) keeps the previous pins.
+            if request.isNavigation { try? pins?.renew() }
+            let session = pins?.current
             let load = LoadRequest(
                 method: request.method, url: request.url, range: request.header("Range"),
                 ifNoneMatch: request.header("If-None-Match"), cors: true)
@@ -164,7 +175,7 @@ public final class SchemeTaskDriver: Sendable {
             case .response(let r):
                 relay(r, to: task, url: request.url)
             case .passthrough(let reason):
-                Task { await self.pass(request, reason: reason, to: task) }
+                Task { await self.pass(request, reason: reason, session: session, to: task) }
             }
         }
     }
@@ -197,7 +208,7 @@ public final class SchemeTaskDriver: Sendable {
     }
 
     /// Sends a passed-through request to the network through the forwarder and relays the answer.
-    func pass(_ request: SchemeRequest, reason: String, to task: any SchemeTask) async {
+    func pass(_ request: SchemeRequest, reason: String, session: ResolverSession?, to task: any SchemeTask) async {
         let table = session?.table().1 ?? loader.resolver.snapshot().table
         let marked = request.header(Forwarder.loopMarker) != nil
         switch forwarder.target(for: request.url, reason: reason, table: table, marked: marked) {

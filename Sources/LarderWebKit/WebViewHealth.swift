@@ -17,20 +17,20 @@ public final class WebViewHealth: Sendable {
     /// Resolves a page's URL (with the web view's session, when it has one).
     public let loader: ResourceLoader
     /// The web view's pinned versions, if any.
-    public let session: ResolverSession?
+    public let pins: SessionPins?
     private let page = Locked<String?>(nil)
 
-    /// Health for a web view loading through `loader` (with `session`), reporting to `tracker`.
-    public init(tracker: PageHealthTracker, loader: ResourceLoader, session: ResolverSession? = nil) {
+    /// Health for a web view loading through `loader` (with `pins`), reporting to `tracker`.
+    public init(tracker: PageHealthTracker, loader: ResourceLoader, pins: SessionPins? = nil) {
         self.tracker = tracker
         self.loader = loader
-        self.session = session
+        self.pins = pins
     }
 
     /// The activation a page at `url` comes from: the active version of the package that serves it.
     public func activation(for url: String) -> ActivationRef? {
         let (snapshot, table) =
-            session?.table()
+            pins?.current?.table()
             ?? {
                 let s = loader.resolver.snapshot()
                 return (s, s.table)

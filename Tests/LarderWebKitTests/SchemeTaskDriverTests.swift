@@ -345,4 +345,27 @@ struct SchemeTaskDriverTests {
         }
         #expect(e.kind == .unreadable && e.message.contains("ended at byte"))
     }
+
+    @Test("pins: a page's subresources keep its version after an update; a navigation takes the new one")
+    func pinsRenewOnNavigation() async throws {
+        defer { env.cleanup() }
+        let pins = try SessionPins(resolver: loader.resolver)
+        let d = SchemeTaskDriver(loader: loader, pins: pins, delivery: delivery)
+        try env.publish("2.0.0")
+        try env.install("2.0.0")
+        func catalog(_ navigation: Bool) async throws -> String {
+            let t = FakeTask(SchemeRequest(url: "larder://sample-app/data/catalog.json", isNavigation: navigation))
+            d.start(t)
+            #expect(await t.waitForEnd())
+            return String(decoding: t.body, as: UTF8.self)
+        }
+        #expect(try await catalog(false).contains("\"1.0.0\""))
+        #expect(pins.current?.versions[PackageID("sample-app")!] == SemanticVersion("1.0.0"))
+        #expect(try await catalog(true).contains("\"2.0.0\""))
+        #expect(try await catalog(false).contains("\"2.0.0\""))
+        // The old pin was given back: gc may now delete 1.0.0.
+        #expect(pins.current?.versions[PackageID("sample-app")!] == SemanticVersion("2.0.0"))
+        pins.release()
+        #expect(pins.current == nil)
+    }
 }
