@@ -43,6 +43,12 @@ let package = Package(
             pkgConfig: "libarchive",
             providers: [.apt(["libarchive-dev"]), .brew(["libarchive"])]
         ),
+        // libzstd's patch-from mode makes and applies the binary patches of deltas.
+        .systemLibrary(
+            name: "CZstd",
+            pkgConfig: "libzstd",
+            providers: [.apt(["libzstd-dev"]), .brew(["zstd"])]
+        ),
         .systemLibrary(
             name: "CZlib",
             pkgConfig: "zlib",
@@ -67,7 +73,7 @@ let package = Package(
         .target(
             name: "LarderArchive",
             dependencies: [
-                "CArchive", "CZlib", "LarderCore", "LarderFileSystem",
+                "CArchive", "CZlib", "CZstd", "LarderCore", "LarderFileSystem",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
