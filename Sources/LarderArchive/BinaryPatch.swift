@@ -79,9 +79,9 @@ public enum BinaryPatch {
     /// result would pass `limit` bytes, when the patch is damaged or truncated (its frame
     /// checksum is checked), or when `write` throws.
     public static func apply(
-        patch: Data, base: Data, limit: Int64, write: (UnsafeRawBufferPointer) throws -> Void
+        patch: Data, base: Data, limit: Int64, write sink: (UnsafeRawBufferPointer) throws -> Void
     ) throws(PatchError) {
-        do { try applyUntyped(patch: patch, base: base, limit: limit, write: write) } catch let e as PatchError {
+        do { try applyUntyped(patch: patch, base: base, limit: limit, sink: sink) } catch let e as PatchError {
             throw e
         } catch {
             throw .output("\(error)")
@@ -89,7 +89,7 @@ public enum BinaryPatch {
     }
 
     static func applyUntyped(
-        patch: Data, base: Data, limit: Int64, write: (UnsafeRawBufferPointer) throws -> Void
+        patch: Data, base: Data, limit: Int64, sink: (UnsafeRawBufferPointer) throws -> Void
     ) throws {
         guard let dctx = ZSTD_createDCtx() else { throw PatchError.zstd("cannot create a decompression context") }
         defer { ZSTD_freeDCtx(dctx) }
@@ -113,7 +113,7 @@ public enum BinaryPatch {
                         total += Int64(produced)
                         if total > limit { throw PatchError.resultTooLong(limit: limit) }
                         do {
-                            try chunk.withUnsafeBytes { try write(UnsafeRawBufferPointer(rebasing: $0[0..<produced])) }
+                            try chunk.withUnsafeBytes { try sink(UnsafeRawBufferPointer(rebasing: $0[0..<produced])) }
                         } catch {
                             throw PatchError.output("\(error)")
                         }

@@ -1,4 +1,5 @@
 import CZlib
+import Foundation
 import LarderCore
 import LarderFileSystem
 import SystemPackage
@@ -185,5 +186,51 @@ public enum Gzip {
         try inflater.drain { hasher.update($0) }
         guard inflater.isFinished else { throw GzipError.truncated }
         return (hasher.count, hasher.finish())
+    }
+
+    /// Inflates the gzip file at `path` into memory (at most `limit` bytes): a base content for
+    /// a patch, a compressed file list.
+    public static func inflated(file path: FilePath, limit: Int64) throws -> Data {
+        try inflated(
+            AtomicFile.read(path, limit: Int(min(limit + limit / 64 + 4096, Int64(Int.max / 2)))), limit: limit)
+    }
+
+    /// Inflates gzip bytes (at most `limit` bytes out); a stream that is not complete is refused.
+    public static func inflated(_ gz: Data, limit: Int64) throws -> Data {
+        let inflater = try Inflater(limit: limit)
+        var out = Data()
+        try gz.withUnsafeBytes { try inflater.feed($0) { out.append(contentsOf: $0) } }
+        try inflater.drain { out.append(contentsOf: $0) }
+        guard inflater.isFinished else { throw GzipError.truncated }
+        return out
+    }
+
+    /// Compresses bytes as `compressFile` does (level 9, no name, mtime 0): the same bytes give
+    /// the same gzip.
+    public static func compress(_ data: Data) throws -> Data {
+        var stream = z_stream()
+        var r = deflateInit2_(
+            &stream, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, zlibVersion(), Int32(MemoryLayout<z_stream>.size))
+        guard r == Z_OK else { throw GzipError.zlib(code: r, message: "deflateInit2") }
+        defer { deflateEnd(&stream) }
+        var out = Data()
+        var buffer = [UInt8](repeating: 0, count: chunk)
+        try data.withUnsafeBytes { (input: UnsafeRawBufferPointer) throws in
+            stream.next_in = UnsafeMutablePointer(mutating: input.baseAddress?.assumingMemoryBound(to: UInt8.self))
+            stream.avail_in = UInt32(input.count)
+            repeat {
+                let size = buffer.count
+                buffer.withUnsafeMutableBufferPointer { o in
+                    stream.next_out = o.baseAddress
+                    stream.avail_out = UInt32(size)
+                    r = deflate(&stream, Z_FINISH)
+                }
+                guard r == Z_OK || r == Z_STREAM_END || r == Z_BUF_ERROR else {
+                    throw GzipError.zlib(code: r, message: "deflate")
+                }
+                out.append(contentsOf: buffer[0..<(size - Int(stream.avail_out))])
+            } while r != Z_STREAM_END
+        }
+        return out
     }
 }

@@ -46,14 +46,33 @@ public enum FetchMethod: String, Codable, Sendable, Equatable, CaseIterable {
     case bundle
     /// Nothing to fetch: every content is already in the sandbox.
     case local
+    /// A delta from the active version: patches against contents held, objects for the rest.
+    case delta
+}
+
+/// One way of fetching a version and what it would cost, as the plan shows all of them.
+public struct FetchAlternative: Codable, Sendable, Equatable {
+    /// How.
+    public var method: FetchMethod
+    /// Bytes to download.
+    public var bytes: Int64
+    /// HTTP requests.
+    public var requests: Int
+
+    /// Creates one.
+    public init(method: FetchMethod, bytes: Int64, requests: Int) {
+        self.method = method
+        self.bytes = bytes
+        self.requests = requests
+    }
 }
 
 /// The cost of getting a version one way, compared by `Differ.choose`.
 public struct FetchCost: Codable, Sendable, Equatable {
-    /// How the files would come: the missing objects, the whole bundle, or nothing to fetch.
+    /// How the files would come: the missing objects, a delta, the whole bundle, or nothing to fetch.
     public var method: FetchMethod
-    /// Bytes to download (for objects, the uncompressed size of the missing contents: an
-    /// upper bound, since objects are gzip-compressed).
+    /// Bytes to download: the objects' compressed sizes where the file list gives them (else
+    /// the contents' sizes, an upper bound), the patches', or the bundle's.
     public var bytes: Int64
     /// HTTP requests.
     public var requests: Int
@@ -61,14 +80,20 @@ public struct FetchCost: Codable, Sendable, Equatable {
     public var reused: Int
     /// The full bundle's size, for comparison.
     public var bundleBytes: Int64
+    /// Every way that was weighed (objects, delta when there is one, bundle), for the plan to show.
+    public var alternatives: [FetchAlternative]?
 
     /// Creates a cost.
-    public init(method: FetchMethod, bytes: Int64, requests: Int, reused: Int, bundleBytes: Int64) {
+    public init(
+        method: FetchMethod, bytes: Int64, requests: Int, reused: Int, bundleBytes: Int64,
+        alternatives: [FetchAlternative]? = nil
+    ) {
         self.method = method
         self.bytes = bytes
         self.requests = requests
         self.reused = reused
         self.bundleBytes = bundleBytes
+        self.alternatives = alternatives
     }
 }
 
@@ -136,7 +161,8 @@ public enum Differ {
     /// SHA-256s of every file already in the sandbox.
     public static func plan(
         index: RepositoryIndex, state: SandboxState, context: ClientContext,
-        fileLists: [PackageID: FileList] = [:], localContents: Set<SHA256Digest> = []
+        fileLists: [PackageID: FileList] = [:], localContents: Set<SHA256Digest> = [],
+        deltas: [PackageID: DeltaManifest] = [:]
     ) -> Plan {
         let entries = Dictionary(
             index.packages.filter { $0.channel == context.channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }
@@ -146,7 +172,8 @@ public enum Differ {
         for id in entries.keys.sorted() {
             guard let e = entries[id] else { continue }
             candidates[id] = candidate(
-                e, state: state[id], context: context, fileList: fileLists[id], localContents: localContents)
+                e, state: state[id], context: context, fileList: fileLists[id], localContents: localContents,
+                delta: deltas[id])
         }
         actions += otherChannelSkips(index: index, state: state, entries: entries, context: context)
         dropUnsatisfiedDependencies(&candidates, entries: entries, state: state)
@@ -190,7 +217,7 @@ public enum Differ {
     /// install / update by the cheaper method.
     static func candidate(
         _ e: PackageEntry, state pkg: PackageState, context: ClientContext, fileList: FileList?,
-        localContents: Set<SHA256Digest>
+        localContents: Set<SHA256Digest>, delta: DeltaManifest? = nil
     ) -> PlanAction {
         let id = e.id
         func skip(_ r: SkipReason, _ text: String) -> PlanAction {
@@ -226,7 +253,8 @@ public enum Differ {
         guard let list = fileList, list.version == e.version else {
             return skip(.fileListNeeded, "the file list of \(e.version) is needed to plan")
         }
-        let cost = choose(list: list, bundleSize: e.bundle.size, localContents: localContents)
+        let usable = delta.flatMap { $0.from == pkg.active && $0.to == e.version ? $0 : nil }
+        let cost = choose(list: list, bundleSize: e.bundle.size, localContents: localContents, delta: usable)
         let kind: PlanAction.Kind = pkg.active == nil ? .install : .update
         return PlanAction(
             kind: kind, id: id, from: pkg.active, to: e.version, cost: cost, skip: nil,
@@ -306,24 +334,43 @@ public enum Differ {
         return groups
     }
 
-    /// The cheaper way to get `list`: every content already local → `local`; else objects for
-    /// the missing contents when their bytes plus a per-request weight are below the bundle's.
-    public static func choose(list: FileList, bundleSize: Int64, localContents: Set<SHA256Digest>) -> FetchCost {
-        var missing: [SHA256Digest: Int64] = [:]
+    /// The cheapest way to get `list`: every content already local → `local`; else the least of
+    /// objects for the missing contents (their compressed sizes where the list gives them), the
+    /// delta (a patch for each missing content it patches from a content held here, an object for
+    /// the rest) and the bundle, each request weighing `requestWeight` bytes. Ties go to the
+    /// delta, then objects.
+    public static func choose(
+        list: FileList, bundleSize: Int64, localContents: Set<SHA256Digest>, delta: DeltaManifest? = nil
+    ) -> FetchCost {
+        var missing: [SHA256Digest: FileEntry] = [:]
         var reused = 0
         for f in list.files {
-            if localContents.contains(f.sha256) { reused += 1 } else { missing[f.sha256] = f.size }
+            if localContents.contains(f.sha256) { reused += 1 } else { missing[f.sha256] = f }
         }
         if missing.isEmpty {
             return FetchCost(method: .local, bytes: 0, requests: 0, reused: reused, bundleBytes: bundleSize)
         }
-        let bytes = missing.values.reduce(0, +)
-        let objectCost = bytes + Int64(missing.count) * requestWeight
-        let bundleCost = bundleSize + requestWeight
-        if objectCost < bundleCost {
-            return FetchCost(
-                method: .objects, bytes: bytes, requests: missing.count, reused: reused, bundleBytes: bundleSize)
+        let objectBytes = missing.values.reduce(0) { $0 + $1.objectCost }
+        var alternatives = [FetchAlternative(method: .objects, bytes: objectBytes, requests: missing.count)]
+        if let delta {
+            let patches = Dictionary(delta.patches.map { ($0.target, $0) }, uniquingKeysWith: { a, _ in a })
+            var bytes: Int64 = 0
+            for (digest, f) in missing {
+                if let p = patches[digest], localContents.contains(p.base) {
+                    bytes += p.patch.size
+                } else {
+                    bytes += f.objectCost
+                }
+            }
+            alternatives.insert(FetchAlternative(method: .delta, bytes: bytes, requests: missing.count), at: 0)
         }
-        return FetchCost(method: .bundle, bytes: bundleSize, requests: 1, reused: 0, bundleBytes: bundleSize)
+        alternatives.append(FetchAlternative(method: .bundle, bytes: bundleSize, requests: 1))
+        let weighed = { (a: FetchAlternative) in a.bytes + Int64(a.requests) * requestWeight }
+        var best = alternatives[0]
+        for a in alternatives.dropFirst() where weighed(a) < weighed(best) { best = a }
+        return FetchCost(
+            method: best.method, bytes: best.bytes, requests: best.requests,
+            reused: best.method == .bundle ? 0 : reused,
+            bundleBytes: bundleSize, alternatives: alternatives)
     }
 }

@@ -134,6 +134,11 @@ public struct PackageEntry: Codable, Sendable, Equatable {
     /// Packages this release needs, each within its version range; the differ skips the release when
     /// one of them will not be available.
     public var dependencies: [Dependency]
+    /// The file list gzip-compressed (`files.json.gz`): what a device fetches instead of `files`,
+    /// checking the decompressed bytes against `files`. Absent in older indexes.
+    public var filesGzip: BlobRef?
+    /// Delta manifests to this version from earlier ones (newest base first); absent when none.
+    public var deltas: [DeltaRef]?
 
     /// Creates an entry with the format's defaults for everything optional.
     public init(
@@ -157,11 +162,18 @@ public struct PackageEntry: Codable, Sendable, Equatable {
         self.mandatory = mandatory
         self.revoked = revoked
         self.dependencies = dependencies
+        self.filesGzip = nil
+        self.deltas = nil
     }
 
     enum CodingKeys: String, CodingKey {
         case id, version, routes, entry, spaFallback, policy, bundle, files, minClientVersion, channel, rollout,
-            mandatory, revoked, dependencies
+            mandatory, revoked, dependencies, filesGzip, deltas
+    }
+
+    /// The delta manifest from `version`, when the index has one.
+    public func delta(from version: SemanticVersion) -> DeltaRef? {
+        deltas?.first { $0.from == version }
     }
 
     /// Decodes an entry, giving every absent optional field the format's default.
@@ -181,6 +193,28 @@ public struct PackageEntry: Codable, Sendable, Equatable {
         mandatory = try c.decodeIfPresent(Bool.self, forKey: .mandatory) ?? false
         revoked = try c.decodeIfPresent([SemanticVersion].self, forKey: .revoked) ?? []
         dependencies = try c.decodeIfPresent([Dependency].self, forKey: .dependencies) ?? []
+        filesGzip = try c.decodeIfPresent(BlobRef.self, forKey: .filesGzip)
+        deltas = try c.decodeIfPresent([DeltaRef].self, forKey: .deltas)
+        if let d = deltas, d.count > 64 {
+            throw DecodingError.dataCorruptedError(
+                forKey: .deltas, in: c, debugDescription: "\(d.count) deltas is more than 64")
+        }
+    }
+}
+
+/// An index's reference to a delta manifest: the version it starts from and the manifest's
+/// place, size and SHA-256 (so the index's signature covers it).
+public struct DeltaRef: Codable, Sendable, Equatable {
+    /// The version the delta starts from.
+    public var from: SemanticVersion
+    /// The delta manifest, gzipped (`packages/<id>/<to>/deltas/<from>.json.gz`); size and SHA-256
+    /// are the gzip's.
+    public var manifest: BlobRef
+
+    /// Creates a reference.
+    public init(from: SemanticVersion, manifest: BlobRef) {
+        self.from = from
+        self.manifest = manifest
     }
 }
 
@@ -221,16 +255,24 @@ public struct FileEntry: Codable, Sendable, Equatable {
     public var sha256: SHA256Digest
     /// Optional MIME type overriding the resolver's table.
     public var mime: String?
+    /// The size of this content's object (gzip) in the repository, for a device to weigh
+    /// objects against the bundle by what they really cost; absent in older lists.
+    public var packed: Int64?
 
     /// Creates an entry.
-    public init(path: RelativePath, size: Int64, sha256: SHA256Digest, mime: String? = nil) {
+    public init(path: RelativePath, size: Int64, sha256: SHA256Digest, mime: String? = nil, packed: Int64? = nil) {
         self.path = path
         self.size = size
         self.sha256 = sha256
         self.mime = mime
+        self.packed = packed
     }
 
-    enum CodingKeys: String, CodingKey { case path, size, sha256, mime }
+    enum CodingKeys: String, CodingKey { case path, size, sha256, mime, packed }
+
+    /// What fetching this content as an object costs in bytes: its object's size when the list
+    /// says it, else its own size (an upper bound for all but incompressible contents).
+    public var objectCost: Int64 { packed ?? size }
 
     /// Decodes an entry, refusing a size outside `0...maxDeclaredSize` and a `mime` that is not a
     /// media type.
@@ -240,7 +282,12 @@ public struct FileEntry: Codable, Sendable, Equatable {
         size = try c.decode(Int64.self, forKey: .size)
         sha256 = try c.decode(SHA256Digest.self, forKey: .sha256)
         mime = try c.decodeIfPresent(String.self, forKey: .mime)
+        packed = try c.decodeIfPresent(Int64.self, forKey: .packed)
         try Self.check(size: size, mime: mime, c, sizeKey: .size, mimeKey: .mime)
+        if let p = packed, p < 0 || p > maxDeclaredSize + maxDeclaredSize / 64 + 1024 {
+            throw DecodingError.dataCorruptedError(
+                forKey: .packed, in: c, debugDescription: "packed size \(p) is outside the possible range")
+        }
     }
 
     /// Refuses a size outside `0...maxDeclaredSize` and a `mime` that is not a media type (the

@@ -50,6 +50,22 @@ public struct RepositoryLayout: Sendable {
         versionPath(id, version) + "/files.json"
     }
 
+    /// `packages/<id>/<version>/files.json.gz` relative to the root: the file list, gzipped.
+    public static func fileListGzipPath(_ id: PackageID, _ version: SemanticVersion) -> String {
+        fileListPath(id, version) + ".gz"
+    }
+
+    /// `packages/<id>/<to>/deltas/<from>.json.gz` relative to the root: a delta manifest, gzipped.
+    public static func deltaPath(_ id: PackageID, from: SemanticVersion, to: SemanticVersion) -> String {
+        versionPath(id, to) + "/deltas/\(from).json.gz"
+    }
+
+    /// `patches/<aa>/<sha256>` relative to the root: a binary patch, named by its own SHA-256.
+    public static func patchPath(_ digest: SHA256Digest) -> String {
+        let hex = digest.hex
+        return "patches/\(hex.prefix(2))/\(hex)"
+    }
+
     /// `objects/<aa>/<sha256>` relative to the root.
     public static func objectPath(_ digest: SHA256Digest) -> String {
         let hex = digest.hex

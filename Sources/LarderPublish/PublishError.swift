@@ -43,6 +43,8 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     case publicationPending(path: String)
     /// zlib refused to compress a file into its object (the detail says how).
     case compression(path: String, detail: String)
+    /// A delta from an earlier version could not be made (what was missing or failed).
+    case delta(from: String, detail: String)
 
     /// A stable machine-readable code.
     public var code: String {
@@ -78,6 +80,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .io: "io"
         case .publicationPending: "publication-interrupted"
         case .compression: "compress"
+        case .delta: "delta"
         }
     }
 
@@ -120,6 +123,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .publicationPending(let p):
             "\(p) is there: a pack or revoke is under way or was interrupted; run it again (or wait) before uploading"
         case .compression(let path, let detail): "\(path) could not be compressed into its object: \(detail)"
+        case .delta(let from, let detail): "the delta from \(from) could not be made: \(detail)"
         }
     }
 }

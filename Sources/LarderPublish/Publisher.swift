@@ -39,6 +39,9 @@ public struct PackRequest: Sendable {
     public var timeToLive: TimeInterval = 30 * 24 * 3600
     /// Limits on the tree (files, sizes, path lengths and depth), also applied to the bundle's self-check.
     public var limits: TreeLimits = .standard
+    /// Deltas are made to the new version from this many of the package's last versions on its
+    /// channel (the one it replaces and the bases of that one's deltas, newest first); 0 makes none.
+    public var deltaBases = 3
 
     /// A request with the required parts; set the rest as needed.
     public init(source: FilePath, repository: FilePath, id: String, version: String) {
@@ -77,6 +80,10 @@ public struct PackReport: Sendable, Codable, Equatable {
     public var objectBytesWritten: Int64
     /// The key id of the publisher's own key (co-signers are not listed).
     public var signedBy: String
+    /// The gzip-compressed file list (`files.json.gz`).
+    public var filesGzip: BlobRef?
+    /// The deltas made to this version, newest base first.
+    public var deltas: [DeltaReport] = []
 }
 
 /// What `revoke` did.
@@ -183,17 +190,20 @@ public struct Publisher: Sendable {
         for id in Set(valid.map(\.id.rawValue)) { removeStaleStaging(in: layout.packages.appending(id)) }
         for (request, v) in zip(requests, valid) {
             try checkNew(v, channel: request.channel, in: index, layout)
-            // 3–5. The version assembled under a temporary name, and the objects it needs.
-            let s = try stage(request, v, layout)
+            let previous = index.packages.first { $0.id == v.id && $0.channel == request.channel }
+            // 3–5. The version assembled under a temporary name, the objects it needs, and the
+            // deltas to it from the last versions on its channel.
+            let s = try stage(request, v, layout, bases: deltaBases(previous, count: request.deltaBases, layout))
             staged.append(s)
             // 6. The new index entry.
-            let previous = index.packages.first { $0.id == v.id && $0.channel == request.channel }
-            let entry = PackageEntry(
+            var entry = PackageEntry(
                 id: v.id, version: v.version, routes: v.routes, entry: v.entry.string,
                 spaFallback: request.spaFallback, policy: request.policy, bundle: s.bundle, files: s.fileList,
                 minClientVersion: v.minClientVersion, channel: request.channel,
                 rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(v.id)@\(v.version)"),
                 mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: v.dependencies)
+            entry.filesGzip = s.filesGzip
+            entry.deltas = s.deltaRefs.isEmpty ? nil : s.deltaRefs
             index.packages.removeAll { $0.id == v.id && $0.channel == request.channel }
             index.packages.append(entry)
         }
@@ -227,7 +237,7 @@ public struct Publisher: Sendable {
                 serial: published.serial, expires: published.expires, bundle: s.bundle, fileList: s.fileList,
                 fileCount: s.fileCount, totalSize: s.totalSize, objectsWritten: s.objects.written,
                 objectsReused: s.objects.reused, objectBytesWritten: s.objects.bytes,
-                signedBy: key.publicKey.keyID)
+                signedBy: key.publicKey.keyID, filesGzip: s.filesGzip, deltas: s.deltas)
         }
     }
 
@@ -261,13 +271,35 @@ public struct Publisher: Sendable {
         let fileCount: Int
         let totalSize: Int64
         let objects: (written: Int, reused: Int, bytes: Int64)
+        let filesGzip: BlobRef
+        let deltas: [DeltaReport]
+        let deltaRefs: [DeltaRef]
+    }
+
+    /// The versions to make deltas from: the one the new version replaces on its channel, then
+    /// the bases of that one's deltas (its own recent predecessors), newest first, none revoked,
+    /// each with its file list in the repository; at most `count`.
+    func deltaBases(_ previous: PackageEntry?, count: Int, _ layout: RepositoryLayout) -> [FileList] {
+        guard let previous, count > 0 else { return [] }
+        var versions = [previous.version] + (previous.deltas ?? []).map(\.from)
+        versions = versions.filter { !previous.revoked.contains($0) }
+        var seen: Set<SemanticVersion> = []
+        var lists: [FileList] = []
+        for v in versions where seen.insert(v).inserted && lists.count < count {
+            let path = layout.resolve(RepositoryLayout.fileListPath(previous.id, v))
+            guard let data = try? AtomicFile.read(path),
+                let list = try? ManifestCoding.decode(FileList.self, from: data, document: path.string)
+            else { continue }
+            lists.append(list)
+        }
+        return lists
     }
 
     /// Scans the tree, writes the bundle and its file list into a staging directory beside the
     /// version's place, checks the bundle with the device's reader, and writes the objects the
     /// repository lacks. The staging directory is removed on failure.
-    func stage(_ request: PackRequest, _ v: ValidatedRequest, _ layout: RepositoryLayout) throws(PublishError)
-        -> StagedVersion
+    func stage(_ request: PackRequest, _ v: ValidatedRequest, _ layout: RepositoryLayout, bases: [FileList] = [])
+        throws(PublishError) -> StagedVersion
     {
         let tree = try SourceTree.scan(request.source, limits: request.limits)
         guard tree.files.contains(where: { $0.path == v.entry }) else { throw .entryMissing(v.entry.string) }
@@ -288,21 +320,46 @@ public struct Publisher: Sendable {
         guard listing.files == fileList.files else {
             throw .changedWhilePacking(path: request.source.string)
         }
-        let fileListData = try encode(fileList)
+        // Objects the repository lacks (content-addressed, so writing one is idempotent); the list
+        // then says each object's size, for a device to weigh objects by what they cost.
+        let objects = try writeObjects(fileList, sources: tree.files.map(\.source), layout: layout)
+        var listed = fileList
+        for i in listed.files.indices { listed.files[i].packed = objects.packed[listed.files[i].sha256] }
+        let fileListData = try encode(listed)
         try io { () throws(FileSystemError) in try AtomicFile.write(fileListData, to: staging.appending("files.json")) }
+        let gzipped: Data
+        do { gzipped = try Gzip.compress(fileListData) } catch {
+            throw .compression(path: "files.json", detail: "\(error)")
+        }
+        try io { () throws(FileSystemError) in try AtomicFile.write(gzipped, to: staging.appending("files.json.gz")) }
         let bundleRef = BlobRef(
             path: RepositoryLayout.bundlePath(v.id, v.version), size: try fileSize(bundleFile),
             sha256: try digest(of: bundleFile))
         let fileListRef = BlobRef(
             path: RepositoryLayout.fileListPath(v.id, v.version), size: Int64(fileListData.count),
             sha256: SHA256Digest.of(fileListData))
-        // Objects the repository lacks (content-addressed, so writing one is idempotent).
-        let objects = try writeObjects(fileList, sources: tree.files.map(\.source), layout: layout)
+        let gzipRef = BlobRef(
+            path: RepositoryLayout.fileListGzipPath(v.id, v.version), size: Int64(gzipped.count),
+            sha256: SHA256Digest.of(gzipped))
+        let builder = DeltaBuilder(
+            layout: layout, target: listed, targetRef: fileListRef,
+            sources: Dictionary(
+                zip(fileList.files.map(\.sha256), tree.files.map(\.source)), uniquingKeysWith: { a, _ in a }),
+            staging: staging)
+        var deltas: [DeltaReport] = []
+        var deltaRefs: [DeltaRef] = []
+        for base in bases {
+            let (ref, report) = try builder.build(from: base)
+            deltaRefs.append(ref)
+            deltas.append(report)
+        }
         finished = true
         return StagedVersion(
             id: v.id, version: v.version, staging: staging,
             versionDir: layout.resolve(RepositoryLayout.versionPath(v.id, v.version)), bundle: bundleRef,
-            fileList: fileListRef, fileCount: fileList.files.count, totalSize: fileList.totalSize, objects: objects)
+            fileList: fileListRef, fileCount: fileList.files.count, totalSize: fileList.totalSize,
+            objects: (objects.written, objects.reused, objects.bytes), filesGzip: gzipRef, deltas: deltas,
+            deltaRefs: deltaRefs)
     }
 
     /// A pack request's values, parsed and checked.
@@ -352,15 +409,17 @@ public struct Publisher: Sendable {
     /// against the list as it is compressed: a source that changed meanwhile is refused).
     func writeObjects(
         _ fileList: FileList, sources: [FilePath], layout: RepositoryLayout
-    ) throws(PublishError) -> (written: Int, reused: Int, bytes: Int64) {
+    ) throws(PublishError) -> (written: Int, reused: Int, bytes: Int64, packed: [SHA256Digest: Int64]) {
         var written = 0
         var reused = 0
         var bytes: Int64 = 0
+        var packed: [SHA256Digest: Int64] = [:]
         var seen: Set<SHA256Digest> = []
         for (file, source) in zip(fileList.files, sources) where seen.insert(file.sha256).inserted {
             let objectPath = layout.resolve(RepositoryLayout.objectPath(file.sha256))
             if AtomicFile.exists(objectPath) {
                 reused += 1
+                packed[file.sha256] = try fileSize(objectPath)
                 continue
             }
             try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(objectPath.removingLastComponent()) }
@@ -375,8 +434,9 @@ public struct Publisher: Sendable {
             }
             written += 1
             bytes += result.compressedSize
+            packed[file.sha256] = result.compressedSize
         }
-        return (written, reused, bytes)
+        return (written, reused, bytes, packed)
     }
 
     // MARK: revoke

@@ -75,6 +75,17 @@ public struct SandboxLayout: Sendable {
         downloads.appending("\(id)-\(version)-\(sha256.hex.prefix(16)).zip.part")
     }
 
+    /// `downloads/patch-<sha256>.part`: a binary patch being downloaded (named by the patch's SHA-256).
+    public func patchPart(_ sha256: SHA256Digest) -> FilePath {
+        downloads.appending("patch-\(sha256.hex).part")
+    }
+
+    /// `downloads/applied-<sha256>`: a content made by a patch (named by the content's SHA-256),
+    /// checked, waiting to be linked into the version's tree.
+    public func appliedContent(_ sha256: SHA256Digest) -> FilePath {
+        downloads.appending("applied-\(sha256.hex)")
+    }
+
     /// `downloads/object-<sha256>.gz.part`: a content object being downloaded.
     public func objectPart(_ sha256: SHA256Digest) -> FilePath {
         downloads.appending("object-\(sha256.hex).gz.part")

@@ -51,6 +51,60 @@ public struct PackageResult: Sendable, Codable, Equatable {
     /// complete file had to be read again (the download started over, or the streamed read
     /// refused what the complete file's reader then judged).
     public var streamed: Bool? = nil
+    /// Bytes of metadata fetched for the package (its file list, gzipped list or delta manifest).
+    public var metadataBytes: Int64? = nil
+    /// For an update by delta (or one the index offered a delta for): what the delta did.
+    public var delta: DeltaResult? = nil
+}
+
+/// What an update by delta did: patches applied, and each content that fell back.
+public struct DeltaResult: Sendable, Codable, Equatable {
+    /// Contents made by a patch.
+    public var patchesApplied: Int
+    /// The patches' bytes fetched.
+    public var patchBytes: Int64
+    /// Bytes the update did not fetch: the full bundle's size minus what was fetched (metadata included).
+    public var bytesSaved: Int64
+    /// Each content that did not come from its patch: why, and what it came from instead.
+    public var fallbacks: [DeltaFallback]
+    /// Why the delta the index offered was not used at all (the plan then chose objects or the
+    /// bundle), when it was not.
+    public var unused: String?
+
+    /// Creates one.
+    public init(
+        patchesApplied: Int, patchBytes: Int64, bytesSaved: Int64, fallbacks: [DeltaFallback], unused: String? = nil
+    ) {
+        self.patchesApplied = patchesApplied
+        self.patchBytes = patchBytes
+        self.bytesSaved = bytesSaved
+        self.fallbacks = fallbacks
+        self.unused = unused
+    }
+}
+
+/// One content of a delta that came another way.
+public struct DeltaFallback: Sendable, Codable, Equatable {
+    /// What it fell back to.
+    public enum Source: String, Sendable, Codable, Equatable {
+        /// Its object.
+        case object
+        /// The whole bundle (the object failed too).
+        case bundle
+    }
+    /// The content (SHA-256).
+    public var content: SHA256Digest
+    /// Why its patch was not used.
+    public var reason: String
+    /// What it came from instead.
+    public var to: Source
+
+    /// Creates one.
+    public init(content: SHA256Digest, reason: String, to: Source) {
+        self.content = content
+        self.reason = reason
+        self.to = to
+    }
 }
 
 /// What a sync did.

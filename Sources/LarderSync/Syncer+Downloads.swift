@@ -20,6 +20,12 @@ extension Syncer {
         var staged: [PackageID: StagedBundle] = [:]
         /// Object content digest → downloaded gzip file.
         var objects: [SHA256Digest: FilePath] = [:]
+        /// Patch target digest → downloaded patch.
+        var patches: [SHA256Digest: FilePath] = [:]
+        /// Patch target digest → why its patch could not be fetched (the delta falls back).
+        var patchFailures: [SHA256Digest: PackageFailure] = [:]
+        /// Contents made by patches (target digest → checked file in downloads/).
+        var applied: [SHA256Digest: FilePath] = [:]
         var bytes: [PackageID: Int64] = [:]
         var seconds: [PackageID: Double] = [:]
         var errors: [PackageID: PackageFailure] = [:]
@@ -41,6 +47,8 @@ extension Syncer {
         /// A bundle, extracted into the staging area while it downloads when there is one.
         case bundle(PackageID, URL, FilePath, Expectation, StagingArea?)
         case object(PackageID, SHA256Digest, URL, FilePath, Expectation)
+        /// A patch (its target's digest names it in `Fetched.patches`).
+        case patch(PackageID, SHA256Digest, URL, FilePath, Expectation)
     }
 
     /// A finished transfer: its failure, its time, and for a bundle what the extraction that
@@ -72,13 +80,27 @@ extension Syncer {
     /// transfers at once; partial files stay for resume.
     func download(
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
-        local: [SHA256Digest: FilePath], sandbox: Sandbox, transport: any Transport, base: URL, concurrency: Int
+        local: [SHA256Digest: FilePath], sandbox: Sandbox, transport: any Transport, base: URL, concurrency: Int,
+        deltas: [PackageID: DeltaManifest] = [:]
     ) async -> Fetched {
-        let jobs = self.jobs(changes, entries: entries, lists: lists, local: local, sandbox: sandbox, base: base)
+        let jobs = self.jobs(
+            changes, entries: entries, lists: lists, local: local, sandbox: sandbox, base: base, deltas: deltas)
+        var result = Fetched()
+        await run(jobs, totals: changes, transport: transport, concurrency: concurrency, into: &result)
+        for a in changes { result.bytes[a.id] = result.bytes[a.id] ?? 0 }
+        return result
+    }
+
+    /// Runs `jobs` with at most `concurrency` at once, recording each into `result` (bytes
+    /// added to what it counted before).
+    func run(
+        _ jobs: [Job], totals changes: [PlanAction], transport: any Transport, concurrency: Int,
+        into result: inout Fetched
+    ) async {
         let progress = options.progress
         let totals = Dictionary(changes.map { ($0.id.rawValue, $0.cost?.bytes ?? 0) }, uniquingKeysWith: { a, _ in a })
         let counter = ByteCounter()
-        var result = Fetched()
+        for (id, n) in result.bytes { _ = counter.add(id.rawValue, n) }
         await withTaskGroup(of: Transfer.self) { group in
             var next = 0
             func launch() {
@@ -99,14 +121,13 @@ extension Syncer {
             }
         }
         for a in changes { result.bytes[a.id] = counter.value(a.id.rawValue) }
-        return result
     }
 
     /// The transfers a set of changes needs: a bundle each (with a staging area to extract into
     /// while it downloads, when one can be made), or each missing object once.
     func jobs(
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
-        local: [SHA256Digest: FilePath], sandbox: Sandbox, base: URL
+        local: [SHA256Digest: FilePath], sandbox: Sandbox, base: URL, deltas: [PackageID: DeltaManifest] = [:]
     ) -> [Job] {
         var jobs: [Job] = []
         var seen: Set<SHA256Digest> = []
@@ -121,19 +142,37 @@ extension Syncer {
                 jobs.append(.bundle(a.id, url(base, e.bundle.path), part, expected, area))
             case .objects:
                 for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
-                    // Objects declare no compressed size: gzip of incompressible data grows by a
-                    // few bytes per 16 KiB block, so this bound is generous but firm.
-                    let expected = Expectation(size: nil, limit: f.size + f.size / 64 + 1024, sha256: nil)
-                    jobs.append(
-                        .object(
-                            a.id, f.sha256, url(base, RepositoryLayout.objectPath(f.sha256)),
-                            sandbox.layout.objectPart(f.sha256), expected))
+                    jobs.append(objectJob(a.id, f, sandbox: sandbox, base: base))
+                }
+            case .delta:
+                let patches = Dictionary(
+                    (deltas[a.id]?.patches ?? []).map { ($0.target, $0) }, uniquingKeysWith: { x, _ in x })
+                for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
+                    if let p = patches[f.sha256], local[p.base] != nil {
+                        let expected = Expectation(size: p.patch.size, limit: p.patch.size, sha256: p.patch.sha256)
+                        jobs.append(
+                            .patch(
+                                a.id, f.sha256, url(base, p.patch.path), sandbox.layout.patchPart(p.patch.sha256),
+                                expected))
+                    } else {
+                        jobs.append(objectJob(a.id, f, sandbox: sandbox, base: base))
+                    }
                 }
             case .local:
                 break
             }
         }
         return jobs
+    }
+
+    /// The download of `f`'s object.
+    func objectJob(_ id: PackageID, _ f: FileEntry, sandbox: Sandbox, base: URL) -> Job {
+        // gzip of incompressible data grows by a few bytes per 16 KiB block: this bound is
+        // generous but firm (the list's object size, when it gives one, is exact).
+        let expected = Expectation(size: f.packed, limit: f.packed ?? (f.size + f.size / 64 + 1024), sha256: nil)
+        return .object(
+            id, f.sha256, url(base, RepositoryLayout.objectPath(f.sha256)), sandbox.layout.objectPart(f.sha256),
+            expected)
     }
 
     /// Runs one transfer; a bundle's extraction follows the part file as it grows.
@@ -144,7 +183,7 @@ extension Syncer {
         let (id, u, part, exp, area): (PackageID, URL, FilePath, Expectation, StagingArea?) =
             switch job {
             case .bundle(let i, let u, let p, let e, let a): (i, u, p, e, a)
-            case .object(let i, _, let u, let p, let e): (i, u, p, e, nil)
+            case .object(let i, _, let u, let p, let e), .patch(let i, _, let u, let p, let e): (i, u, p, e, nil)
             }
         let watch = area.map { _ in GrowingPart(part) }
         async let extraction: Result<StagedBundle, StoreError>? = {
@@ -192,6 +231,16 @@ extension Syncer {
                 result.resumable.insert(part.lastComponent?.string ?? "")
             } else {
                 result.objects[digest] = part
+            }
+            result.seconds[id, default: 0] = max(result.seconds[id, default: 0], done.seconds)
+        case .patch(let id, let target, _, let part, _):
+            // A patch that cannot be fetched is not the package's failure: the content falls
+            // back to its object.
+            if let e = done.failure {
+                result.patchFailures[target] = e
+                result.resumable.insert(part.lastComponent?.string ?? "")
+            } else {
+                result.patches[target] = part
             }
             result.seconds[id, default: 0] = max(result.seconds[id, default: 0], done.seconds)
         }

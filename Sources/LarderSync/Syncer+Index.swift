@@ -1,4 +1,5 @@
 import Foundation
+import LarderArchive
 import LarderCore
 import LarderFetch
 import LarderFileSystem
@@ -161,42 +162,155 @@ extension Syncer {
     /// Fetches the file lists the plan needs, each checked against the size and SHA-256 the
     /// index declares. Failures are returned per package; with each list, the verified bytes it
     /// was decoded from (placed as they are, see `Sandbox.provideListBytes`).
-    func fetchLists(
-        _ plan: Plan, index: RepositoryIndex, transport: any Transport, base: URL, channel: String
-    ) async -> ([PackageID: FileList], [PackageID: PackageFailure], [PackageID: Data]) {
+    /// What fetching the file lists gave: each list (with the verified bytes it is encoded as),
+    /// the delta manifest it was rebuilt from when there was one, the failures, and the bytes
+    /// the metadata cost on the wire.
+    struct Lists {
         var lists: [PackageID: FileList] = [:]
         var bytes: [PackageID: Data] = [:]
+        var deltas: [PackageID: DeltaManifest] = [:]
         var failures: [PackageID: PackageFailure] = [:]
+        var wireBytes: [PackageID: Int64] = [:]
+        /// Why a delta the index offered was not used (the list came another way).
+        var deltaNotes: [PackageID: String] = [:]
+    }
+
+    /// The file list of each release the first plan needs one for. With a delta manifest from
+    /// the active version, the list is built from the active version's verified list and the
+    /// manifest, and checked against the signed list's size and SHA-256: nothing else is
+    /// fetched. Otherwise the gzipped list when the index names one, else the list itself.
+    func fetchLists(
+        _ plan: Plan, index: RepositoryIndex, transport: any Transport, base: URL, channel: String, sandbox: Sandbox
+    ) async -> Lists {
+        var out = Lists()
         let entries = Dictionary(
             index.packages.filter { $0.channel == channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         for a in plan.actions where a.skip == .fileListNeeded {
             guard let e = entries[a.id] else { continue }
-            let doc: FetchedDocument
-            do throws(FetchError) {
-                doc = try await transport.document(
-                    url(base, e.files.path), etag: nil, maxBytes: Int(min(e.files.size, Int64(Self.maxIndexBytes))))
-            } catch {
-                failures[a.id] = .fetch(error)
-                continue
+            if let active = sandbox.state[a.id].active, let ref = e.delta(from: active) {
+                switch await listFromDelta(e, ref, active: active, transport: transport, base: base, sandbox: sandbox) {
+                case .success(let (list, bytes, manifest, wire)):
+                    out.lists[a.id] = list
+                    out.bytes[a.id] = bytes
+                    out.deltas[a.id] = manifest
+                    out.wireBytes[a.id, default: 0] += wire
+                    continue
+                case .failure(let why):
+                    out.deltaNotes[a.id] = why.description
+                    options.logger.info(
+                        "the delta is not usable; fetching the file list",
+                        metadata: ["id": "\(a.id)", "reason": "\(why)"])
+                }
             }
-            guard Int64(doc.data.count) == e.files.size, SHA256Digest.of(doc.data) == e.files.sha256 else {
-                failures[a.id] = .fileListMismatch(
-                    "\(e.files.path) does not match the size and sha256 the index declares")
-                continue
+            switch await fetchList(e, transport: transport, base: base) {
+            case .success(let (list, bytes, wire)):
+                out.lists[a.id] = list
+                out.bytes[a.id] = bytes
+                out.wireBytes[a.id, default: 0] += wire
+            case .failure(let failure):
+                out.failures[a.id] = failure
             }
-            let list: FileList
-            do { list = try ManifestCoding.decode(FileList.self, from: doc.data, document: e.files.path) } catch {
-                failures[a.id] = .fileListSchema(error)
-                continue
-            }
-            guard list.id == e.id, list.version == e.version else {
-                failures[a.id] = .fileListMismatch("\(e.files.path) describes \(list.id) \(list.version)")
-                continue
-            }
-            lists[a.id] = list
-            bytes[a.id] = doc.data
         }
-        return (lists, failures, bytes)
+        return out
+    }
+
+    /// The release's list from the delta manifest `ref` and the active version's list.
+    func listFromDelta(
+        _ e: PackageEntry, _ ref: DeltaRef, active: SemanticVersion, transport: any Transport, base: URL,
+        sandbox: Sandbox
+    ) async -> Result<(FileList, Data, DeltaManifest, Int64), DeltaError> {
+        let doc: FetchedDocument
+        do throws(FetchError) {
+            doc = try await transport.document(
+                url(base, ref.manifest.path), etag: nil,
+                maxBytes: Int(min(ref.manifest.size, Int64(Self.maxIndexBytes))))
+        } catch {
+            return .failure(DeltaError("\(ref.manifest.path): \(error)"))
+        }
+        guard Int64(doc.data.count) == ref.manifest.size, SHA256Digest.of(doc.data) == ref.manifest.sha256 else {
+            return .failure(DeltaError("\(ref.manifest.path) does not match the size and sha256 the index declares"))
+        }
+        let manifest: DeltaManifest
+        do {
+            let json = try Gzip.inflated(doc.data, limit: Int64(Self.maxIndexBytes))
+            manifest = try ManifestCoding.decode(DeltaManifest.self, from: json, document: ref.manifest.path)
+        } catch {
+            return .failure(DeltaError("\(ref.manifest.path): \(error)"))
+        }
+        guard manifest.id == e.id, manifest.from == active, manifest.to == e.version, manifest.files == e.files else {
+            return .failure(DeltaError("\(ref.manifest.path) is not the delta \(e.id)@\(active) → \(e.version)"))
+        }
+        let current: FileList
+        do {
+            let data = try AtomicFile.read(sandbox.layout.list(e.id, active))
+            current = try ManifestCoding.decode(FileList.self, from: data, document: "the list of \(active)")
+        } catch {
+            return .failure(DeltaError("the list of the active \(active) cannot be read: \(error)"))
+        }
+        let rebuilt: FileList
+        switch manifest.rebuild(from: current) {
+        case .success(let l): rebuilt = l
+        case .failure(let why): return .failure(why)
+        }
+        let bytes: Data
+        do { bytes = try ManifestCoding.encode(rebuilt) } catch {
+            return .failure(DeltaError("the rebuilt list cannot be encoded: \(error)"))
+        }
+        guard Int64(bytes.count) == e.files.size, SHA256Digest.of(bytes) == e.files.sha256 else {
+            return .failure(DeltaError("the list built from the delta is not the signed list of \(e.version)"))
+        }
+        if let gap = manifest.covers(rebuilt, holding: Set(current.files.map(\.sha256))) { return .failure(gap) }
+        return .success((rebuilt, bytes, manifest, Int64(doc.data.count)))
+    }
+
+    /// The release's list: gzipped when the index names a gzip (its decompressed bytes checked
+    /// against the list's size and SHA-256), else — or when the gzip fails — the list itself.
+    func fetchList(_ e: PackageEntry, transport: any Transport, base: URL) async -> Result<
+        (FileList, Data, Int64), PackageFailure
+    > {
+        var wire: Int64 = 0
+        if let gz = e.filesGzip {
+            do throws(FetchError) {
+                let doc = try await transport.document(
+                    url(base, gz.path), etag: nil, maxBytes: Int(min(gz.size, Int64(Self.maxIndexBytes))))
+                wire += Int64(doc.data.count)
+                if Int64(doc.data.count) == gz.size, SHA256Digest.of(doc.data) == gz.sha256,
+                    let data = try? Gzip.inflated(doc.data, limit: e.files.size),
+                    Int64(data.count) == e.files.size, SHA256Digest.of(data) == e.files.sha256
+                {
+                    return decodeList(e, data).map { ($0, data, wire) }
+                }
+                options.logger.info(
+                    "the gzipped file list does not match; fetching the list", metadata: ["id": "\(e.id)"])
+            } catch {
+                options.logger.info(
+                    "the gzipped file list could not be fetched; fetching the list",
+                    metadata: ["id": "\(e.id)", "error": "\(error)"])
+            }
+        }
+        let doc: FetchedDocument
+        do throws(FetchError) {
+            doc = try await transport.document(
+                url(base, e.files.path), etag: nil, maxBytes: Int(min(e.files.size, Int64(Self.maxIndexBytes))))
+        } catch {
+            return .failure(.fetch(error))
+        }
+        wire += Int64(doc.data.count)
+        guard Int64(doc.data.count) == e.files.size, SHA256Digest.of(doc.data) == e.files.sha256 else {
+            return .failure(.fileListMismatch("\(e.files.path) does not match the size and sha256 the index declares"))
+        }
+        return decodeList(e, doc.data).map { ($0, doc.data, wire) }
+    }
+
+    func decodeList(_ e: PackageEntry, _ data: Data) -> Result<FileList, PackageFailure> {
+        let list: FileList
+        do { list = try ManifestCoding.decode(FileList.self, from: data, document: e.files.path) } catch {
+            return .failure(.fileListSchema(error))
+        }
+        guard list.id == e.id, list.version == e.version else {
+            return .failure(.fileListMismatch("\(e.files.path) describes \(list.id) \(list.version)"))
+        }
+        return .success(list)
     }
 }
 

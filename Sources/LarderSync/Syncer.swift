@@ -52,6 +52,12 @@ public struct Syncer: Sendable {
         let listFailures: [PackageID: PackageFailure]
         let local: [SHA256Digest: FilePath]
         let plan: Plan
+        /// The delta manifests the lists were rebuilt from, by package.
+        var deltas: [PackageID: DeltaManifest] = [:]
+        /// Bytes the lists (or manifests) cost on the wire, by package.
+        var metadataBytes: [PackageID: Int64] = [:]
+        /// Why an offered delta was not used, by package.
+        var deltaNotes: [PackageID: String] = [:]
     }
 
     /// Locks and recovers the sandbox, fetches and verifies the index (recording it when
@@ -71,8 +77,9 @@ public struct Syncer: Sendable {
                 prefetchedSignature: prefetchedSignature)
             let ctx = context(config)
             let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
-            let (lists, failures, listBytes) = await fetchLists(
-                first, index: index, transport: t, base: base, channel: ctx.channel)
+            let fetchedLists = await fetchLists(
+                first, index: index, transport: t, base: base, channel: ctx.channel, sandbox: sandbox)
+            let (lists, failures, listBytes) = (fetchedLists.lists, fetchedLists.failures, fetchedLists.bytes)
             // A sync places each list as the verified bytes it was decoded from; they go to
             // staging/ now, so that no copy is held in memory meanwhile.
             if record {
@@ -91,11 +98,12 @@ public struct Syncer: Sendable {
                 : filter(
                     Differ.plan(
                         index: index, state: sandbox.state, context: ctx, fileLists: lists,
-                        localContents: Set(local.keys)),
+                        localContents: Set(local.keys), deltas: fetchedLists.deltas),
                     index)
             return Prepared(
                 config: config, sandbox: sandbox, base: base, transport: t, index: index, indexChanged: changed,
-                context: ctx, lists: lists, listFailures: failures, local: local, plan: plan)
+                context: ctx, lists: lists, listFailures: failures, local: local, plan: plan,
+                deltas: fetchedLists.deltas, metadataBytes: fetchedLists.wireBytes, deltaNotes: fetchedLists.deltaNotes)
         } catch {
             sandbox.close()
             throw error
@@ -174,10 +182,11 @@ public struct Syncer: Sendable {
         var results = applyRollbacksAndSkips(p)
 
         // Fetch and place every install/update, then activate each dependency group whole.
-        let changes = p.plan.changes.filter { $0.kind == .install || $0.kind == .update }
-        let fetched = await download(
+        var changes = p.plan.changes.filter { $0.kind == .install || $0.kind == .update }
+        var fetched = await download(
             changes, entries: entries, lists: p.lists, local: p.local, sandbox: p.sandbox, transport: p.transport,
-            base: p.base, concurrency: max(1, p.config.concurrency))
+            base: p.base, concurrency: max(1, p.config.concurrency), deltas: p.deltas)
+        let deltaResults = await applyDeltas(&changes, fetched: &fetched, prepared: p, entries: entries)
         let (placed, placeFailures) = place(changes, entries: entries, prepared: p, fetched: fetched)
         var failed = placeFailures
         activate(changes, entries: entries, sandbox: p.sandbox, placed: placed, failed: &failed)
@@ -190,6 +199,8 @@ public struct Syncer: Sendable {
                 outcome: failed[a.id] == nil ? .done : .failed, reason: failed[a.id]?.description ?? a.reason,
                 code: failed[a.id]?.code)
             if done?.method == .bundle { r.streamed = fetched.staged[a.id] != nil }
+            r.metadataBytes = p.metadataBytes[a.id]
+            r.delta = deltaResults[a.id]
             results.append(r)
             options.progress?(.package(id: a.id.rawValue, outcome: r.outcome))
         }
@@ -303,10 +314,12 @@ public struct Syncer: Sendable {
                             activate: false)
                     }
                     try? SystemCalls.unlink(part)
-                case .objects, .local:
+                case .objects, .local, .delta:
                     let area = try p.sandbox.makeStagingArea(id: list.id, version: list.version)
+                    // Contents made by patches are linked like the ones held.
+                    let sources = fetched.applied.isEmpty ? p.local : p.local.merging(fetched.applied) { x, _ in x }
                     do throws(StoreError) {
-                        try area.assemble(list: list, local: p.local, objects: fetched.objects)
+                        try area.assemble(list: list, local: sources, objects: fetched.objects)
                     } catch {
                         area.discard()
                         throw error
@@ -401,6 +414,8 @@ public struct Syncer: Sendable {
     /// gc removed.
     func cleanUp(_ fetched: Fetched, sandbox: Sandbox) -> [String] {
         for part in fetched.objects.values { try? SystemCalls.unlink(part) }
+        for file in fetched.applied.values { try? SystemCalls.unlink(file) }
+        for part in fetched.patches.values { try? SystemCalls.unlink(part) }
         for staged in fetched.staged.values { staged.area.discard() }
         sandbox.discardStagedLists()
         pruneDownloads(sandbox.layout.downloads, keep: fetched.resumable)

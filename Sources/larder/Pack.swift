@@ -10,8 +10,11 @@ extension LarderCommand {
             abstract: "Pack a directory as a new version into a repository and sign the index.",
             discussion: """
                 Writes packages/ID/VERSION/bundle.zip (deterministic: the same tree gives the same \
-                bytes) and files.json, the objects the repository lacks, and a new index.json \
-                (serial + 1) with its signature. Refuses symlinks and special files, names that are \
+                bytes), files.json (with each content's object size) and files.json.gz, the objects \
+                the repository lacks, the deltas to the new version from the last --deltas versions \
+                on its channel (deltas/FROM.json.gz, and patches/ for the contents those versions \
+                lack, made with zstd's patch-from mode when smaller than the object), and a new \
+                index.json (serial + 1) with its signature. Refuses symlinks and special files, names that are \
                 not UTF-8 NFC or that collide when case and normalisation are ignored, an empty tree, \
                 trees over the limits (manifests/README.md), a version that exists or is not greater \
                 than the newest on its channel.
@@ -78,6 +81,11 @@ extension LarderCommand {
         var ttlDays = 30.0
 
         @Option(
+            help: ArgumentHelp(
+                "Make deltas from this many of the package's last versions on its channel (0: none).", valueName: "N"))
+        var deltas = 3
+
+        @Option(
             name: .customLong("co-sign"),
             help: ArgumentHelp(
                 "Another private key that also signs the index (during a key rotation; repeatable).", valueName: "KEY"))
@@ -114,6 +122,7 @@ extension LarderCommand {
                 throw ValidationError("--max-total-size must be within 1...\(TreeLimits.standard.maxTotalBytes)")
             }
             guard ttlDays > 0 else { throw ValidationError("--ttl-days must be positive") }
+            guard (0...16).contains(deltas) else { throw ValidationError("--deltas must be within 0...16") }
             for b in bypass where !b.hasPrefix("/") { throw ValidationError("--bypass \(quoted(b)) must start with /") }
         }
 
@@ -139,6 +148,7 @@ extension LarderCommand {
             request.policy = Policy(mode: policy, bypass: bypass)
             request.timeToLive = ttlDays * 24 * 3600
             request.limits = limits
+            request.deltaBases = deltas
             let report: PackReport
             do {
                 report = try Publisher(key: privateKey, coSigners: coSigners).pack(request)

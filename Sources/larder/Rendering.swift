@@ -24,6 +24,11 @@ extension PackReport: RenderedReport {
             "  objects \(objectsWritten) written (\(Output.bytes(objectBytesWritten)) gzip), \(objectsReused) already present",
             "  index   serial \(serial), expires \(ManifestCoding.formatRFC3339(expires)), signed by \(signedBy)",
         ]
+            + deltas.map { d in
+                "  delta   from \(d.from): \(d.patches) patch(es) \(Output.bytes(d.patchBytes)), \(d.objects) object(s) "
+                    + "\(Output.bytes(d.objectBytes)), \(d.linked) linked, manifest \(Output.bytes(d.manifest.size)) "
+                    + "(objects alone: \(Output.bytes(d.objectBytesWithoutPatches)))"
+            }
     }
 }
 
@@ -49,7 +54,8 @@ struct VerifyOutput: RenderedReport {
     var textLines: [String] {
         var summary = "\(report.kind) \(report.path): \(report.problems.count) problem(s); "
         summary +=
-            "\(report.packagesChecked) package(s), \(report.filesChecked) file(s), \(report.objectsChecked) object(s) checked"
+            "\(report.packagesChecked) package(s), \(report.filesChecked) file(s), \(report.objectsChecked) object(s)"
+            + (report.deltasChecked > 0 ? ", \(report.deltasChecked) delta(s)" : "") + " checked"
         if let s = report.serial { summary += "; serial \(s)" }
         if let k = report.signedBy { summary += "; signed by \(k)" }
         if signatureSkipped { summary += "; signature NOT checked" }
@@ -81,6 +87,13 @@ extension Plan: RenderedReport {
             if let c = a.cost {
                 line +=
                     "  [\(c.method.rawValue): \(Output.bytes(c.bytes)) in \(c.requests) request(s), \(c.reused) file(s) reused; bundle \(Output.bytes(c.bundleBytes))]"
+                let others = (c.alternatives ?? []).filter { $0.method != c.method }
+                if !others.isEmpty {
+                    line +=
+                        " (weighed: "
+                        + others.map { "\($0.method.rawValue) \(Output.bytes($0.bytes)) in \($0.requests)" }.joined(
+                            separator: ", ") + ")"
+                }
             }
             return line + "  — \(a.reason)"
         }
@@ -97,14 +110,23 @@ extension SyncReport: RenderedReport {
             if let t = p.to, t != p.from { line += p.from == nil ? " \(t)" : " → \(t)" }
             if p.action == .install || p.action == .update {
                 line += " via \(p.method?.rawValue ?? "?")\(p.streamed == true ? " (extracted while downloading)" : "")"
+                if let d = p.delta, p.method == .delta {
+                    line +=
+                        " (\(d.patchesApplied) patch(es), \(Output.bytes(d.patchBytes)); \(d.fallbacks.count) fallback(s))"
+                }
                 line += ", fetched \(Output.bytes(p.bytesFetched))"
                 if let b = p.bundleBytes { line += " of a \(Output.bytes(b)) bundle" }
+                if let m = p.metadataBytes, m > 0 { line += " (+ \(Output.bytes(m)) of metadata)" }
                 line += String(format: " in %.2f s", p.seconds)
             }
             line += ": \(p.outcome.rawValue)"
             if p.outcome == .failed, let code = p.code { line += " [\(code)]" }
             if p.outcome != .done || p.action == .rollback || p.action == .remove { line += " — \(p.reason)" }
             lines.append(line)
+            for f in p.delta?.fallbacks ?? [] {
+                lines.append("  fell back to the \(f.to.rawValue) for \(f.content.hex.prefix(12))…: \(f.reason)")
+            }
+            if let unused = p.delta?.unused { lines.append("  delta not used: \(unused)") }
         }
         if !removedByGC.isEmpty { lines.append("gc removed \(removedByGC.joined(separator: ", "))") }
         return lines

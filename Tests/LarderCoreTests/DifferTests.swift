@@ -75,7 +75,14 @@ struct DifferTests {
                 index: idx, state: st, context: Self.ctx, fileLists: [Self.id("app"): Self.appList],
                 localContents: local), "app")
         #expect(a.kind == .update && a.from == Self.v("1.0.0"))
-        #expect(a.cost == FetchCost(method: .objects, bytes: 1000, requests: 1, reused: 1, bundleBytes: 100_000))
+        #expect(
+            a.cost
+                == FetchCost(
+                    method: .objects, bytes: 1000, requests: 1, reused: 1, bundleBytes: 100_000,
+                    alternatives: [
+                        FetchAlternative(method: .objects, bytes: 1000, requests: 1),
+                        FetchAlternative(method: .bundle, bytes: 100_000, requests: 1),
+                    ]))
         // Nothing local: 51 KB in 2 requests vs a 100 KB bundle → objects still; many small
         // files tip it to the bundle.
         let many = Self.list("app", "2.0.0", files: (0..<200).map { ("f\($0).js", 500, "c\($0)") })

@@ -128,6 +128,10 @@ struct ManifestTests {
             try !ManifestCoding.decode(SignatureFile.self, from: sig, document: "index.json.sig").signatures.isEmpty)
         let key = try Data(contentsOf: dir.appendingPathComponent("key.pub"))
         _ = try KeyFile.publicKey(from: key, path: "key.pub")
+        let delta = try Data(contentsOf: dir.appendingPathComponent("delta.json"))
+        let manifest = try ManifestCoding.decode(DeltaManifest.self, from: delta, document: "delta.json")
+        #expect(!manifest.patches.isEmpty && manifest.from < manifest.to)
+        #expect(try ManifestCoding.encode(manifest) == delta)
     }
 
     /// Examples that only the JSON Schema refuses (scripts/check-manifests checks them): the
@@ -159,6 +163,8 @@ struct ManifestTests {
                     } ?? true
             } else if name.hasPrefix("key-") {
                 refused = (try? KeyFile.publicKey(from: data, path: name)) == nil
+            } else if name.hasPrefix("delta-") {
+                refused = (try? ManifestCoding.decode(DeltaManifest.self, from: data, document: name)) == nil
             } else {
                 Issue.record("unexpected invalid example \(name)")
             }

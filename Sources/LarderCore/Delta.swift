@@ -1,0 +1,207 @@
+import Foundation
+
+/// A content of the new version made from a content the old version holds: the patch that
+/// turns the base into the target.
+public struct PatchRef: Codable, Sendable, Equatable {
+    /// SHA-256 of the content the patch makes.
+    public var target: SHA256Digest
+    /// Its size in bytes.
+    public var size: Int64
+    /// SHA-256 of the content of the old version the patch applies to.
+    public var base: SHA256Digest
+    /// The patch (`patches/<aa>/<sha256>`, zstd patch-from), its size and SHA-256.
+    public var patch: BlobRef
+
+    /// Creates one.
+    public init(target: SHA256Digest, size: Int64, base: SHA256Digest, patch: BlobRef) {
+        self.target = target
+        self.size = size
+        self.base = base
+        self.patch = patch
+    }
+}
+
+/// `packages/<id>/<to>/deltas/<from>.json.gz` (gzipped JSON): how a device holding `from` gets `to` — the file
+/// list's changes (so the device builds `to`'s list from `from`'s and checks it against the
+/// signed one instead of downloading it), the patches that make contents `from` lacks out of
+/// contents it holds, and the contents left to fetch as objects. Every other content of `to` is
+/// one `from` holds already: it is linked.
+public struct DeltaManifest: Codable, Sendable, Equatable {
+    /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
+    public var schemaVersion: Int
+    /// The package.
+    public var id: PackageID
+    /// The version the delta starts from.
+    public var from: SemanticVersion
+    /// The version it leads to.
+    public var to: SemanticVersion
+    /// `to`'s file list as the index names it: the list rebuilt from `from`'s must be these bytes.
+    public var files: BlobRef
+    /// Paths of `from` that `to` does not have (dropped).
+    public var remove: [RelativePath]
+    /// Entries of `to`'s list that are new or differ from `from`'s, exactly as `to`'s list has them.
+    public var upsert: [FileEntry]
+    /// Contents of `to` that `from` lacks, each made by a patch from a content `from` holds.
+    public var patches: [PatchRef]
+    /// Contents of `to` that `from` lacks and no patch makes: fetched as objects.
+    public var objects: [SHA256Digest]
+
+    /// Creates one.
+    public init(
+        schemaVersion: Int = currentSchemaVersion, id: PackageID, from: SemanticVersion, to: SemanticVersion,
+        files: BlobRef, remove: [RelativePath], upsert: [FileEntry], patches: [PatchRef], objects: [SHA256Digest]
+    ) {
+        self.schemaVersion = schemaVersion
+        self.id = id
+        self.from = from
+        self.to = to
+        self.files = files
+        self.remove = remove
+        self.upsert = upsert
+        self.patches = patches
+        self.objects = objects
+    }
+
+    /// The list changes from `old` to `new`: what `new` drops and what it adds or changes.
+    public static func changes(from old: FileList, to new: FileList) -> (remove: [RelativePath], upsert: [FileEntry]) {
+        let before = Dictionary(old.files.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
+        let after = Set(new.files.map(\.path))
+        let remove = old.files.map(\.path).filter { !after.contains($0) }
+        let upsert = new.files.filter { before[$0.path] != $0 }
+        return (remove, upsert)
+    }
+
+    /// `to`'s file list built from `from`'s: drop `remove` and the paths `upsert` replaces, add
+    /// `upsert`. The caller checks the encoded result against `files` (size and SHA-256).
+    public func rebuild(from list: FileList) -> Result<FileList, DeltaError> {
+        guard list.id == id, list.version == from else {
+            return .failure(DeltaError("the manifest is from \(id)@\(from), the list is \(list.id)@\(list.version)"))
+        }
+        let have = Set(list.files.map(\.path))
+        if let missing = remove.first(where: { !have.contains($0) }) {
+            return .failure(DeltaError("it removes \(missing), which \(id)@\(from) does not have"))
+        }
+        let replaced = Set(remove).union(upsert.map(\.path))
+        let files = list.files.filter { !replaced.contains($0.path) } + upsert
+        return .success(FileList(id: id, version: to, files: files))
+    }
+
+    /// Checks that every content of `list` (the rebuilt target) is one `from` holds, a patch's
+    /// target or an object, and that each patch's base is one `from` holds.
+    public func covers(_ list: FileList, holding old: Set<SHA256Digest>) -> DeltaError? {
+        let patched = Set(patches.map(\.target))
+        let fetched = Set(objects)
+        for f in list.files where !old.contains(f.sha256) && !patched.contains(f.sha256) && !fetched.contains(f.sha256)
+        {
+            return DeltaError("no source for \(f.path) (\(f.sha256.hex.prefix(12))…): not held, patched or fetched")
+        }
+        if let p = patches.first(where: { !old.contains($0.base) }) {
+            return DeltaError(
+                "the patch to \(p.target.hex.prefix(12))… applies to a content \(id)@\(from) does not hold")
+        }
+        return nil
+    }
+}
+
+/// Why a delta manifest cannot be used.
+public struct DeltaError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What was wrong.
+    public let description: String
+    /// Creates one.
+    public init(_ description: String) { self.description = description }
+}
+
+/// How the publisher finds, for a content the base version lacks, a content of the base version
+/// to patch from: a bundler renames chunks on every build (`app.3f2a9c.js` → `app.9c1e07.js`),
+/// so the same path is not enough.
+public enum BaseSelection {
+    /// Which rule proposed a base.
+    public enum Rule: String, Codable, Sendable, CaseIterable {
+        /// The same path, with other content.
+        case samePath = "same-path"
+        /// The same path once hash-like parts of the file name are masked.
+        case maskedPath = "masked-path"
+        /// The same extension and a size within a factor of two, nearest first.
+        case sizeAndType = "size-and-type"
+    }
+
+    /// Up to `limit` distinct base contents for `target`, each with the rule that proposed it, in
+    /// the order to try them: same path, masked path (nearest size first), then size and type.
+    public static func candidates(for target: FileEntry, in base: FileList, limit: Int = 3) -> [(FileEntry, Rule)] {
+        var out: [(FileEntry, Rule)] = []
+        var seen: Set<SHA256Digest> = [target.sha256]
+        func add(_ f: FileEntry, _ r: Rule) {
+            guard out.count < limit, f.size > 0, seen.insert(f.sha256).inserted else { return }
+            out.append((f, r))
+        }
+        let byPath = base.files.first { $0.path == target.path }
+        if let f = byPath { add(f, .samePath) }
+        let key = masked(target.path.string)
+        let distance = { (f: FileEntry) in abs(log(Double(max(f.size, 1)) / Double(max(target.size, 1)))) }
+        if key != target.path.string {
+            for f in base.files.filter({ $0.path != target.path && masked($0.path.string) == key }).sorted(by: {
+                distance($0) < distance($1)
+            }) {
+                add(f, .maskedPath)
+            }
+        }
+        let ext = Self.ext(target.path.string)
+        let similar = base.files.filter {
+            Self.ext($0.path.string) == ext && distance($0) <= log(2.0)
+        }.sorted { distance($0) < distance($1) }
+        for f in similar.prefix(limit * 2) { add(f, .sizeAndType) }
+        return out
+    }
+
+    /// The path with each hash-like part of its file name replaced by `*`: a part (between `.`,
+    /// `-`, `_` or `~`) of 6 or more characters that is hexadecimal with a digit, or of 8 or more
+    /// letters, digits, `-` or `_` mixing digits or cases — what bundlers put in chunk names.
+    public static func masked(_ path: String) -> String {
+        let slash = path.lastIndex(of: "/")
+        let dir = slash.map { String(path[...$0]) } ?? ""
+        let name = slash.map { String(path[path.index(after: $0)...]) } ?? path
+        var out = ""
+        var token = ""
+        func flush() {
+            out += isHashLike(token) ? "*" : token
+            token = ""
+        }
+        for c in name {
+            if c == "." || c == "-" || c == "_" || c == "~" {
+                flush()
+                out.append(c)
+            } else {
+                token.append(c)
+            }
+        }
+        flush()
+        return dir + out
+    }
+
+    static func isHashLike(_ t: String) -> Bool {
+        let u = Array(t.utf8)
+        guard u.count >= 6 else { return false }
+        let digits = u.contains { $0 >= 0x30 && $0 <= 0x39 }
+        let hex = u.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x61 && $0 <= 0x66) }
+        if hex && digits && u.count >= 6 { return !u.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } || u.count >= 16 }
+        guard u.count >= 8, u.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) })
+        else { return false }
+        let upper = u.contains { $0 >= 0x41 && $0 <= 0x5A }
+        let lower = u.contains { $0 >= 0x61 && $0 <= 0x7A }
+        return (digits && (upper || lower)) || (upper && lower && u.count >= 8 && !isWord(u))
+    }
+
+    /// A plain word in camel case (`MyComponent`) is not a hash: it starts with a capital and has
+    /// no other capital after a lower-case run… only a few do; treat words of one leading capital
+    /// as words.
+    static func isWord(_ u: [UInt8]) -> Bool {
+        let capitals = u.filter { $0 >= 0x41 && $0 <= 0x5A }.count
+        return capitals <= 2 && u.first.map { $0 >= 0x41 && $0 <= 0x5A } == true
+    }
+
+    static func ext(_ path: String) -> String {
+        let name = path.split(separator: "/").last.map(String.init) ?? path
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return "" }
+        return name[dot...].lowercased()
+    }
+}

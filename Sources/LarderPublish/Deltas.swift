@@ -1,0 +1,163 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+/// What making one delta did (`pack --json` lists one per base version).
+public struct DeltaReport: Sendable, Codable, Equatable {
+    /// The base version.
+    public var from: String
+    /// The manifest written.
+    public var manifest: BlobRef
+    /// Contents of the new version the base holds (linked on the device).
+    public var linked: Int
+    /// Contents made by a patch, and the patches' bytes.
+    public var patches: Int
+    /// The patches' total size.
+    public var patchBytes: Int64
+    /// Contents left to fetch as objects, and their objects' bytes.
+    public var objects: Int
+    /// The objects' total (compressed) size.
+    public var objectBytes: Int64
+    /// What the same contents would cost as objects (compressed): the patches' saving is the difference.
+    public var objectBytesWithoutPatches: Int64
+    /// For each base-selection rule, how many patches it found (the smallest of the candidates tried).
+    public var rules: [String: Int]
+    /// Candidate patches made while choosing.
+    public var tried: Int
+    /// Seconds spent.
+    public var seconds: Double
+}
+
+/// Makes the delta from one earlier version to the version being packed: for each content the
+/// base lacks, up to three base contents proposed by `BaseSelection` are tried with a fast
+/// patch, the smallest is made again at zstd level 19, and kept when it is smaller than the
+/// content's object. Patches go to `patches/` (content-addressed, written once), the manifest to
+/// the new version's staging directory.
+struct DeltaBuilder {
+    let layout: RepositoryLayout
+    /// The new version's list (with object sizes) and its reference.
+    let target: FileList
+    let targetRef: BlobRef
+    /// Where each content of the new version can be read.
+    let sources: [SHA256Digest: FilePath]
+    /// The new version's staging directory.
+    let staging: FilePath
+
+    func build(from base: FileList) throws(PublishError) -> (DeltaRef, DeltaReport) {
+        let started = Date()
+        let fail = { (detail: String) in PublishError.delta(from: base.version.description, detail: detail) }
+        let held = Set(base.files.map(\.sha256))
+        let (remove, upsert) = DeltaManifest.changes(from: base, to: target)
+        var patches: [PatchRef] = []
+        var objects: [SHA256Digest] = []
+        var seen: Set<SHA256Digest> = []
+        var rules: [String: Int] = [:]
+        var tried = 0
+        var patchBytes: Int64 = 0
+        var objectBytes: Int64 = 0
+        var withoutPatches: Int64 = 0
+        var baseCache: [SHA256Digest: Data] = [:]
+        for f in target.files where !held.contains(f.sha256) && seen.insert(f.sha256).inserted {
+            withoutPatches += f.objectCost
+            let candidates = f.size <= BinaryPatch.maxFileSize ? BaseSelection.candidates(for: f, in: base) : []
+            guard !candidates.isEmpty, let source = sources[f.sha256] else {
+                objects.append(f.sha256)
+                objectBytes += f.objectCost
+                continue
+            }
+            let content: Data
+            do { content = try AtomicFile.read(source, limit: Int(BinaryPatch.maxFileSize)) } catch {
+                throw fail("\(source): \(error)")
+            }
+            guard SHA256Digest.of(content) == f.sha256 else { throw .changedWhilePacking(path: f.path.string) }
+            // Rank the candidates with a fast patch; make the winner's at level 19.
+            var best: (entry: FileEntry, rule: BaseSelection.Rule, size: Int)?
+            for (candidate, rule) in candidates {
+                let bytes = try baseContent(candidate, &baseCache, fail)
+                let trial: Data
+                do { trial = try BinaryPatch.make(base: bytes, target: content, level: 3) } catch {
+                    throw fail("\(f.path): \(error)")
+                }
+                tried += 1
+                if best == nil || trial.count < best?.size ?? Int.max { best = (candidate, rule, trial.count) }
+            }
+            guard let winner = best else { continue }
+            let patch: Data
+            do {
+                patch = try BinaryPatch.make(
+                    base: try baseContent(winner.entry, &baseCache, fail), target: content, level: 19)
+            } catch let e as PublishError {
+                throw e
+            } catch {
+                throw fail("\(f.path): \(error)")
+            }
+            guard Int64(patch.count) < f.objectCost else {
+                objects.append(f.sha256)
+                objectBytes += f.objectCost
+                continue
+            }
+            let ref = try writePatch(patch)
+            patches.append(PatchRef(target: f.sha256, size: f.size, base: winner.entry.sha256, patch: ref))
+            patchBytes += ref.size
+            rules[winner.rule.rawValue, default: 0] += 1
+        }
+        let manifest = DeltaManifest(
+            id: target.id, from: base.version, to: target.version, files: targetRef, remove: remove, upsert: upsert,
+            patches: patches, objects: objects)
+        // Every byte a device fetches counts: the manifest is published gzipped.
+        let data: Data
+        do { data = try Gzip.compress(ManifestCoding.encode(manifest)) } catch {
+            throw fail("encoding the manifest: \(error)")
+        }
+        let file = staging.appending("deltas").appending("\(base.version).json.gz")
+        try io { () throws(FileSystemError) in
+            try AtomicFile.makeDirectories(file.removingLastComponent())
+            try AtomicFile.write(data, to: file)
+        }
+        let ref = BlobRef(
+            path: RepositoryLayout.deltaPath(target.id, from: base.version, to: target.version),
+            size: Int64(data.count), sha256: SHA256Digest.of(data))
+        let linked = Set(target.files.map(\.sha256)).intersection(held).count
+        let report = DeltaReport(
+            from: base.version.description, manifest: ref, linked: linked, patches: patches.count,
+            patchBytes: patchBytes, objects: objects.count, objectBytes: objectBytes,
+            objectBytesWithoutPatches: withoutPatches, rules: rules, tried: tried,
+            seconds: Date().timeIntervalSince(started))
+        return (DeltaRef(from: base.version, manifest: ref), report)
+    }
+
+    /// A content of the base version, read from its object (and checked).
+    func baseContent(
+        _ f: FileEntry, _ cache: inout [SHA256Digest: Data], _ fail: (String) -> PublishError
+    ) throws(PublishError) -> Data {
+        if let d = cache[f.sha256] { return d }
+        let path = layout.resolve(RepositoryLayout.objectPath(f.sha256))
+        let data: Data
+        do { data = try Gzip.inflated(file: path, limit: f.size) } catch {
+            throw fail("the object of \(f.path) (\(f.sha256.hex.prefix(12))…): \(error)")
+        }
+        guard data.count == f.size, SHA256Digest.of(data) == f.sha256 else {
+            throw fail("the object of \(f.path) does not hold its content")
+        }
+        // A few bases are tried for many targets; keep the cache small.
+        if cache.count > 64 { cache.removeAll() }
+        cache[f.sha256] = data
+        return data
+    }
+
+    /// Writes a patch under its own SHA-256 unless it is there already.
+    func writePatch(_ patch: Data) throws(PublishError) -> BlobRef {
+        let digest = SHA256Digest.of(patch)
+        let rel = RepositoryLayout.patchPath(digest)
+        let path = layout.resolve(rel)
+        if !AtomicFile.exists(path) {
+            try io { () throws(FileSystemError) in
+                try AtomicFile.makeDirectories(path.removingLastComponent())
+                try AtomicFile.write(patch, to: path)
+            }
+        }
+        return BlobRef(path: rel, size: Int64(patch.count), sha256: digest)
+    }
+}

@@ -1,0 +1,170 @@
+import Foundation
+import LarderCore
+import Testing
+
+@Suite("Core: delta manifests, base selection and the cost model")
+struct DeltaTests {
+    static func d(_ s: String) -> SHA256Digest { SHA256Digest.of(Data(s.utf8)) }
+    static func e(_ path: String, _ content: String, size: Int64? = nil, packed: Int64? = nil) -> FileEntry {
+        FileEntry(
+            path: RelativePath(path)!, size: size ?? Int64(content.utf8.count), sha256: d(content), packed: packed)
+    }
+    static func list(_ version: String, _ files: [FileEntry]) -> FileList {
+        FileList(id: PackageID("app")!, version: SemanticVersion(version)!, files: files)
+    }
+    static let ref = BlobRef(path: "packages/app/2.0.0/files.json", size: 1, sha256: d("list"))
+
+    /// `old` → `new` through a manifest: what it says, and that the rebuild gives `new` exactly.
+    func roundTrip(_ old: FileList, _ new: FileList) throws -> DeltaManifest {
+        let (remove, upsert) = DeltaManifest.changes(from: old, to: new)
+        let m = DeltaManifest(
+            id: old.id, from: old.version, to: new.version, files: Self.ref, remove: remove, upsert: upsert,
+            patches: [], objects: [])
+        let rebuilt = try m.rebuild(from: old).get()
+        #expect(rebuilt == new)
+        #expect(try ManifestCoding.encode(rebuilt) == ManifestCoding.encode(new))
+        return m
+    }
+
+    @Test("renames, deletes, changes, additions: the rebuilt list is the target list, byte for byte")
+    func rebuild() throws {
+        let old = Self.list(
+            "1.0.0",
+            [
+                Self.e("index.html", "<html>1"), Self.e("js/app.3f2a9c.js", "app v1"), Self.e("css/a.css", "a"),
+                Self.e("img/logo.png", "logo"),
+            ])
+        let new = Self.list(
+            "2.0.0",
+            [
+                Self.e("index.html", "<html>2"), Self.e("js/app.9c1e07.js", "app v2"), Self.e("css/a.css", "a"),
+                Self.e("img/brand.png", "logo"), Self.e("new.txt", ""),
+            ])
+        let m = try roundTrip(old, new)
+        #expect(m.remove.map(\.string) == ["img/logo.png", "js/app.3f2a9c.js"])
+        #expect(m.upsert.map(\.path.string) == ["img/brand.png", "index.html", "js/app.9c1e07.js", "new.txt"])
+    }
+
+    @Test("a file that becomes a directory, empty files, one content under two paths")
+    func shapes() throws {
+        let old = Self.list("1.0.0", [Self.e("docs", "a file"), Self.e("x/empty", ""), Self.e("y", "same")])
+        let new = Self.list(
+            "2.0.0",
+            [
+                Self.e("docs/index.html", "a file"), Self.e("x/empty", ""), Self.e("x/empty2", ""), Self.e("y", "same"),
+                Self.e("z", "same"),
+            ])
+        let m = try roundTrip(old, new)
+        #expect(m.remove.map(\.string) == ["docs"])
+        // The contents are all held already: nothing to patch or fetch.
+        #expect(m.covers(new, holding: Set(old.files.map(\.sha256))) == nil)
+    }
+
+    @Test("a manifest for another version, or removing what the base lacks, is refused")
+    func refusals() throws {
+        let old = Self.list("1.0.0", [Self.e("a", "1")])
+        let m = DeltaManifest(
+            id: PackageID("app")!, from: SemanticVersion("1.0.0")!, to: SemanticVersion("2.0.0")!, files: Self.ref,
+            remove: [RelativePath("nope")!], upsert: [], patches: [], objects: [])
+        #expect(throws: DeltaError.self) { try m.rebuild(from: old).get() }
+        #expect(throws: DeltaError.self) { try m.rebuild(from: Self.list("0.9.0", [Self.e("nope", "x")])).get() }
+        // A content with no source, and a patch whose base the base version lacks.
+        let new = Self.list("2.0.0", [Self.e("a", "2")])
+        var gap = m
+        gap.remove = []
+        #expect(gap.covers(new, holding: [Self.d("1")])?.description.contains("no source for a") == true)
+        gap.patches = [
+            PatchRef(target: Self.d("2"), size: 1, base: Self.d("other"), patch: Self.ref)
+        ]
+        #expect(gap.covers(new, holding: [Self.d("1")])?.description.contains("does not hold") == true)
+    }
+
+    @Test(
+        "hash-like parts of file names are masked; words and numbers are not",
+        arguments: [
+            ("js/app.3f2a9c.js", "js/app.*.js"),
+            ("static/main-BQ3xk9Zs.js", "static/main-*.js"),
+            ("assets/index.a1b2c3d4e5f6a7b8.css", "assets/index.*.css"),
+            ("static/9234.29a1b2c3d4e5f6a7b8c9.js", "static/9234.*.js"),
+            ("fonts/Roboto-Regular.woff2", "fonts/Roboto-Regular.woff2"),
+            ("img/logo.png", "img/logo.png"),
+            ("lib/2024.1.0/x.js", "lib/2024.1.0/x.js"),
+            ("MyComponent.vue", "MyComponent.vue"),
+            ("vendor.1a2b3c.chunk.js", "vendor.*.chunk.js"),
+        ])
+    func masking(_ path: String, _ masked: String) {
+        #expect(BaseSelection.masked(path) == masked)
+    }
+
+    @Test("candidates: same path, then the renamed chunk, then the nearest file of its type")
+    func candidates() {
+        let base = Self.list(
+            "1.0.0",
+            [
+                Self.e("js/app.3f2a9c.js", "x", size: 1000), Self.e("js/vendor.77aa88.js", "v", size: 50_000),
+                Self.e("js/other.js", "o", size: 1200), Self.e("js/tiny.js", "t", size: 100),
+                Self.e("css/app.3f2a9c.css", "c", size: 1000), Self.e("js/main.js", "m1", size: 990),
+            ])
+        let renamed = BaseSelection.candidates(for: Self.e("js/app.9c1e07.js", "new", size: 1010), in: base)
+        #expect(renamed.map(\.0.path.string) == ["js/app.3f2a9c.js", "js/main.js", "js/other.js"])
+        #expect(renamed.map(\.1) == [.maskedPath, .sizeAndType, .sizeAndType])
+        let edited = BaseSelection.candidates(for: Self.e("js/main.js", "m2", size: 995), in: base)
+        #expect(edited.first?.1 == .samePath && edited.first?.0.path.string == "js/main.js")
+        // Nothing of its type within a factor of two: no candidate.
+        #expect(BaseSelection.candidates(for: Self.e("a.wasm", "w", size: 10), in: base).isEmpty)
+    }
+
+    @Test("the cost model: objects by their packed size, the delta by its patches, the bundle; the least wins")
+    func costs() {
+        let big = (0..<4).map { Self.e("js/c\($0).js", "new\($0)", size: 400_000, packed: 100_000) }
+        let list = Self.list("2.0.0", big + [Self.e("held.js", "held")])
+        let held: Set = [Self.d("held"), Self.d("old0"), Self.d("old1")]
+        // Objects cost their packed size (400 KB), not their 1.6 MB: cheaper than a 1 MB bundle.
+        let plain = Differ.choose(list: list, bundleSize: 1_000_000, localContents: held)
+        #expect(plain.method == .objects && plain.bytes == 400_000 && plain.reused == 1)
+        // A delta with two patches whose bases are held (the other two contents as objects).
+        func patch(_ i: Int, base: String) -> PatchRef {
+            PatchRef(
+                target: Self.d("new\(i)"), size: 400_000, base: Self.d(base),
+                patch: BlobRef(path: "patches/x", size: 500, sha256: Self.d("p\(i)")))
+        }
+        var delta = DeltaManifest(
+            id: PackageID("app")!, from: SemanticVersion("1.0.0")!, to: SemanticVersion("2.0.0")!, files: Self.ref,
+            remove: [], upsert: [], patches: [patch(0, base: "old0"), patch(1, base: "old1"), patch(2, base: "gone")],
+            objects: [Self.d("new3")])
+        let withDelta = Differ.choose(list: list, bundleSize: 1_000_000, localContents: held, delta: delta)
+        #expect(withDelta.method == .delta)
+        // Two patches, and two objects (one patch's base is not held here).
+        #expect(withDelta.bytes == 500 + 500 + 100_000 + 100_000)
+        #expect(withDelta.alternatives?.map(\.method) == [.delta, .objects, .bundle])
+        // A small bundle beats both.
+        let small = Differ.choose(list: list, bundleSize: 150_000, localContents: held, delta: delta)
+        #expect(small.method == .bundle && small.reused == 0)
+        // Everything held: local, whatever is offered.
+        delta.patches = []
+        let all = Differ.choose(
+            list: Self.list("2.0.0", [Self.e("held.js", "held")]), bundleSize: 1, localContents: held, delta: delta)
+        #expect(all.method == .local)
+    }
+
+    @Test("documents with members no model knows still decode (an older client reads a newer repository)")
+    func unknownMembers() throws {
+        let entry = """
+            {"id": "app", "version": "2.0.0", "bundle": {"path": "packages/app/2.0.0/bundle.zip", "size": 1,
+             "sha256": "\(Self.d("b").hex)"}, "files": {"path": "packages/app/2.0.0/files.json", "size": 1,
+             "sha256": "\(Self.d("f").hex)"}, "deltas": [{"from": "1.0.0", "manifest": {"path": "m", "size": 1,
+             "sha256": "\(Self.d("m").hex)"}, "future": 1}], "somethingNew": {"x": [1, 2]}}
+            """
+        let index = """
+            {"schemaVersion": 1, "serial": 3, "expires": "2030-01-01T00:00:00Z", "packages": [\(entry)], "later": true}
+            """
+        let decoded = try ManifestCoding.decode(RepositoryIndex.self, from: Data(index.utf8), document: "index.json")
+        #expect(decoded.packages.first?.deltas?.first?.from == SemanticVersion("1.0.0"))
+        let list = """
+            {"schemaVersion": 1, "id": "app", "version": "2.0.0", "files": [{"path": "a", "size": 1,
+             "sha256": "\(Self.d("a").hex)", "packed": 21, "compression": "br"}], "generator": "x"}
+            """
+        let l = try ManifestCoding.decode(FileList.self, from: Data(list.utf8), document: "files.json")
+        #expect(l.files.first?.packed == 21 && l.files.first?.objectCost == 21)
+    }
+}
