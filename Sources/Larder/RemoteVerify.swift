@@ -1,4 +1,5 @@
 import Foundation
+import LarderArchive
 import LarderCore
 import LarderFetch
 import LarderFileSystem
@@ -57,6 +58,21 @@ extension Larder {
                     let path = RepositoryLayout.objectPath(file.sha256)
                     // An object is gzip: never larger than its content by more than gzip's framing.
                     if seen.insert(path).inserted { downloads.append((path, file.size + file.size / 100 + 1024)) }
+                }
+                if let gz = entry.filesGzip { downloads.append((gz.path, gz.size)) }
+                // Each delta: its manifest, the base's list, every patch and every base content's object.
+                for ref in entry.deltas ?? [] {
+                    guard let gz = await document(ref.manifest.path, maxBytes: Int(min(ref.manifest.size, Int64(maxIndex)))),
+                        let json = try? Gzip.inflated(gz, limit: Int64(maxIndex)),
+                        let manifest = try? ManifestCoding.decode(DeltaManifest.self, from: json, document: "delta")
+                    else { continue }
+                    let baseList = RepositoryLayout.fileListPath(entry.id, ref.from)
+                    if seen.insert(baseList).inserted { _ = await document(baseList, maxBytes: maxIndex) }
+                    for patch in manifest.patches {
+                        if seen.insert(patch.patch.path).inserted { downloads.append((patch.patch.path, patch.patch.size)) }
+                        let base = RepositoryLayout.objectPath(patch.base)
+                        if seen.insert(base).inserted { downloads.append((base, Int64(BinaryPatch.maxFileSize) + (1 << 20))) }
+                    }
                 }
             }
             problems += await download(downloads, base: base, transport: transport, scratch: scratch)

@@ -97,6 +97,8 @@ let corruptions: [Corruption] = [
             try ws.resign { index in
                 index.packages[0].files.size = Int64(data.count)
                 index.packages[0].files.sha256 = SHA256Digest.of(data)
+                // The edited list has no gzipped copy: the re-signed index names none.
+                index.packages[0].filesGzip = nil
             }
         }),
     Corruption(

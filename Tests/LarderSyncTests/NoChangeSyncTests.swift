@@ -115,10 +115,14 @@ struct NoChangeSyncTests {
         try env.initialise()
         _ = try await env.sync()
         #expect(try await env.sync().upToDate)
-        // A failing file-list download fails the update: no record, so the next sync retries.
+        // A failing file-list download (the gzipped list, then the list) fails the update: no
+        // record, so the next sync retries.
         try env.publish("1.1.0", ttl: 3600)
         let failing = FailingTransport(
-            failing: ["packages/sample-app/1.1.0/files.json": .status(url: "files.json", code: 503)],
+            failing: [
+                "packages/sample-app/1.1.0/files.json.gz": .status(url: "files.json.gz", code: 503),
+                "packages/sample-app/1.1.0/files.json": .status(url: "files.json", code: 503),
+            ],
             forwardingTo: FileTransport())
         let failed = try await env.sync(transport: failing)
         #expect(failed.hasFailures && !AtomicFile.exists(SandboxLayout(root: env.root).lastSync))

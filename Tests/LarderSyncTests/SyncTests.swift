@@ -142,7 +142,7 @@ struct SyncTests {
         // file list.
         #expect(
             documents.map { URL(string: $0)?.lastPathComponent ?? "" } == [
-                "index.json.sig", "index.json", "files.json",
+                "index.json.sig", "index.json", "files.json.gz",
             ])
     }
 
