@@ -62,16 +62,22 @@ extension Larder {
                 if let gz = entry.filesGzip { downloads.append((gz.path, gz.size)) }
                 // Each delta: its manifest, the base's list, every patch and every base content's object.
                 for ref in entry.deltas ?? [] {
-                    guard let gz = await document(ref.manifest.path, maxBytes: Int(min(ref.manifest.size, Int64(maxIndex)))),
+                    guard
+                        let gz = await document(
+                            ref.manifest.path, maxBytes: Int(min(ref.manifest.size, Int64(maxIndex)))),
                         let json = try? Gzip.inflated(gz, limit: Int64(maxIndex)),
                         let manifest = try? ManifestCoding.decode(DeltaManifest.self, from: json, document: "delta")
                     else { continue }
                     let baseList = RepositoryLayout.fileListPath(entry.id, ref.from)
                     if seen.insert(baseList).inserted { _ = await document(baseList, maxBytes: maxIndex) }
                     for patch in manifest.patches {
-                        if seen.insert(patch.patch.path).inserted { downloads.append((patch.patch.path, patch.patch.size)) }
+                        if seen.insert(patch.patch.path).inserted {
+                            downloads.append((patch.patch.path, patch.patch.size))
+                        }
                         let base = RepositoryLayout.objectPath(patch.base)
-                        if seen.insert(base).inserted { downloads.append((base, Int64(BinaryPatch.maxFileSize) + (1 << 20))) }
+                        if seen.insert(base).inserted {
+                            downloads.append((base, Int64(BinaryPatch.maxFileSize) + (1 << 20)))
+                        }
                     }
                 }
             }

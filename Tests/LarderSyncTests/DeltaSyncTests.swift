@@ -182,6 +182,42 @@ struct DeltaSyncTests {
     }
 }
 
+extension DeltaSyncTests {
+    @Test("a release that only renames files moves no content bytes: the manifest alone")
+    func renameOnly() async throws {
+        let env = try env(releases: 1)
+        defer { env.cleanup() }
+        try env.initialise()
+        _ = try await env.sync()
+        // 1.1.0: the same contents under new names (the chunks renamed, the catalogue moved).
+        try env.repository.publish(
+            "1.1.0",
+            edit: { src in
+                try chunkedApp(0)(src)
+                let fm = FileManager.default
+                for name in try fm.contentsOfDirectory(atPath: src.appendingPathComponent("js").path)
+                where name.hasPrefix("chunk") {
+                    try fm.moveItem(
+                        at: src.appendingPathComponent("js/\(name)"),
+                        to: src.appendingPathComponent("js/renamed-\(name)"))
+                }
+                try fm.moveItem(
+                    at: src.appendingPathComponent("data/catalog.json"),
+                    to: src.appendingPathComponent("data/catalogue.json"))
+            }, at: env.clock
+        ) { $0.deltaBases = 3 }
+        let manifest = try DeltaManifestFixture.read(env, to: "1.1.0", from: "1.0.0")
+        #expect(manifest.patches.isEmpty && manifest.objects.isEmpty && !manifest.remove.isEmpty)
+        let recording = RecordingTransport()
+        let r = try await env.sync(transport: recording)
+        let p = try #require(r.packages.first)
+        #expect(p.outcome == .done && p.bytesFetched == 0, "\(r)")
+        let downloads = recording.calls.compactMap { if case .download(let u) = $0 { u } else { nil } }
+        #expect(downloads.isEmpty, "\(downloads)")
+        try expectTreeMatches(env, "1.1.0")
+    }
+}
+
 /// Reading a published delta manifest (gzipped JSON) in tests.
 enum DeltaManifestFixture {
     static func read(_ env: SyncEnv, to: String, from: String) throws -> DeltaManifest {
