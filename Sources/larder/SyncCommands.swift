@@ -119,7 +119,10 @@ extension LarderCommand {
             commandName: "plan",
             abstract: "Show what a sync would do, and why; apply nothing.",
             discussion: """
-                Fetches and verifies the index and the file lists it needs and prints the plan; it \
+                Fetches and verifies the index and the file lists it needs (built from a delta \
+                manifest when the index has one from the active version, else the gzipped list) and \
+                prints the plan: per package the action and why, and for an install or update the \
+                cheapest way with the others weighed (delta, objects, bundle: bytes and requests). It \
                 installs, activates and records nothing. Like every writer it takes the sandbox lock \
                 and runs recovery (emptying staging/ and trash/ of interrupted operations).
                 """)
@@ -142,11 +145,13 @@ extension LarderCommand {
             commandName: "sync",
             abstract: "Bring the sandbox in step with the repository's signed index.",
             discussion: """
-                Locks the sandbox, recovers, fetches the index (a conditional GET: no change is one \
-                request answered 304) and checks its signature, serial and expiry, plans, downloads \
-                with bounded concurrency (resuming partial downloads; a bundle is extracted into \
-                staging while it downloads, and used only once the whole file is verified), verifies \
-                every file, activates \
+                Locks the sandbox, recovers, fetches the signature file and the index it names (no \
+                change since the last sync is that one request) and checks the signature, serial and \
+                expiry, plans, downloads with bounded concurrency — by delta (binary patches against \
+                the active version's contents, each result checked; a failed patch falls back to its \
+                object, then to the bundle), by objects, or the bundle, whichever moves fewer bytes \
+                (resuming partial downloads; a bundle is extracted into staging while it downloads, \
+                and used only once the whole file is verified) — verifies every file, activates \
                 (as pending; dependency groups together) and garbage-collects by retention. One \
                 package's failure neither blocks nor damages another.
                 Exit codes: 0 all done; 2 some packages failed; 1 nothing could be done (index \
