@@ -92,11 +92,15 @@ public final class PageHealthTracker: Sendable {
 /// Applies page-health verdicts to the sandbox's store from a background queue, so a page's
 /// signal never waits for the writer lock. `onOutcome` hears what each verdict did.
 public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
-    // @unchecked: immutable after init; the work runs on `queue`.
+    // @unchecked: `confirmed` is only touched on `queue`; the rest is immutable after init.
     /// The root of the sandbox the verdicts are recorded in.
     public let root: FilePath
     let onOutcome: @Sendable (Result<PageHealthOutcome, StoreError>) -> Void
     private let queue = DispatchQueue(label: "larder.page-health")
+    /// Activations known to be confirmed (only touched on `queue`). A confirmed activation stays
+    /// confirmed until the next activation, which has another number: a healthy verdict about
+    /// one of these needs neither the lock nor a read of the state (every page load sends one).
+    private var confirmed: Set<ActivationRef> = []
 
     /// A recorder for the sandbox at `root`; `onOutcome` hears each verdict's effect, or why it
     /// could not be recorded.
@@ -108,11 +112,7 @@ public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
     /// Queues the verdict and returns at once.
     public func record(_ verdict: HealthVerdict, for activation: ActivationRef) {
         queue.async { [self] in
-            // A healthy verdict about a version already confirmed needs no lock: read first.
-            if verdict == .healthy, let state = try? SandboxReader(root: root).state(),
-                state[activation.package].activationRef(activation.package) == activation,
-                state[activation.package].health == .confirmed
-            {
+            if verdict == .healthy, confirmed.contains(activation) {
                 onOutcome(.success(PageHealthOutcome(activation: activation, verdict: verdict, effect: .unchanged)))
                 return
             }
@@ -121,7 +121,12 @@ public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
             do throws(StoreError) {
                 let sandbox = try Sandbox.open(root, options: options)
                 defer { sandbox.close() }
-                onOutcome(.success(try sandbox.recordPageHealth(verdict, for: activation)))
+                let outcome = try sandbox.recordPageHealth(verdict, for: activation)
+                if verdict == .healthy, outcome.effect == .confirmed || outcome.effect == .unchanged {
+                    if confirmed.count > 4096 { confirmed.removeAll() }
+                    confirmed.insert(activation)
+                }
+                onOutcome(.success(outcome))
             } catch {
                 onOutcome(.failure(error))
             }
@@ -206,7 +211,7 @@ public enum PageHealthScript {
             let needle = Array(name.utf8)
             var i = 0
             while i + needle.count <= lower.count {
-                if Array(lower[i..<(i + needle.count)]) == needle {
+                if lower[i..<(i + needle.count)].elementsEqual(needle) {
                     let next = i + needle.count < lower.count ? lower[i + needle.count] : 0
                     // `<head>` or `<head attr…>`, not `<header>`.
                     if next == UInt8(ascii: ">") || next == 0x20 || next == 0x09 || next == 0x0A || next == 0x0D

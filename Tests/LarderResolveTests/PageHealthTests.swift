@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderFileSystem
 import LarderResolve
 import LarderStore
 import LarderTestSupport
@@ -101,5 +102,36 @@ struct PageHealthTests {
         let seen = outcomes.withLock { $0 }
         #expect(seen.map(\.effect) == [.rolledBack(to: "1.0.0"), .stale(current: "sample-app@1.0.0 (activation 3)")])
         #expect(try resolver.reload().versions[id]?.active == SemanticVersion("1.0.0"))
+    }
+
+    @Test(
+        "StoreHealthRecorder: after an activation is confirmed, its healthy verdicts need neither the lock nor a write")
+    func confirmedIsRemembered() throws {
+        let env = try ResolveEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.install("1.0.0")
+        let outcomes = Locked<[PageHealthOutcome.Effect]>([])
+        let failures = Locked<[StoreError]>([])
+        let recorder = StoreHealthRecorder(root: env.root) { r in
+            switch r {
+            case .success(let o): outcomes.withLock { $0.append(o.effect) }
+            case .failure(let e): failures.withLock { $0.append(e) }
+            }
+        }
+        let id = PackageID("sample-app")!
+        let activation = try #require(try Resolver(root: env.root).snapshot().versions[id]?.activationRef(id))
+        recorder.record(.healthy, for: activation)
+        recorder.flush()
+        // Another writer holds the lock now: a healthy verdict about the confirmed activation
+        // is answered without waiting for it (and the state is not written).
+        let state = try AtomicFile.read(SandboxLayout(root: env.root).state)
+        try env.withSandbox { _ in
+            recorder.record(.healthy, for: activation)
+            recorder.flush()
+        }
+        #expect(outcomes.withLock { $0 } == [.confirmed, .unchanged])
+        #expect(failures.withLock { $0 }.isEmpty)
+        #expect(try AtomicFile.read(SandboxLayout(root: env.root).state) == state)
     }
 }
