@@ -76,10 +76,23 @@ public enum AtomicFile {
     /// Creates `path` and its missing parents (mode 0755), syncing each parent that gained an
     /// entry.
     public static func makeDirectories(_ path: FilePath) throws(FileSystemError) {
-        // Existing parents may be symlinks to directories (a symlinked root): they are followed.
-        for dir in try SystemCalls.makeDirectories(path) {
-            try syncDirectory(dir.removingLastComponent().isEmpty ? FilePath(".") : dir.removingLastComponent())
+        try makeDirectories([path])
+    }
+
+    /// Creates every path of `paths` with its missing parents, as `makeDirectories(_:)` does,
+    /// and syncs each directory that gained an entry once, after all are made (a new sandbox's
+    /// six directories cost one directory sync, not six).
+    public static func makeDirectories(_ paths: [FilePath]) throws(FileSystemError) {
+        var parents: [FilePath] = []
+        for path in paths {
+            // Existing parents may be symlinks to directories (a symlinked root): they are followed.
+            for dir in try SystemCalls.makeDirectories(path) {
+                let parent = dir.removingLastComponent().isEmpty ? FilePath(".") : dir.removingLastComponent()
+                if !parents.contains(parent) { parents.append(parent) }
+            }
         }
+        // Deepest first: a directory's own entry is synced after what it holds.
+        for parent in parents.reversed() { try syncDirectory(parent) }
     }
 
     /// Whether `path` is a directory (not following a final symlink).

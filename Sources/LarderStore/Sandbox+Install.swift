@@ -138,7 +138,11 @@ extension Sandbox {
         if !problems.isEmpty {
             throw .verification(id: id.rawValue, version: version.description, problems: problems)
         }
-        let record = try place(tree: staged.area.tree, id: id, version: version, list: list, trusted: fileList == nil)
+        // Placed and activated in one state write: a crash before it leaves a tree the state
+        // does not name, which the next open removes.
+        let record = try place(
+            tree: staged.area.tree, id: id, version: version, list: list, trusted: fileList == nil,
+            commitState: !activate)
         pkg = state[id]
         if activate {
             pkg.activate(version, at: now)
@@ -156,10 +160,12 @@ extension Sandbox {
 
     /// Moves a verified, durable tree into `packages/<id>/<version>` with its list, and records
     /// it in the state (not active). The list is written first, then the tree renamed, then the
-    /// state that names both.
-    func place(tree: FilePath, id: PackageID, version: SemanticVersion, list: FileList, trusted: Bool)
-        throws(StoreError) -> InstalledVersion
-    {
+    /// state that names both — unless `commitState` is false: the caller then changes the state
+    /// further and writes it once (the record is in memory only until then).
+    func place(
+        tree: FilePath, id: PackageID, version: SemanticVersion, list: FileList, trusted: Bool,
+        commitState: Bool = true
+    ) throws(StoreError) -> InstalledVersion {
         let listPath = layout.list(id, version)
         let target = layout.tree(id, version)
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(listPath.removingLastComponent()) }
@@ -196,7 +202,7 @@ extension Sandbox {
                 event: .install, version: version,
                 reason: trusted ? "bundle trusted (no file list)" : "verified against its file list", at: now))
         state[id] = pkg
-        try commit()
+        if commitState { try commit() }
         return record
     }
 

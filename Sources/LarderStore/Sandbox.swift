@@ -84,9 +84,8 @@ public final class Sandbox {
             }
         }
         if readOnly == nil {
-            for dir in [layout.packages, layout.lists, layout.staging, layout.downloads, layout.trash, layout.pins] {
-                try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(dir) }
-            }
+            let dirs = [layout.packages, layout.lists, layout.staging, layout.downloads, layout.trash, layout.pins]
+            try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(dirs) }
             emptyDirectory(layout.staging)
             emptyDirectory(layout.trash)
             removeTemporaryStateFiles(layout)

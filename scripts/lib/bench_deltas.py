@@ -251,4 +251,4 @@ def main(larder, wheel_for, write):
                              ("peak RSS < 64 MB", (r["rss_mib"] or 0) >= 64)):
             if missed:
                 say("bench --deltas [%s]: MISS %s" % (r["name"], what))
-    return 0
+    return results

@@ -44,6 +44,8 @@ BEGIN = "<!-- net:begin (scripts/bench --net writes this section) -->"
 END = "<!-- net:end -->"
 TITLE = "## Network (`scripts/bench --net`)"
 CHANGED = 200
+LINK_DELAY_MS = 40
+LINK_RATE_MBIT = 20
 SYSTEM_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
@@ -125,7 +127,7 @@ def connections(entries):
     return len(first), full, sorted({e["protocol"] for e in entries})
 
 
-def measure_engine(name, larder, nginx, work, runs, env, seed):
+def measure_engine(name, larder, nginx, work, runs, env, seed, large_runs=None):
     say("bench --net: engine %s (%s) over %s" % (name, larder, nginx.base))
     base = nginx.base
     pub = os.path.join(work, "k.pub")
@@ -177,10 +179,11 @@ def measure_engine(name, larder, nginx, work, runs, env, seed):
         if i:
             times.append(dt)
     r["nochange_ms"] = 1000 * statistics.median(times)
+    r["nochange_requests"] = len(log)
 
     # First sync of the large bundle.
     times, rss = [], []
-    for i in range(max(2, runs // 2) + 1):
+    for i in range((large_runs or max(2, runs // 2)) + 1):
         sb = fresh("large")
         dt, mib = peak_rss([larder, "sync", "--root", sb], env)
         if i:
@@ -196,7 +199,10 @@ def measure_engine(name, larder, nginx, work, runs, env, seed):
     return r
 
 
-def measure_baselines(nginx, repo, work, runs, urls):
+def measure_baselines(nginx, repo, work, runs, urls, large_runs=None, immediate=False):
+    """curl's figures against `nginx`; `immediate` opens curl's parallel connections at once
+    (--parallel-immediate) rather than waiting for the first to learn whether it multiplexes: on
+    the emulated link the wait costs curl a round trip with one transfer alone."""
     say("bench --net: baselines over %s (curl %s, bsdtar)" % (nginx.base, subprocess.run(
         ["curl", "--version"], stdout=subprocess.PIPE, text=True).stdout.split()[1]))
     # curl trusts what Larder trusts: the system's CAs and the private one (curl's default trust
@@ -217,7 +223,8 @@ def measure_baselines(nginx, repo, work, runs, urls):
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
         m = nginx.mark()
-        dt, _ = run(["curl", "-s", "--fail"] + ca + ["--parallel", "--parallel-max", "4", "--output-dir", out,
+        dt, _ = run(["curl", "-s", "--fail"] + ca + ["--parallel", "--parallel-max", "4"] +
+                    (["--parallel-immediate"] if immediate else []) + ["--output-dir", out,
                                                     "--remote-name-all"] + urls)
         log = nginx.since(m, settle=0.2)
         if i:
@@ -246,7 +253,7 @@ def measure_baselines(nginx, repo, work, runs, urls):
     bundle = nginx.base + "large/" + index_entry(repo, "large")["bundle"]["path"]
     zip_path = os.path.join(work, "large.zip")
     both, alone = [], []
-    for i in range(max(2, runs // 2) + 1):
+    for i in range((large_runs or max(2, runs // 2)) + 1):
         dest = os.path.join(work, "bsdtar-out")
         shutil.rmtree(dest, ignore_errors=True)
         os.makedirs(dest)
@@ -271,8 +278,9 @@ def measure_baselines(nginx, repo, work, runs, urls):
     return b
 
 
-def table(rows, base, targets=True):
-    """One table: a column per engine, then the baseline and the target."""
+def table(rows, base, targets=True, link=False):
+    """One table: a column per engine, then the baseline and the target (on the emulated link, the
+    first sync's target is against `curl -o` alone: the download dominates)."""
     lines = ["| figure | " + " | ".join("Larder, %s" % e["engine"] for e in rows) + " | baseline | target |",
              "|" + "---|" * (3 + len(rows))]
 
@@ -300,9 +308,9 @@ def table(rows, base, targets=True):
             "curl: %d" % base["update_conns"], "")
     row("first sync of the large bundle (s)",
         ["%.2f (%.2f×)" % (e["large_s"], e["large_s"] / base["large_s"]) for e in rows],
-        "curl -o + bsdtar -xf: %.2f s" % base["large_s"], "≤ 0.8× curl + bsdtar")
-    row("… against `curl -o` alone", ["%.1f×" % (e["large_s"] / base["large_curl_s"]) for e in rows],
-        "curl -o: %.2f s" % base["large_curl_s"], "loopback: extraction-bound")
+        "curl -o + bsdtar -xf: %.2f s" % base["large_s"], "" if link else "≤ 0.8× curl + bsdtar")
+    row("… against `curl -o` alone", ["%.2f×" % (e["large_s"] / base["large_curl_s"]) for e in rows],
+        "curl -o: %.2f s" % base["large_curl_s"], "≤ 1.1× curl -o" if link else "loopback: extraction-bound")
     row("… peak RSS (MiB)", ["%.0f" % e["large_mib"] for e in rows], "bsdtar: %.0f MiB" % base["large_mib"],
         "< 64 MiB")
     return lines
@@ -313,7 +321,28 @@ def write_benchmarks(lines):
     say("bench --net: wrote BENCHMARKS.md")
 
 
-def main(engines, large_wheel, web_wheel, pick_tree, quick, runs, write):
+class Via:
+    """An nginx seen through the emulated link: the relay's address, nginx's log."""
+
+    def __init__(self, nginx, port):
+        self.nginx, self.port, self.tls = nginx, port, nginx.tls
+
+    @property
+    def base(self):
+        return "%s://127.0.0.1:%d/" % ("https" if self.tls else "http", self.port)
+
+    def mark(self):
+        return self.nginx.mark()
+
+    def since(self, mark, settle=0.1):
+        return self.nginx.since(mark, settle=settle)
+
+
+def main(engines, large_wheel, web_wheel, pick_tree, quick, runs, write, link=False):
+    """Measures, prints, writes BENCHMARKS.md's section when `write`; returns the figures:
+    {"tls": [engine rows], "tls_base": curl's, "http": [...], "http_base": ..., "link": {"engine", "base",
+    "how"} or None, "link_note": why there is no link}. `link` adds the rows over the emulated link
+    (https through link_relay.LinkRelay); `quick` skips the plain-http engine comparison."""
     for tool, pkg in (("curl", "curl"), ("bsdtar", "libarchive-tools"), ("/usr/bin/time", "time"),
                       ("openssl", "openssl")):
         ls.ensure_tool(tool, pkg)
@@ -326,9 +355,15 @@ def main(engines, large_wheel, web_wheel, pick_tree, quick, runs, write):
     template = os.path.join(ls.CHECKOUT, "scripts", "integration", "nginx.conf.template")
     https = Nginx(nginx_bin, os.path.join(work, "https"), repo, template)
     http = Nginx(nginx_bin, os.path.join(work, "http"), repo, template)
+    servers = [https] if quick else [https, http]
     ok, why = netem_available()
-    link_note = "netem is available, but this version of the bench does not emulate a link yet." if ok else \
-        "No emulated link: %s; every row is loopback only." % why
+    relay = None
+    how = ("a user-space relay on 127.0.0.1 in front of nginx (scripts/lib/link_relay.py): %d ms each way, "
+           "%g Mbit/s each way shared by all connections" % (LINK_DELAY_MS, LINK_RATE_MBIT)) + (
+        "" if ok else ", because the kernel has no netem qdisc (%s)" % why)
+    link_note = how if link else (
+        "not measured (--quick)" if ok or quick else "No emulated link: %s; every row is loopback only." % why)
+    out = {"link": None, "link_note": None if link else link_note}
     try:
         https.tls = make_certificates(work)
         env = ls.loopback_env()
@@ -341,24 +376,45 @@ def main(engines, large_wheel, web_wheel, pick_tree, quick, runs, write):
         run([larder, "pack", web, "--repo", os.path.join(repo, "web"), "--id", "web", "--version", "1.0.0",
              "--key", key + ".key", "--entry", entry_of(web)])
         seeds = {}
-        for server in (https, http):
+        fronts = list(servers)
+        for server in servers:
             server.start()
             say("bench --net: nginx on %s (%s)" % (server.base, subprocess.run(
                 [nginx_bin, "-v"], stderr=subprocess.PIPE, text=True).stderr.strip()))
+        if link:
+            from link_relay import LinkRelay
+            relay = LinkRelay(https.port, delay_ms=LINK_DELAY_MS, rate_mbit=LINK_RATE_MBIT)
+            relay.start()
+            via = Via(https, relay.port)
+            fronts.append(via)
+            say("bench --net: the emulated link on %s: %s" % (via.base, how))
+        for server in fronts:
             seed = seeds[server.base] = os.path.join(work, "seed-%d" % server.port)
             run([larder, "init", "--root", seed, "--repo", server.base + "web/", "--public-key", key + ".pub"], env)
             run([larder, "sync", "--root", seed], env)
         changed = change_files(web, CHANGED)
+        # No deltas: this row measures an update by objects (the deltas bench has its own rows).
         run([larder, "pack", web, "--repo", os.path.join(repo, "web"), "--id", "web", "--version", "2.0.0",
-             "--key", key + ".key", "--entry", entry_of(web)])
+             "--key", key + ".key", "--entry", entry_of(web), "--deltas", "0"])
         say("bench --net: web 2.0.0 changes %d files" % changed)
         tls_rows = [measure_engine(engines[0][0], larder, https, work, runs, env, seeds[https.base])]
         tls_base = measure_baselines(https, repo, work, runs, tls_rows[0]["object_urls"])
-        http_rows = [measure_engine(name, binary, http, work, runs, env, seeds[http.base]) for name, binary in engines]
-        http_base = measure_baselines(http, repo, work, runs, http_rows[0]["object_urls"])
+        out.update(tls=tls_rows, tls_base=tls_base)
+        if link:
+            n = max(2, runs // 2)
+            e = measure_engine(engines[0][0], larder, via, work, n, env, seeds[via.base], large_runs=2)
+            b = measure_baselines(via, repo, work, n, e["object_urls"], large_runs=2, immediate=True)
+            out["link"] = {"engine": e, "base": b, "how": how}
+        if not quick:
+            http_rows = [measure_engine(name, binary, http, work, runs, env, seeds[http.base])
+                         for name, binary in engines]
+            http_base = measure_baselines(http, repo, work, runs, http_rows[0]["object_urls"])
+            out.update(http=http_rows, http_base=http_base)
     finally:
-        https.stop()
-        http.stop()
+        if relay:
+            relay.stop()
+        for server in servers:
+            server.stop()
         shutil.rmtree(work, ignore_errors=True)
     cpu = "unknown CPU"
     for line in open("/proc/cpuinfo"):
@@ -370,15 +426,21 @@ def main(engines, large_wheel, web_wheel, pick_tree, quick, runs, write):
     command = "scripts/bench --net" + (" --quick" if quick else "") + (" -k %d" % runs if runs != 5 else "")
     lines = ["Machine: %s. Command: `%s`. Medians of %d runs (the first sync: %d), process start included on "
              "both sides; Larder and curl against the same nginx in the same run. %s" % (
-                 machine, command, runs, max(2, runs // 2), link_note), "",
+                 machine, command, runs, max(2, runs // 2), "Emulated link: " + link_note if link else link_note), "",
              "**Over https** (a private CA; nginx offers HTTP/2 by ALPN, as a CDN does):", ""]
     lines += table(tls_rows, tls_base)
-    lines += ["", "**The HTTP engine on Linux, over plain http** (FoundationNetworking's URLSession cannot be "
-              "given a private CA without changing the system's trust store, so the engines are compared "
-              "without TLS):", ""]
-    lines += table(http_rows, http_base, targets=False)
+    if out["link"]:
+        lines += ["", "**Over https on the emulated link** (medians of %d runs; the first sync: 2):" % max(2, runs // 2),
+                  ""]
+        lines += table([out["link"]["engine"]], out["link"]["base"], link=True)
+    if not quick:
+        lines += ["", "**The HTTP engine on Linux, over plain http** (FoundationNetworking's URLSession cannot be "
+                  "given a private CA without changing the system's trust store, so the engines are compared "
+                  "without TLS):", ""]
+        lines += table(http_rows, http_base, targets=False)
     say()
     for l in lines:
         say(l)
     if write:
         write_benchmarks(lines)
+    return out

@@ -229,3 +229,4 @@ def main(larder, scale, wheel_path, quick, sizes, runs, write):
         say(l)
     if write:
         write_benchmarks(lines)
+    return rows, big
