@@ -11,30 +11,92 @@ public enum Resolution: Sendable, Equatable {
 }
 
 /// A file that serves a URL.
+///
+/// Its values live in one shared immutable object, so that a copy (every resolution returns
+/// one) retains one reference rather than each string and array; setting a value gives the file
+/// an object of its own.
 public struct LocalFile: Sendable, Equatable {
+    /// The shared values.
+    private var storage: Storage
+
     /// The package that serves the file.
-    public var package: PackageID
+    public var package: PackageID {
+        get { storage.fields.package }
+        set { update { $0.package = newValue } }
+    }
     /// The version of the package the file belongs to.
-    public var version: SemanticVersion
+    public var version: SemanticVersion {
+        get { storage.fields.version }
+        set { update { $0.version = newValue } }
+    }
     /// The path inside the package.
-    public var path: RelativePath
+    public var path: RelativePath {
+        get { storage.fields.path }
+        set { update { $0.path = newValue } }
+    }
     /// The Content-Type to send: the file list's `mime`, else the type for the path's extension.
-    public var mime: String
+    public var mime: String {
+        get { storage.fields.mime }
+        set { update { $0.mime = newValue } }
+    }
     /// The file's size in bytes, from its file list.
-    public var length: Int64
+    public var length: Int64 {
+        get { storage.fields.length }
+        set { update { $0.length = newValue } }
+    }
     /// The file's SHA-256 from its file list (quoted for the header).
-    public var etag: String
+    public var etag: String {
+        get { storage.fields.etag }
+        set { update { $0.etag = newValue } }
+    }
 
     /// Creates one (the route table makes them from file lists; tests and fuzzers make their own).
     public init(
         package: PackageID, version: SemanticVersion, path: RelativePath, mime: String, length: Int64, etag: String
     ) {
-        self.package = package
-        self.version = version
-        self.path = path
-        self.mime = mime
-        self.length = length
-        self.etag = etag
+        storage = Storage(
+            Fields(package: package, version: version, path: path, mime: mime, length: length, etag: etag))
+    }
+
+    /// Whether both name the same file with the same values.
+    public static func == (a: LocalFile, b: LocalFile) -> Bool {
+        a.storage === b.storage || a.storage.fields == b.storage.fields
+    }
+
+    /// Replaces the shared values with changed ones of this file's own.
+    private mutating func update(_ change: (inout Fields) -> Void) {
+        var fields = storage.fields
+        change(&fields)
+        storage = Storage(fields)
+    }
+
+    /// The values of a file.
+    private struct Fields: Sendable, Equatable {
+        var package: PackageID
+        var version: SemanticVersion
+        var path: RelativePath
+        var mime: String
+        var length: Int64
+        var etag: String
+    }
+
+    /// One immutable set of values, shared by copies of a file.
+    private final class Storage: Sendable {
+        let fields: Fields
+
+        init(_ fields: Fields) { self.fields = fields }
+    }
+}
+
+extension LocalFile: CustomReflectable {
+    /// The values as the fields they were before they were shared (for `dump`, test messages
+    /// and `String(describing:)`).
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "package": package, "version": version, "path": path, "mime": mime, "length": length, "etag": etag,
+            ], displayStyle: .struct)
     }
 }
 
@@ -55,7 +117,12 @@ public struct RoutedPackage: Sendable {
     /// What a path with no file does (not found or pass through), and the prefixes that always pass through.
     public var policy: Policy
     /// Path inside the package → the answer for it.
-    public var files: [String: LocalFile]
+    public var files: [String: LocalFile] {
+        get { indexedFiles.files }
+        set { indexedFiles = newValue.isEmpty ? .empty : IndexedFiles(newValue) }
+    }
+    /// `files` with their index by path bytes (for the fast path), always set together.
+    private(set) var indexedFiles = IndexedFiles.empty
 
     /// Creates one from a file list and the index's settings.
     public init(list: FileList, routes: [RoutePrefix], entry: String, spaFallback: Bool, policy: Policy) {
@@ -91,9 +158,10 @@ public struct RoutedPackage: Sendable {
 /// are removed; a path that would leave the package, or holds NUL, a backslash or an encoded
 /// slash, is refused before any lookup.
 ///
-/// The hot path (a plain path under a declared route) costs a scan of the URL's bytes and three
-/// or four dictionary lookups: the origin, the route prefix (one per path segment, longest
-/// first), and the file.
+/// The hot path (`fastResolve`: an http(s) URL in canonical form naming a file under a declared
+/// route) costs one scan of the URL's bytes and three or four lookups on borrowed bytes (the
+/// host, the first path segment's prefixes, the file), allocates nothing, and retains the file
+/// it returns once; every other URL takes the general path, which answers the same for those.
 public struct RouteTable: Sendable {
     /// Package id text → package.
     let packages: [String: RoutedPackage]
@@ -101,6 +169,8 @@ public struct RouteTable: Sendable {
     let origins: [Origin: OriginRoutes]
     /// Custom schemes that map `scheme://<id>/<path>` like `larder:`.
     let schemes: Set<String>
+    /// The http(s) routes indexed by bytes, for the fast path (`fastResolve`).
+    let fast: FastRoutes
 
     struct Origin: Hashable {
         var https: Bool
@@ -137,6 +207,7 @@ public struct RouteTable: Sendable {
         }
         self.origins = origins
         self.schemes = Set(schemes.map { $0.lowercased() }).union(["larder"])
+        fast = FastRoutes(origins: origins, packages: self.packages)
     }
 
     /// The same table with some packages replaced (a session's pinned versions).
@@ -152,12 +223,25 @@ public struct RouteTable: Sendable {
     /// Every package in the table, by id.
     public var allPackages: [RoutedPackage] { packages.keys.sorted().compactMap { packages[$0] } }
 
-    /// Resolves a URL string. Works on the URL's UTF-8 bytes in place; the common case (a plain
-    /// path under a route) allocates at most the host and the in-package path.
+    /// Resolves a URL string. Works on the URL's UTF-8 bytes in place. The common case (an http(s)
+    /// URL already in canonical form naming a file under a route) takes `fastResolve`, which
+    /// allocates nothing; anything else takes the general path, which gives the same answer for
+    /// what the fast path answers.
     ///
     /// The URL is read as a browser would request it (`BrowserURL`): `http://h/app/x//..` is
     /// `/app/x/`, `https://bücher.example/` is `https://xn--bcher-kva.example/`.
     public func resolve(_ url: String) -> Resolution {
+        if let r = url.utf8.withContiguousStorageIfAvailable({ fastResolve($0) }) {
+            return r ?? resolveGeneral(url)
+        }
+        // A string without contiguous UTF-8 (bridged): made native once, for both paths.
+        var native = url
+        return native.withUTF8 { fastResolve($0) } ?? resolveGeneral(native)
+    }
+
+    /// `resolve` without the fast path: every URL read as a browser would request it, matched and
+    /// looked up in full.
+    func resolveGeneral(_ url: String) -> Resolution {
         let url = BrowserURL.canonical(url) ?? url
         if let r = url.utf8.withContiguousStorageIfAvailable({ resolve(bytes: $0) }) { return r }
         var copy = url

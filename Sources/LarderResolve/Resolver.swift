@@ -101,7 +101,7 @@ public final class Resolver: @unchecked Sendable {
 
     /// Resolves a URL with the current snapshot.
     public func resolve(_ url: String) -> Resolution {
-        snapshot().table.resolve(url)
+        snapshot().resolve(url)
     }
 
     /// The file on disk for a local resolution.

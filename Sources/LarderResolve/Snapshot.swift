@@ -45,6 +45,11 @@ public final class Snapshot: Sendable {
         self.listsRead = listsRead
     }
 
+    /// Resolves a URL with this snapshot's table (borrowed from the snapshot, not copied).
+    func resolve(_ url: String) -> Resolution {
+        table.resolve(url)
+    }
+
     /// Reads the sandbox at `root`: each package's active version (its verified file list) with
     /// the serving settings (routes, entry, SPA fallback, policy) of the last accepted index; a
     /// package the index does not describe (side-loaded) is reachable by `larder://<id>/` with

@@ -1,6 +1,7 @@
 import Foundation
-import LarderCore
 import Testing
+
+@testable import LarderCore
 
 @Suite("Route table")
 struct RouteTableTests {
@@ -199,5 +200,261 @@ struct RouteTableTests {
         #expect(f.length == Int64("css/app.css".count))
         #expect(f.etag == "\"\(SHA256Digest.of(Data("css/app.css".utf8)).hex)\"")
         #expect(f.version == SemanticVersion("1.2.0"))
+    }
+}
+
+/// The fast path (`fastResolve`, for http(s) URLs already in canonical form naming a file) must
+/// answer only where the general path (`resolveGeneral`) would answer the same, and `resolve` must
+/// answer every URL as the general path does.
+@Suite("Route table fast path")
+struct RouteTableFastPathTests {
+    static func package(
+        _ id: String, _ files: [String], _ routes: [String], spa: Bool = false, mode: PolicyMode = .localThenNetwork,
+        bypass: [String] = []
+    ) -> RoutedPackage {
+        RoutedPackage(
+            list: RouteTableTests.list(id, files), routes: routes.map { RoutePrefix($0)! }, entry: "index.html",
+            spaFallback: spa, policy: Policy(mode: mode, bypass: bypass))
+    }
+
+    /// Nested prefixes on one origin, several schemes and ports on one host, a shared CDN host,
+    /// a root route on its own host, an internationalised host, and a name that a non-ASCII
+    /// spelling matches by Unicode canonical equivalence (`\u{212A}`, the Kelvin sign, is `K`).
+    static let table = RouteTable(
+        packages: [
+            package(
+                "app",
+                [
+                    "index.html", "js/app.js", "css/app.css", "a/b/c.js", "caf\u{e9}.txt", "api.js",
+                    "docs-old/x.js", "UPPER.JS", "sp ace.txt", "api/data.json", "live.js", "q\"uote.js", "l<t>.js",
+                    "b`t.js", "br{a}ce.js", "pi|pe.js", "ca^ret.js", "sq[b].js",
+                ],
+                ["https://app.example.com/", "http://app.example.com:8080/"], spa: true, bypass: ["/api/", "/live"]),
+            package("docs", ["index.html", "guide.html", "v2/guide.html"], ["https://app.example.com/docs/"]),
+            package("docs-v2", ["index.html", "guide.html"], ["https://app.example.com/docs/v2/"], mode: .localOnly),
+            package("cdn-a", ["index.html", "x.js", "K.txt"], ["https://cdn.example.com/cdn-a/"]),
+            package(
+                "cdn-b", ["index.html", "x.js"], ["https://cdn.example.com/cdn-b/", "https://cdn.example.com:8443/"]),
+            package(
+                "own", ["index.html", "x.js", "a.b/c.js"], ["https://own.example.com/", "https://own.example.com./"]),
+            package("shop", ["index.html", "a.js"], ["https://b\u{FC}cher.example/shop/"]),
+        ], schemes: ["myapp"])
+
+    /// URLs the fast path answers (each names a file under a route, plainly spelled).
+    static let plain = [
+        "https://app.example.com/js/app.js", "https://app.example.com/a/b/c.js?v=1",
+        "https://app.example.com/css/app.css#x",
+        "https://app.example.com:443/js/app.js", "https://app.example.com:0443/js/app.js",
+        "http://app.example.com:8080/api.js",
+        "https://app.example.com/docs/guide.html", "https://app.example.com/docs/v2/guide.html",
+        "https://app.example.com/docs-old/x.js", "https://cdn.example.com/cdn-a/x.js",
+        "https://cdn.example.com/cdn-b/x.js",
+        "https://cdn.example.com:8443/x.js", "https://own.example.com/x.js", "https://own.example.com./x.js",
+        "https://own.example.com/a.b/c.js", "https://xn--bcher-kva.example/shop/a.js",
+        "https://app.example.com/UPPER.JS",
+        "https://app.example.com/js/app.js?x=/../y#/..", "https://app.example.com:0/js/app.js",
+        "https://cdn.example.com/cdn-a/K.txt",
+    ]
+
+    /// URLs the fast path leaves to the general path: every spelling a browser would change, and
+    /// everything that is not a plain file under a route.
+    static let tricky = [
+        // Scheme, host and port spellings.
+        "HTTPS://app.example.com/js/app.js", "Https://app.example.com/js/app.js", "https://APP.example.com/js/app.js",
+        "https://app.example.com:/js/app.js", "https://app.example.com:65536/js/app.js",
+        "https://app.example.com:000443/js/app.js", "https://app.example.com:44x/js/app.js",
+        "https://app.example.com:443:443/js/app.js", "http://app.example.com/js/app.js",
+        "http://app.example.com:80/js/app.js",
+        "https://user@app.example.com/js/app.js", "https://user:pw@app.example.com/js/app.js",
+        "https://@app.example.com/js/app.js",
+        "https://[::1]/js/app.js", "https://[::1]:443/js/app.js", "https://127.0.0.1/js/app.js", "https:///js/app.js",
+        "https://app.example.com../js/app.js", "https://app%2Eexample.com/js/app.js",
+        "https://b\u{FC}cher.example/shop/a.js",
+        "https://B\u{DC}CHER.example/shop/a.js", "https://b%C3%BCcher.example/shop/a.js",
+        "https://app.exam\tple.com/js/app.js",
+        "https:app.example.com/js/app.js", "https:/app.example.com/js/app.js", "https:\\\\app.example.com\\js\\app.js",
+        "ftp://app.example.com/js/app.js", "larder://app/js/app.js", "LARDER://app/js/app.js",
+        "myapp://docs/guide.html",
+        "myapp://nope/x", "", "https://", "https://app.example.com",
+        // Path spellings: escapes, dot segments, empty segments, separators, controls.
+        "https://app.example.com/", "https://app.example.com?x", "https://app.example.com#x",
+        "https://app.example.com/?x",
+        "https://app.example.com/docs", "https://app.example.com/docs/", "https://app.example.com/docs/v2",
+        "https://app.example.com/cdn-a/x.js", "https://cdn.example.com/cdn-a", "https://cdn.example.com/cdn-ax/x.js",
+        "https://cdn.example.com/x.js", "https://app.example.com/js/app.js/", "https://app.example.com/js//app.js",
+        "https://app.example.com//js/app.js", "https://app.example.com/./js/app.js",
+        "https://app.example.com/js/./app.js",
+        "https://app.example.com/js/../js/app.js", "https://app.example.com/docs/../js/app.js",
+        "https://app.example.com/docs/%2e%2E/js/app.js", "https://app.example.com/js/%2e/app.js",
+        "https://app.example.com/js/.%2e/docs/guide.html", "https://app.example.com/../../js/app.js",
+        "https://app.example.com/js/app.js/..", "https://app.example.com/.well-known/x",
+        "https://app.example.com/js\\app.js",
+        "https://app.example.com\\js\\app.js", "https://app.example.com/j\ts/app.js",
+        "https://app.example.com/js/app.js\n",
+        "  https://app.example.com/js/app.js", "https://app.example.com/js/app.js ",
+        "https://app.example.com/js/app.js?x ",
+        "https://app.example.com/js/app.js?\t",
+        "https://app.example.com/j\u{1}s/app.js", "https://app.example.com/js/app.js\u{7F}",
+        "https://app.example.com/sp ace.txt",
+        "https://app.example.com/sp%20ace.txt", "https://app.example.com/%6As/app.js", "https://app.example.com/a%2fb",
+        "https://app.example.com/a%00b", "https://app.example.com/%zz", "https://app.example.com/caf\u{e9}.txt",
+        "https://app.example.com/cafe\u{301}.txt", "https://app.example.com/caf%C3%A9.txt",
+        "https://app.example.com/K.txt",
+        "https://app.example.com/\u{212A}.txt", "https://cdn.example.com/cdn-a/\u{212A}.txt",
+        // Not a file: bypass prefixes, directories, SPA routes, missing files.
+        "https://app.example.com/api/x", "https://app.example.com/api", "https://app.example.com/live",
+        "https://app.example.com/api/data.json", "https://app.example.com/live.js",
+        "https://app.example.com/live/x", "https://app.example.com/lively.js", "https://app.example.com/some/route",
+        "https://app.example.com/missing.js", "https://app.example.com/docs/missing.html",
+        "https://app.example.com/docs/v2/missing.html", "https://app.example.com/docs/v2/some/route",
+        "https://app.example.com/js/APP.js", "https://other.example.com/js/app.js", "https://own.example.com/missing",
+        "https://app.example.com/" + String(repeating: "a/", count: 2100) + "x.js",
+    ]
+
+    /// The fast path's answer for `url`, if it gives one.
+    static func fast(_ url: String) -> Resolution? {
+        var copy = url
+        return copy.withUTF8 { table.fastResolve($0) }
+    }
+
+    @Test func fastPathAnswersPlainURLsAsTheGeneralPath() {
+        for url in Self.plain {
+            let general = Self.table.resolveGeneral(url)
+            #expect(Self.fast(url) == general, "\(url): fast \(String(describing: Self.fast(url))), general \(general)")
+            if case .local = general {} else { Issue.record("\(url) should name a file: \(general)") }
+            #expect(Self.table.resolve(url) == general, "\(url)")
+        }
+    }
+
+    @Test func trickyURLsTakeTheGeneralPath() {
+        for url in Self.tricky {
+            let general = Self.table.resolveGeneral(url)
+            #expect(Self.fast(url) == nil, "\(url): the fast path answered \(String(describing: Self.fast(url)))")
+            #expect(Self.table.resolve(url) == general, "\(url): \(Self.table.resolve(url)) vs \(general)")
+        }
+    }
+
+    /// Every combination of scheme, authority, path and suffix spellings: where the fast path
+    /// answers it agrees with the general path, and `resolve` always does.
+    @Test func everyCombinationAgrees() {
+        let schemes = ["https://", "http://", "HTTPS://", "hTtp://", "https:/", "https:\\\\", "larder://", "myapp://"]
+        let authorities = [
+            "app.example.com", "APP.example.com", "app.example.com:443", "app.example.com:8080", "app.example.com:80",
+            "app.example.com:0", "app.example.com:", "u@app.example.com", "cdn.example.com", "cdn.example.com:8443",
+            "own.example.com", "own.example.com.", "xn--bcher-kva.example", "b\u{FC}cher.example", "[::1]", "app",
+            "docs", "cdn-a", "", "app.example.com%2e",
+        ]
+        let paths = [
+            "", "/", "/js/app.js", "/index.html", "/docs", "/docs/", "/docs/guide.html", "/docs/v2/guide.html",
+            "/docs/v2", "/docs-old/x.js", "/cdn-a/x.js", "/cdn-a", "/cdn-b/x.js", "/x.js", "/a.b/c.js", "/shop/a.js",
+            "/js//app.js", "/js/./app.js", "/js/../js/app.js", "/%2e%2E/js/app.js", "/js\\app.js", "/j\ts/app.js",
+            "/api/x", "/api", "/live", "/some/route", "/K.txt", "/\u{212A}.txt", "/caf\u{e9}.txt", "/UPPER.JS",
+            "/js/app.js/", "/.hidden", "/a%2fb", "/api/data.json", "/live.js", "/q\"uote.js", "/l<t>.js", "/b`t.js",
+            "/br{a}ce.js", "/pi|pe.js", "/ca^ret.js", "/sq[b].js", "/q%22uote.js",
+        ]
+        let suffixes = ["", "?v=1", "#top", "?", "#", "?a#b", " ", "\n", "?x\t"]
+        var fastAnswers = 0
+        for s in schemes {
+            for a in authorities {
+                for p in paths {
+                    for x in suffixes {
+                        let url = s + a + p + x
+                        let general = Self.table.resolveGeneral(url)
+                        if let f = Self.fast(url) {
+                            fastAnswers += 1
+                            #expect(f == general, "\(url): fast \(f), general \(general)")
+                        }
+                        #expect(Self.table.resolve(url) == general, "\(url)")
+                    }
+                }
+            }
+        }
+        #expect(fastAnswers > 100)
+    }
+
+    /// A session's table (`replacing`) and a table whose packages repeat an id route as the
+    /// general path does.
+    @Test func replacedAndRepeatedPackagesAgree() {
+        let pinned = Self.package("docs", ["index.html", "old.html"], ["https://app.example.com/docs/"])
+        let replaced = Self.table.replacing([pinned])
+        let repeated = RouteTable(packages: [
+            Self.package("a", ["x.js"], ["https://h.example/"]),
+            Self.package("a", ["y.js"], ["https://h.example/y/"]),
+        ])
+        for (table, url) in [
+            (replaced, "https://app.example.com/docs/old.html"), (replaced, "https://app.example.com/docs/guide.html"),
+            (replaced, "https://app.example.com/js/app.js"), (repeated, "https://h.example/x.js"),
+            (repeated, "https://h.example/y/y.js"), (repeated, "https://h.example/y/x.js"),
+        ] {
+            #expect(table.resolve(url) == table.resolveGeneral(url), "\(url)")
+        }
+        if case .local(let f) = replaced.resolve("https://app.example.com/docs/old.html") {
+            #expect(f.path.string == "old.html")
+        } else {
+            Issue.record("the pinned version serves old.html")
+        }
+    }
+
+    /// Setting a package's files re-indexes them; a key that is not NFC ASCII (only a caller
+    /// setting `files` can make one) is found by the general path's canonical equivalence alone,
+    /// and the fast path leaves it to it.
+    @Test func settingFilesKeepsTheIndexInStep() throws {
+        var pkg = Self.package("p", ["a.js"], ["https://p.example/"])
+        let file = try #require(pkg.files["a.js"])
+        pkg.files = ["b.js": file, "\u{212A}.txt": file]
+        let table = RouteTable(packages: [pkg])
+        for url in ["https://p.example/a.js", "https://p.example/b.js", "https://p.example/K.txt"] {
+            var copy = url
+            let fast = copy.withUTF8 { table.fastResolve($0) }
+            let general = table.resolveGeneral(url)
+            #expect(fast == nil || fast == general, "\(url)")
+            #expect(table.resolve(url) == general, "\(url)")
+        }
+        #expect(table.resolve("https://p.example/b.js") == .local(file))
+        #expect(table.resolve("https://p.example/K.txt") == .local(file))
+        #expect(table.resolve("https://p.example/a.js") != .local(file))
+    }
+
+    /// A file's values are shared by its copies and compared by value; setting one changes that
+    /// copy alone.
+    @Test func localFileCopiesAreValues() throws {
+        let table = Self.table
+        guard case .local(let f) = table.resolve("https://app.example.com/js/app.js") else {
+            Issue.record("expected a file")
+            return
+        }
+        var g = f
+        #expect(g == f)
+        g.length += 1
+        g.etag = "\"x\""
+        #expect(g != f && g.length == f.length + 1 && g.etag == "\"x\"" && f.etag != "\"x\"")
+        let same = LocalFile(
+            package: f.package, version: f.version, path: f.path, mime: f.mime, length: f.length, etag: f.etag)
+        #expect(same == f)
+        var h = same
+        h.mime = "text/plain"
+        #expect(h != f && h.mime == "text/plain" && same.mime == f.mime)
+        // Described by its values, as before they were shared.
+        let text = String(describing: f)
+        #expect(
+            text.hasPrefix("LocalFile(package: ") && text.contains("path: ") && text.contains("length: "), "\(text)")
+    }
+
+    @Test func byteTableFindsItsKeysOnly() {
+        let words = (0..<1000).map { "key-\($0)-" + String(repeating: "x", count: $0 % 23) } + ["", "a"]
+        let table = ByteTable(words.enumerated().map { (key: Array($0.element.utf8), value: $0.offset) })
+        #expect(table.count == 1002)
+        for (i, w) in words.enumerated() {
+            #expect(Array(w.utf8).withUnsafeBytes { table.value($0) } == i, "\(w)")
+        }
+        // The empty key, borrowed with or without a base address.
+        #expect(table.value(UnsafeRawBufferPointer(start: nil, count: 0)) == 1000)
+        #expect([UInt8]().withUnsafeBytes { table.value($0) } == 1000)
+        for absent in ["key-1000-", "key-1-xx", "b", "key-", "KEY-1-x"] {
+            #expect(Array(absent.utf8).withUnsafeBytes { table.value($0) } == nil, "\(absent)")
+        }
+        // Of equal keys, the first wins.
+        let repeated = ByteTable([(key: Array("k".utf8), value: 1), (key: Array("k".utf8), value: 2)])
+        #expect(repeated.count == 1 && Array("k".utf8).withUnsafeBytes { repeated.value($0) } == 1)
     }
 }

@@ -1,5 +1,4 @@
 import Foundation
-import LarderCore
 import LarderFileSystem
 import LarderPublish
 import LarderResolve
@@ -7,6 +6,8 @@ import LarderStore
 import LarderTestSupport
 import SystemPackage
 import Testing
+
+@testable import LarderCore
 
 #if canImport(Glibc)
     import Glibc
@@ -151,6 +152,47 @@ struct ResolverTests {
         let url = "https://app.example.com/docs/data/catalog.json"
         let fresh = try Resolver(root: env.root)
         #expect(try Resolver(root: env.root, onlyFor: url).resolve(url) == fresh.resolve(url))
+    }
+
+    /// A snapshot's table takes the fast path for plain URLs of its packages (its file lists
+    /// indexed as they are read) and answers every URL as the general path does.
+    @Test("the fast path answers a sandbox's URLs as the general path does")
+    func fastPathAgreesOnASandbox() throws {
+        let env = try ResolveEnv()
+        defer { env.cleanup() }
+        try env.publish("1.0.0")
+        try env.publish("1.0.0", id: "docs")
+        try env.install("1.0.0")
+        try env.install("1.0.0", id: "docs")
+        let resolver = try Resolver(root: env.root)
+        let table = resolver.snapshot().table
+        func fast(_ url: String) -> Resolution? {
+            var copy = url
+            return copy.withUTF8 { table.fastResolve($0) }
+        }
+        let plain = [
+            "https://app.example.com/data/catalog.json", "https://app.example.com/js/app.js?v=2",
+            "https://app.example.com:443/css/app.css#x", "https://app.example.com/pages/about/about.css",
+            "https://app.example.com/docs/data/catalog.json", "https://app.example.com/docs/js/app.js",
+        ]
+        for url in plain {
+            #expect(fast(url) != nil && fast(url) == table.resolveGeneral(url), "\(url)")
+            #expect(resolver.resolve(url) == table.resolveGeneral(url), "\(url)")
+        }
+        let tricky = [
+            "https://APP.example.com/data/catalog.json", "https://app.example.com/docs/../js/app.js",
+            "https://app.example.com/docs/%2e%2E/js/app.js", "https://app.example.com//js/app.js",
+            "https://app.example.com\\js\\app.js", "https://app.example.com/j\ts/app.js",
+            "https://u@app.example.com/js/app.js", "https://[::1]/js/app.js", "https://app.example.com./js/app.js",
+            "https://app.example.com", "https://app.example.com/", "https://app.example.com/docs",
+            "https://app.example.com/pages/about", "https://app.example.com/api/x",
+            "https://app.example.com/missing.js",
+            "larder://sample-app/js/app.js", "larder://docs/index.html", "http://app.example.com/js/app.js",
+        ]
+        for url in tricky {
+            #expect(fast(url) == nil, "\(url)")
+            #expect(resolver.resolve(url) == table.resolveGeneral(url), "\(url)")
+        }
     }
 
     @Test func olderSandboxWithoutGenerationWordStillNoticesChanges() throws {

@@ -360,7 +360,7 @@ def main(engines, large_wheel, web_wheel, pick_tree, quick, runs, write, link=Fa
     relay = None
     how = ("a user-space relay on 127.0.0.1 in front of nginx (scripts/lib/link_relay.py): %d ms each way, "
            "%g Mbit/s each way shared by all connections" % (LINK_DELAY_MS, LINK_RATE_MBIT)) + (
-        "" if ok else ", because the kernel has no netem qdisc (%s)" % why)
+        "" if ok else ", because %s" % why)
     link_note = how if link else (
         "not measured (--quick)" if ok or quick else "No emulated link: %s; every row is loopback only." % why)
     out = {"link": None, "link_note": None if link else link_note}
