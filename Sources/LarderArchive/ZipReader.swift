@@ -33,7 +33,7 @@ extension ArchiveConsumer {
 }
 
 /// A consumer that keeps nothing: reading with it validates the archive and lists its files.
-public struct ValidatingConsumer: ArchiveConsumer {
+public struct ValidatingConsumer: ArchiveConsumer, Sendable {
     /// Creates one.
     public init() {}
 }
@@ -63,6 +63,9 @@ public struct ZipReader: Sendable {
     public var checkCRC = true
     /// Hash on a second thread while the first inflates (and the consumer writes).
     public var parallelHashing = ProcessInfo.processInfo.activeProcessorCount > 1
+    /// When a complete archive on disk read into a `ConcurrentArchiveConsumer` is inflated by
+    /// several threads at once (see `ReadParallelism`); a streamed read always uses one.
+    public var parallelism = ReadParallelism.automatic
 
     /// Creates a reader with the given bounds.
     public init(limits: TreeLimits = .standard) {
@@ -83,6 +86,34 @@ public struct ZipReader: Sendable {
         defer { try? SystemCalls.close(fd, path: path) }
         // One interpretation only, checked on the descriptor libarchive then reads.
         _ = try Self.checkStructure(fd, archiveSize, path)
+        return try readSequentially(fd, archiveSize, path, into: &consumer)
+    }
+
+    /// Reads and validates the archive at `path`, handing every entry to `consumer` — on
+    /// several threads when `parallelism` says the archive is worth it, each with a consumer of
+    /// its own (`ConcurrentArchiveConsumer.makeWorker()`). The listing, and the error of an
+    /// archive that is refused, are the ones the read on one thread gives (`readConcurrently`).
+    public func read<C: ConcurrentArchiveConsumer>(_ path: FilePath, into consumer: inout C) throws(ArchiveError)
+        -> ArchiveListing
+    {
+        let (fd, archiveSize) = try Self.openArchive(path)
+        defer { try? SystemCalls.close(fd, path: path) }
+        let sizes = try Self.checkStructure(fd, archiveSize, path)
+        let workers = parallelism.workers(forArchiveBytes: archiveSize)
+        if workers > 1,
+            let listing = try readConcurrently(
+                fd, archiveSize, path, workers: workers, sizes: sizes, into: &consumer)
+        {
+            return listing
+        }
+        return try readSequentially(fd, archiveSize, path, into: &consumer)
+    }
+
+    /// The read on one thread (two with `parallelHashing`) of an archive whose structure is
+    /// checked, from its first byte.
+    private func readSequentially<C: ArchiveConsumer>(
+        _ fd: FileDescriptor, _ archiveSize: Int64, _ path: FilePath, into consumer: inout C
+    ) throws(ArchiveError) -> ArchiveListing {
         let result: Result<ArchiveListing, ArchiveError> = withUTF8Locale {
             guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
             defer { archive_read_free(a) }
@@ -185,9 +216,11 @@ public struct ZipReader: Sendable {
         return (fd, status.size)
     }
 
+    /// The structure check (`ZipStructure`), its problems as the reader's errors; returns the
+    /// entries' uncompressed sizes in local-header order.
     private static func checkStructure(
         _ fd: FileDescriptor, _ size: Int64, _ path: FilePath
-    ) throws(ArchiveError) -> [[UInt8]] {
+    ) throws(ArchiveError) -> [UInt64] {
         do { return try ZipStructure.check(fd: fd, size: size, path: path) } catch {
             if let io = error.io { throw .io(io) }
             if let entry = error.entry { throw entry }
@@ -196,7 +229,7 @@ public struct ZipReader: Sendable {
     }
 
     /// Applies the reader's options to a fresh archive handle.
-    private func setOptions(_ a: OpaquePointer) -> ArchiveError? {
+    func setOptions(_ a: OpaquePointer) -> ArchiveError? {
         if !checkCRC, archive_read_set_format_option(a, "zip", "ignorecrc32", "1") != LA.ok {
             return .libarchive(entry: nil, message: LA.message(a))
         }
@@ -366,7 +399,7 @@ struct EntryAccount {
 }
 
 /// The bookkeeping of one read.
-private struct ReadState {
+struct ReadState {
     let limits: TreeLimits
     let archiveSize: Int64
     var files: [FileEntry] = []
@@ -388,7 +421,7 @@ private struct ReadState {
     var knownDirectories: Set<String> = []
 
     /// Files carry a placeholder digest until `listing(digests:)` fills in the sink's.
-    private static let placeholder = SHA256Digest.of([UInt8]())
+    static let placeholder = SHA256Digest.of([UInt8]())
 
     init(limits: TreeLimits, archiveSize: Int64) {
         self.limits = limits
@@ -401,60 +434,85 @@ private struct ReadState {
         return ArchiveListing(files: out.sorted { $0.path < $1.path }, directories: directories)
     }
 
+    /// What `admitNext` made of the next header.
+    enum Admitted {
+        /// No more entries.
+        case end
+        /// An entry that carries nothing: the archive root (`./`), or any entry of a read of
+        /// headers only.
+        case skipped
+        /// A directory entry, its name checked and claimed.
+        case directory(RelativePath)
+        /// A regular file, its name checked and claimed; `entry` and `name` (libarchive's
+        /// memory) are valid until the next header is read.
+        case file(RelativePath, entry: OpaquePointer, name: UnsafeBufferPointer<UInt8>)
+    }
+
     mutating func run<S: EntrySink>(_ a: OpaquePointer, _ sink: inout S) throws(ArchiveError) {
-        var entryPointer: OpaquePointer?
-        while true {
-            let r = archive_read_next_header(a, &entryPointer)
-            if r == LA.eof { break }
-            let rawName = entryPointer.flatMap { archive_entry_pathname($0) }.map { String(cString: $0) }
-            guard r == LA.ok, let entry = entryPointer else {
-                throw .libarchive(entry: rawName, message: LA.message(a))
-            }
-            entries += 1
-            if entries > limits.maxEntries { throw .tooManyEntries(limit: limits.maxEntries) }
-            guard let cName = archive_entry_pathname(entry) else {
-                throw .libarchive(entry: nil, message: "an entry has no name")
-            }
-            let nameBuffer = UnsafeBufferPointer(
-                start: UnsafeRawPointer(cName).assumingMemoryBound(to: UInt8.self), count: strlen(cName))
-            let display = String(decoding: nameBuffer, as: UTF8.self)
-            if archive_entry_is_encrypted(entry) != 0 { throw .encrypted(entry: display) }
-            if let target = archive_entry_hardlink(entry) {
-                throw .hardLink(entry: display, target: String(cString: target))
-            }
-            let type = archive_entry_filetype(entry)
-            guard type == LA.regular || type == LA.directory else {
-                throw .unsupportedEntryType(entry: display, type: LA.typeName(type))
-            }
-            if type == LA.directory { seen.add(nameBuffer, isDirectory: true, size: 0) }
-            if headersOnly {
-                // Compared with a streamed read that checked every name; libarchive skips the data
-                // when asked for the next header.
-                if type == LA.regular {
-                    let declared: Int64 = archive_entry_size_is_set(entry) != 0 ? archive_entry_size(entry) : -1
-                    seen.add(nameBuffer, isDirectory: false, size: declared)
-                }
-                continue
-            }
-            // bsdtar writes "./name"; the archive root itself ("./") carries nothing.
-            var name = nameBuffer[...]
-            while name.starts(with: [0x2E, 0x2F]) { name = name.dropFirst(2) }
-            if name.isEmpty, type == LA.directory { continue }
-            let path: RelativePath
-            switch RelativePath.validate(bytes: Array(name), limits: limits) {
-            case .success(let p): path = p
-            case .failure(let problem): throw .badName(entry: display, problem: problem)
-            }
-            try claim(path, isFile: type == LA.regular)
-            if type == LA.directory {
+        reading: while true {
+            switch try admitNext(a) {
+            case .end: break reading
+            case .skipped: continue
+            case .directory(let path):
                 try sink.directory(path)
                 directories.append(path)
-                continue
+            case .file(let path, let entry, let name):
+                try readFile(a, entry, path, &sink)
+                seen.add(name, isDirectory: false, size: files.last?.size ?? -1)
             }
-            try readFile(a, entry, path, &sink)
-            seen.add(nameBuffer, isDirectory: false, size: files.last?.size ?? -1)
         }
         if files.isEmpty && !headersOnly { throw .empty }
+    }
+
+    /// Reads the next header and applies every rule that needs no data: the entry count, its
+    /// name, type, encryption and links, and its claim on its path (duplicates, collisions,
+    /// file/directory conflicts).
+    mutating func admitNext(_ a: OpaquePointer) throws(ArchiveError) -> Admitted {
+        var entryPointer: OpaquePointer?
+        let r = archive_read_next_header(a, &entryPointer)
+        if r == LA.eof { return .end }
+        let rawName = entryPointer.flatMap { archive_entry_pathname($0) }.map { String(cString: $0) }
+        guard r == LA.ok, let entry = entryPointer else {
+            throw .libarchive(entry: rawName, message: LA.message(a))
+        }
+        entries += 1
+        if entries > limits.maxEntries { throw .tooManyEntries(limit: limits.maxEntries) }
+        guard let cName = archive_entry_pathname(entry) else {
+            throw .libarchive(entry: nil, message: "an entry has no name")
+        }
+        let nameBuffer = UnsafeBufferPointer(
+            start: UnsafeRawPointer(cName).assumingMemoryBound(to: UInt8.self), count: strlen(cName))
+        let display = String(decoding: nameBuffer, as: UTF8.self)
+        if archive_entry_is_encrypted(entry) != 0 { throw .encrypted(entry: display) }
+        if let target = archive_entry_hardlink(entry) {
+            throw .hardLink(entry: display, target: String(cString: target))
+        }
+        let type = archive_entry_filetype(entry)
+        guard type == LA.regular || type == LA.directory else {
+            throw .unsupportedEntryType(entry: display, type: LA.typeName(type))
+        }
+        if type == LA.directory { seen.add(nameBuffer, isDirectory: true, size: 0) }
+        if headersOnly {
+            // Compared with a streamed read that checked every name; libarchive skips the data
+            // when asked for the next header.
+            if type == LA.regular {
+                let declared: Int64 = archive_entry_size_is_set(entry) != 0 ? archive_entry_size(entry) : -1
+                seen.add(nameBuffer, isDirectory: false, size: declared)
+            }
+            return .skipped
+        }
+        // bsdtar writes "./name"; the archive root itself ("./") carries nothing.
+        var name = nameBuffer[...]
+        while name.starts(with: [0x2E, 0x2F]) { name = name.dropFirst(2) }
+        if name.isEmpty, type == LA.directory { return .skipped }
+        let path: RelativePath
+        switch RelativePath.validate(bytes: Array(name), limits: limits) {
+        case .success(let p): path = p
+        case .failure(let problem): throw .badName(entry: display, problem: problem)
+        }
+        try claim(path, isFile: type == LA.regular)
+        if type == LA.directory { return .directory(path) }
+        return .file(path, entry: entry, name: nameBuffer)
     }
 
     /// Records `path` and its parent directories, refusing duplicates, collisions and a name
@@ -494,13 +552,33 @@ private struct ReadState {
         _ a: OpaquePointer, _ entry: OpaquePointer, _ path: RelativePath, _ sink: inout S
     ) throws(ArchiveError) {
         let declared: Int64? = archive_entry_size_is_set(entry) != 0 ? archive_entry_size(entry) : nil
+        try checkBeforeData(path, declared: declared)
+        let count = try Self.copyData(
+            a, path, declared: declared, totalBefore: total, limits: limits, archiveSize: archiveSize, &sink)
+        total += count
+        files.append(FileEntry(path: path, size: count, sha256: Self.placeholder))
+    }
+
+    /// The rules on a file that its header decides, before any of its data is read: its declared
+    /// size, the total with it, and the number of files.
+    func checkBeforeData(_ path: RelativePath, declared: Int64?) throws(ArchiveError) {
         if let d = declared {
             if d > limits.maxFileBytes { throw .fileTooLarge(entry: path.string, size: d, limit: limits.maxFileBytes) }
             if total + d > limits.maxTotalBytes { throw .totalTooLarge(limit: limits.maxTotalBytes) }
         }
         if files.count + 1 > limits.maxFiles { throw .tooManyFiles(limit: limits.maxFiles) }
+    }
+
+    /// Hands the current entry's data to `sink`, counting it against its declared size, the
+    /// per-file and total limits and the compression ratio (`totalBefore`: the bytes of every
+    /// file before it in the archive); returns its size.
+    static func copyData<S: EntrySink>(
+        _ a: OpaquePointer, _ path: RelativePath, declared: Int64?, totalBefore: Int64, limits: TreeLimits,
+        archiveSize: Int64, _ sink: inout S
+    ) throws(ArchiveError) -> Int64 {
         try sink.beginFile(path, declaredSize: declared)
         var count: Int64 = 0
+        var total = totalBefore
         var buffer: UnsafeRawPointer?
         var size = 0
         var offset: Int64 = 0
@@ -526,6 +604,6 @@ private struct ReadState {
         }
         if let d = declared, count != d { throw .sizeMismatch(entry: path.string, declared: d, actual: count) }
         try sink.endFile(path, size: count)
-        files.append(FileEntry(path: path, size: count, sha256: Self.placeholder))
+        return count
     }
 }

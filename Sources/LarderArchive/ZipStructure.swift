@@ -13,8 +13,9 @@ import SystemPackage
 /// that does not end where the end record starts; a local header (or data descriptor) whose
 /// name, method, flags, CRC-32 or sizes differ from its central entry; entries whose data overlap; bytes between entries that no entry
 /// accounts for (a reader walking local headers, as a streaming one does, would find an entry
-/// hidden there). It returns the names in local-header order, so that a streamed read can be
-/// checked against them.
+/// hidden there). It returns the entries' uncompressed sizes in local-header order — the order in
+/// which libarchive's reader of the central directory lists them — to plan a read shared among
+/// threads.
 enum ZipStructure {
     /// What the structure check found wrong (a stable code and a sentence), or the read that
     /// failed (`io`: the archive could not be read, which says nothing about its structure).
@@ -37,10 +38,11 @@ enum ZipStructure {
         let localOffset: UInt64
     }
 
-    /// Checks the archive open as `fd` (from `path`) of `size` bytes; returns the entries' names
-    /// in the order of their local headers (the order a streaming reader meets them).
+    /// Checks the archive open as `fd` (from `path`) of `size` bytes; returns the entries'
+    /// uncompressed sizes as the central directory states them, in the order of their local
+    /// headers (the order a streaming reader meets them).
     @discardableResult
-    static func check(fd: FileDescriptor, size: Int64, path: FilePath) throws(Problem) -> [[UInt8]] {
+    static func check(fd: FileDescriptor, size: Int64, path: FilePath) throws(Problem) -> [UInt64] {
         let file = UInt64(size)
         guard file >= 22 else { throw Problem(code: "archive-truncated", message: "too short to be a zip archive") }
         // The end record: the last 22 bytes plus at most a 65,535-byte comment.
@@ -173,8 +175,9 @@ enum ZipStructure {
         var previousEnd: UInt64 = 0
         var previousSlack: UInt64 = 0
         var previousName = ""
-        var names: [[UInt8]] = []
-        names.reserveCapacity(centrals.count)
+        var sizes: [UInt64] = []
+        sizes.reserveCapacity(centrals.count)
+        var window = Window(fileSize: file)
         for (index, c) in centrals.sorted(by: { $0.localOffset < $1.localOffset }).enumerated() {
             let display = String(decoding: c.name, as: UTF8.self)
             if index == 0, c.localOffset != 0 {
@@ -196,7 +199,7 @@ enum ZipStructure {
                 throw Problem(
                     code: "archive-bad-local-header", message: "entry \(quoted(display)) points past the entries")
             }
-            let head = try bytes(fd, at: c.localOffset, count: 30, path)
+            let head = try window.bytes(fd, at: c.localOffset, count: 30, path)
             guard le32(head, 0) == 0x0403_4B50 else {
                 throw Problem(
                     code: "archive-bad-local-header",
@@ -204,7 +207,7 @@ enum ZipStructure {
             }
             let nameLength = Int(le16(head, 26))
             let extraLength = UInt64(le16(head, 28))
-            let localName = try bytes(fd, at: c.localOffset + 30, count: nameLength, path)
+            let localName = try window.bytes(fd, at: c.localOffset + 30, count: nameLength, path)
             // Bit 3 (sizes in a data descriptor) and bit 11 (UTF-8) must agree; other bits are hints.
             let mask: UInt16 = 0x0808
             guard localName == c.name, le16(head, 8) == c.method, le16(head, 6) & mask == c.flags & mask else {
@@ -229,7 +232,7 @@ enum ZipStructure {
                         code: "archive-overlapping-entries",
                         message: "the data of \(quoted(display)) runs into the central directory")
                 }
-                let descriptor = try bytes(fd, at: end, count: 8, path)
+                let descriptor = try window.bytes(fd, at: end, count: 8, path)
                 agree = (le32(descriptor, 0) == 0x0807_4B50 ? le32(descriptor, 4) : le32(descriptor, 0)) == c.crc
             }
             guard agree else {
@@ -252,7 +255,7 @@ enum ZipStructure {
             previousEnd = end
             previousSlack = slack
             previousName = display
-            names.append(c.name)
+            sizes.append(c.uncompressedSize)
         }
         if !centrals.isEmpty, cdOffset - previousEnd > previousSlack {
             throw Problem(
@@ -261,7 +264,7 @@ enum ZipStructure {
                     "\(cdOffset - previousEnd) unlisted bytes between \(quoted(previousName)) and the central directory"
             )
         }
-        return names
+        return sizes
     }
 
     /// Refuses what the central record says of an entry that some reader would act on: a NUL in
@@ -303,6 +306,33 @@ enum ZipStructure {
     private static func add(_ a: UInt64, _ b: UInt64) -> UInt64 {
         let (r, overflow) = a.addingReportingOverflow(b)
         return overflow ? .max : r
+    }
+
+    /// The local headers' reads, made in file order through one buffer of up to 64 KiB: the
+    /// headers of small entries that follow one another cost one `pread` together, not two each.
+    private struct Window {
+        let fileSize: UInt64
+        private var buffer: [UInt8] = []
+        private var start: UInt64 = 0
+
+        init(fileSize: UInt64) { self.fileSize = fileSize }
+
+        /// Exactly `count` bytes at `offset`, as `ZipStructure.bytes` reads them (the end of the
+        /// file first is a truncated archive): from the buffer when it holds them, else after
+        /// filling it from `offset`.
+        mutating func bytes(
+            _ fd: FileDescriptor, at offset: UInt64, count: Int, _ path: FilePath
+        ) throws(Problem) -> [UInt8] {
+            if offset >= start, add(offset, UInt64(count)) <= start + UInt64(buffer.count) {
+                let from = Int(offset - start)
+                return Array(buffer[from..<from + count])
+            }
+            let rest = offset < fileSize ? fileSize - offset : 0
+            let fill = max(count, Int(min(64 << 10, rest)))
+            buffer = try ZipStructure.bytes(fd, at: offset, count: fill, path)
+            start = offset
+            return Array(buffer[0..<count])
+        }
     }
 
     /// Exactly `count` bytes at `offset` (the funnel retries EINTR; the end of the file first is

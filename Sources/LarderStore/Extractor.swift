@@ -83,3 +83,21 @@ struct Extractor: ArchiveConsumer {
         #endif
     }
 }
+
+extension Extractor: ConcurrentArchiveConsumer {
+    /// A worker writing under the same staging directory, through the same descriptor (which
+    /// only this extractor closes), with no file open.
+    func makeWorker() -> Extractor {
+        var worker = self
+        worker.current = nil
+        worker.currentPath = FilePath()
+        return worker
+    }
+
+    /// Takes back a worker: the directories it made (synced by `makeDurable` where files are
+    /// synced one by one), and the file a failed read left open in it, closed.
+    mutating func absorb(_ worker: Extractor) {
+        if let fd = worker.current { try? SystemCalls.close(fd, path: worker.currentPath) }
+        made.formUnion(worker.made)
+    }
+}

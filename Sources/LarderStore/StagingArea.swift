@@ -32,10 +32,14 @@ public struct StagingArea: Sendable {
         }
     }
 
-    /// Extracts a complete bundle file.
-    func extract(bundle: FilePath, checkCRC: Bool) throws(StoreError) -> StagedBundle {
+    /// Extracts a complete bundle file, inflating on several threads as `parallelism` allows
+    /// (`ZipReader.parallelism`).
+    package func extract(bundle: FilePath, checkCRC: Bool, parallelism: ReadParallelism = .automatic)
+        throws(StoreError) -> StagedBundle
+    {
         var reader = ZipReader(limits: limits)
         reader.checkCRC = checkCRC
+        reader.parallelism = parallelism
         return try extract { (extractor: inout Extractor) throws(ArchiveError) in
             try reader.read(bundle, into: &extractor)
         }

@@ -9,6 +9,7 @@ import SystemPackage
 enum Entry {
     static func main() async {
         Allocator.tune()
+        TimeZoneSetting.pin()
         // Library log messages go to stderr; notices and above (e.g. an interrupted publication
         // completed) are shown, routine detail is not.
         LoggingSystem.bootstrap { label in
