@@ -99,7 +99,7 @@ public struct ZipReader: Sendable {
         let (fd, archiveSize) = try Self.openArchive(path)
         defer { try? SystemCalls.close(fd, path: path) }
         let sizes = try Self.checkStructure(fd, archiveSize, path)
-        let workers = parallelism.workers(forArchiveBytes: archiveSize)
+        let workers = parallelism.workers(forArchiveBytes: archiveSize, entries: sizes.count)
         if workers > 1,
             let listing = try readConcurrently(
                 fd, archiveSize, path, workers: workers, sizes: sizes, into: &consumer)

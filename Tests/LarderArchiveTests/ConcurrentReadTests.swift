@@ -250,13 +250,14 @@ struct ConcurrentReadTests {
         }
     }
 
-    /// Below `minimumArchiveBytes` (and with one worker), the read is the one on one thread: no
-    /// worker is made.
+    /// Below `minimumArchiveBytes`, above `maximumEntries` (and with one worker), the read is the
+    /// one on one thread: no worker is made.
     @Test func smallArchivesAreReadOnOneThread() throws {
         let zip = try Self.makeZip("small.zip", Self.assorted(8))
         for parallelism in [
             ReadParallelism(maxWorkers: 4, minimumArchiveBytes: 1 << 40),
             ReadParallelism(maxWorkers: 1, minimumArchiveBytes: 0),
+            ReadParallelism(maxWorkers: 4, minimumArchiveBytes: 0, maximumEntries: 7),
         ] {
             var reader = ZipReader()
             reader.parallelism = parallelism
