@@ -69,6 +69,8 @@ def peak_rss(args, env):
 def netem_available():
     """Whether this kernel offers netem: tried on the loopback of a throw-away network namespace."""
     ns = "larder-netem-probe-%d" % os.getpid()
+    if not shutil.which("ip") or not shutil.which("tc"):
+        return False, "iproute2's ip and tc are not installed"
     if subprocess.run(["ip", "netns", "add", ns], stderr=subprocess.DEVNULL).returncode != 0:
         return False, "network namespaces are not available (ip netns add failed)"
     try:
