@@ -132,6 +132,17 @@ def same_tree(a, b):
     return None
 
 
+def cpu_model():
+    """The processor's name from /proc/cpuinfo, for the figures' machine line."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
 def loadavg():
     try:
         return "%.2f %.2f %.2f" % os.getloadavg()

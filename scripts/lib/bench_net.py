@@ -36,6 +36,7 @@ import tempfile
 import time
 import zipfile
 
+import bench_install
 import larder_scripts as ls
 from larder_scripts import die, say
 from nginx_server import Nginx, make_certificates
@@ -418,11 +419,7 @@ def main(engines, large_wheel, web_wheel, pick_tree, quick, runs, write, link=Fa
         for server in servers:
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
-    cpu = "unknown CPU"
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+    cpu = bench_install.cpu_model()
     machine = "%s, %d CPUs (%s), %s, load %.2f" % (platform.machine(), os.cpu_count() or 0, cpu,
                                                    time.strftime("%Y-%m-%d"), os.getloadavg()[0])
     command = "scripts/bench --net" + (" --quick" if quick else "") + (" -k %d" % runs if runs != 5 else "")

@@ -32,6 +32,7 @@ import tempfile
 import time
 import zipfile
 
+import bench_install
 import larder_scripts as ls
 from larder_scripts import die, say
 
@@ -212,14 +213,7 @@ def main(larder, scale, wheel_path, quick, sizes, runs, write):
         big = None if quick else measure_big(larder, work, wheel_path(), runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = bench_install.cpu_model()
     machine = "on %s, %d CPUs (%s), %s, load %s" % (platform.machine(), os.cpu_count() or 0, cpu,
                                                    time.strftime("%Y-%m-%d"), "%.2f" % os.getloadavg()[0])
     command = "scripts/bench --scale" + (" --quick" if quick else "")

@@ -324,11 +324,7 @@ def main(quick, runs, write):
         step("memory", group_memory, t, larder)
         step("deltas", group_deltas, t, larder)
         step("scale", group_scale, t, larder, runs)
-    cpu = "unknown CPU"
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
+    cpu = bi.cpu_model()
     command = "scripts/bench" + (" --quick" if quick else "") + (" -k %d" % runs if runs else "")
     passed = sum(1 for r in t.rows if r["ok"])
     missed = sum(1 for r in t.rows if r["ok"] is False)
