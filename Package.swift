@@ -233,7 +233,7 @@ let package = Package(
             dependencies: [
                 "LarderTestSupport",
                 "LarderSync", "LarderFetch", "LarderStore", "LarderPublish", "LarderArchive", "LarderCore",
-                "LarderFileSystem",
+                "LarderFileSystem", "LarderResolve",
             ],
             swiftSettings: strict
         ),

@@ -163,13 +163,12 @@ public struct RoutedPackage: Sendable {
 /// host, the first path segment's prefixes, the file), allocates nothing, and retains the file
 /// it returns once; every other URL takes the general path, which answers the same for those.
 public struct RouteTable: Sendable {
-    /// Package id text → package.
-    let packages: [String: RoutedPackage]
     /// An http(s) origin (host lower case, default port as 0) → its route prefixes.
     let origins: [Origin: OriginRoutes]
     /// Custom schemes that map `scheme://<id>/<path>` like `larder:`.
     let schemes: Set<String>
-    /// The http(s) routes indexed by bytes, for the fast path (`fastResolve`).
+    /// The http(s) routes indexed by bytes, for the fast path (`fastResolve`), and every package
+    /// by id (`stored`).
     let fast: FastRoutes
 
     struct Origin: Hashable {
@@ -186,7 +185,7 @@ public struct RouteTable: Sendable {
 
     /// Builds a table; `schemes` are extra custom schemes the app registers (lower case).
     public init(packages: [RoutedPackage], schemes: Set<String> = []) {
-        self.packages = Dictionary(packages.map { ($0.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
+        let byID = Dictionary(packages.map { ($0.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
         var origins: [Origin: OriginRoutes] = [:]
         var seen = Set<String>()
         for pkg in packages {
@@ -207,21 +206,48 @@ public struct RouteTable: Sendable {
         }
         self.origins = origins
         self.schemes = Set(schemes.map { $0.lowercased() }).union(["larder"])
-        fast = FastRoutes(origins: origins, packages: self.packages)
+        fast = FastRoutes(origins: origins, packages: byID)
     }
 
-    /// The same table with some packages replaced (a session's pinned versions).
-    public func replacing(_ pinned: [RoutedPackage]) -> RouteTable {
-        var all = packages
-        for p in pinned { all[p.id.rawValue] = p }
+    /// A table with the routes of `table` and the packages of `fast` (see `replacing`).
+    private init(keeping table: RouteTable, fast: FastRoutes) {
+        origins = table.origins
+        schemes = table.schemes
+        self.fast = fast
+    }
+
+    /// The same table with some packages replaced or added (a sync's update, a session's pinned
+    /// versions). When each package given replaces one with the same routes, only those packages
+    /// change: the routes' origins and byte tables are shared with this table, and no route is
+    /// indexed again. Otherwise the table is built again.
+    public func replacing(_ changed: [RoutedPackage]) -> RouteTable {
+        if changed.allSatisfy({ stored($0.id.rawValue)?.routes == $0.routes }), let fast = fast.replacing(changed) {
+            return RouteTable(keeping: self, fast: fast)
+        }
+        var all: [String: RoutedPackage] = [:]
+        for (id, slot) in fast.slots { all[id] = fast.refs[slot].package }
+        for p in changed { all[p.id.rawValue] = p }
         return RouteTable(packages: all.keys.sorted().compactMap { all[$0] }, schemes: schemes)
     }
 
+    /// The package whose id text is `key`, if the table has it.
+    func stored(_ key: String) -> RoutedPackage? {
+        fast.slots[key].map { fast.refs[$0].package }
+    }
+
+    /// The version of the package whose id text is `key`, if the table has it.
+    package func version(idText key: String) -> SemanticVersion? {
+        fast.slots[key].map { fast.refs[$0].package.version }
+    }
+
+    /// How many packages the table holds.
+    public var count: Int { fast.refs.count }
+
     /// The package with this id, if the table has it.
-    public func package(_ id: PackageID) -> RoutedPackage? { packages[id.rawValue] }
+    public func package(_ id: PackageID) -> RoutedPackage? { stored(id.rawValue) }
 
     /// Every package in the table, by id.
-    public var allPackages: [RoutedPackage] { packages.keys.sorted().compactMap { packages[$0] } }
+    public var allPackages: [RoutedPackage] { fast.slots.keys.sorted().compactMap { stored($0) } }
 
     /// Resolves a URL string. Works on the URL's UTF-8 bytes in place. The common case (an http(s)
     /// URL already in canonical form naming a file under a route) takes `fastResolve`, which
@@ -349,7 +375,7 @@ public struct RouteTable: Sendable {
             guard schemes.contains(scheme) else {
                 return .answer(.passthrough(reason: "scheme \(scheme) is not routed"))
             }
-            guard let pkg = packages[host] else {
+            guard let pkg = stored(host) else {
                 return .answer(.notFound(reason: "no package \(host) in this sandbox"))
             }
             return .package(pkg, pathRange)
@@ -357,7 +383,7 @@ public struct RouteTable: Sendable {
         if (https && port == 443) || (http && port == 80) { port = 0 }
         let origin = Origin(https: https, host: host, port: port)
         if let routes = origins[origin], let (id, restStart) = Self.longestPrefix(routes, b, pathRange),
-            let pkg = packages[id]
+            let pkg = stored(id)
         {
             return .package(pkg, restStart..<pathRange.upperBound)
         }
@@ -468,7 +494,7 @@ public struct RouteTable: Sendable {
         let afterScheme = url[sep.upperBound...]
         let hostEnd = afterScheme.firstIndex { $0 == "/" || $0 == "?" || $0 == "#" } ?? afterScheme.endIndex
         let id = afterScheme[..<hostEnd].lowercased()
-        guard let pkg = packages[id],
+        guard let pkg = stored(id),
             let route = pkg.routes.first(where: { $0.scheme == "http" || $0.scheme == "https" })
         else { return nil }
         var rest = String(afterScheme[hostEnd...])

@@ -1,12 +1,20 @@
 import Foundation
 
 /// The http(s) routes of a table indexed by bytes, for `RouteTable.fastResolve`: the same
-/// origins, buckets and prefixes (in the same order) as `RouteTable.origins`, with each route
-/// holding its package rather than its id. A class, so that copying a table copies one reference.
+/// origins, buckets and prefixes (in the same order) as `RouteTable.origins`, each route naming
+/// its package by a slot of `refs`. A class, so that copying a table copies one reference.
+///
+/// The byte tables and slots depend only on the packages' ids and routes, so a table whose
+/// packages change version but keep their routes (a sync's update, a session's pinned version)
+/// shares them and gets new `refs` only (`replacing`).
 final class FastRoutes: Sendable {
     /// Host (lower case, as the routes hold it) → the origins on that host; empty (every URL
     /// takes the general path) if a route's id names no package of the table.
     let hosts: ByteTable<[Origin]>
+    /// Package id → its slot in `refs`.
+    let slots: [String: Int]
+    /// Each slot's package.
+    let refs: [PackageRef]
 
     /// One origin: scheme, port (0 for the default one) and its prefixes bucketed by their first
     /// path segment (`""` for `/`), longest first within a bucket.
@@ -22,10 +30,10 @@ final class FastRoutes: Sendable {
         }
     }
 
-    /// One route prefix (starting and ending with `/`) and the package it routes to.
+    /// One route prefix (starting and ending with `/`) and the slot of the package it routes to.
     struct Route: Sendable {
         let prefix: [UInt8]
-        let package: PackageRef
+        let slot: Int
     }
 
     /// A table's package, shared by reference so that matching a route copies no package.
@@ -37,12 +45,21 @@ final class FastRoutes: Sendable {
 
     /// The fast routes of `origins`, whose ids name packages of `packages`.
     init(origins: [RouteTable.Origin: RouteTable.OriginRoutes], packages: [String: RoutedPackage]) {
-        let refs = packages.mapValues(PackageRef.init)
+        var slots: [String: Int] = [:]
+        var refs: [PackageRef] = []
+        slots.reserveCapacity(packages.count)
+        refs.reserveCapacity(packages.count)
+        for (id, pkg) in packages {
+            slots[id] = refs.count
+            refs.append(PackageRef(pkg))
+        }
+        self.slots = slots
+        self.refs = refs
         var byHost: [String: [Origin]] = [:]
         for (origin, routes) in origins {
             var buckets: [(key: [UInt8], value: [Route])] = []
             for (segment, list) in routes.buckets {
-                let bucket = list.compactMap { r in refs[r.id].map { Route(prefix: r.prefix, package: $0) } }
+                let bucket = list.compactMap { r in slots[r.id].map { Route(prefix: r.prefix, slot: $0) } }
                 guard bucket.count == list.count else {
                     hosts = ByteTable([])
                     return
@@ -53,6 +70,23 @@ final class FastRoutes: Sendable {
                 Origin(https: origin.https, port: origin.port, buckets: ByteTable(buckets)))
         }
         hosts = ByteTable(byHost.map { (key: Array($0.key.utf8), value: $0.value) })
+    }
+
+    private init(hosts: ByteTable<[Origin]>, slots: [String: Int], refs: [PackageRef]) {
+        self.hosts = hosts
+        self.slots = slots
+        self.refs = refs
+    }
+
+    /// The same routes with `changed` in the slots of the packages with their ids (each already
+    /// in the table, with the same routes); nil when one has no slot.
+    func replacing(_ changed: [RoutedPackage]) -> FastRoutes? {
+        var refs = self.refs
+        for p in changed {
+            guard let slot = slots[p.id.rawValue] else { return nil }
+            refs[slot] = PackageRef(p)
+        }
+        return FastRoutes(hosts: hosts, slots: slots, refs: refs)
     }
 }
 
@@ -97,8 +131,9 @@ extension RouteTable {
         else { return nil }
         let normalisedPort = (https && port == 443) || (!https && port == 80) ? 0 : port
         guard let origin = origins.first(where: { $0.https == https && $0.port == normalisedPort }),
-            let (pkg, restStart) = Self.fastPrefix(origin, b, pathStart..<pathEnd)
+            let (slot, restStart) = Self.fastPrefix(origin, b, pathStart..<pathEnd)
         else { return nil }
+        let pkg = fast.refs[slot]
         let rest = restStart..<pathEnd
         // As `lookup(_:_:_:)`: a file path (the path scan made it plain), no bypass prefix.
         guard rest.count > 1, b[rest.lowerBound] == UInt8(ascii: "/"), b[rest.upperBound - 1] != UInt8(ascii: "/"),
@@ -186,10 +221,11 @@ extension RouteTable {
         }
     }
 
-    /// As `longestPrefix`: the package of the longest prefix of `path` in `origin` (the bucket of
-    /// the first segment, then the root bucket) and where the rest of the path starts.
+    /// As `longestPrefix`: the slot of the package of the longest prefix of `path` in `origin`
+    /// (the bucket of the first segment, then the root bucket) and where the rest of the path
+    /// starts.
     static func fastPrefix(_ origin: FastRoutes.Origin, _ b: UnsafeBufferPointer<UInt8>, _ path: Range<Int>)
-        -> (FastRoutes.PackageRef, Int)?
+        -> (Int, Int)?
     {
         var segEnd = path.lowerBound + 1
         while segEnd < path.upperBound, b[segEnd] != UInt8(ascii: "/") { segEnd += 1 }
@@ -201,18 +237,19 @@ extension RouteTable {
         return fastMatch(routes, b, path)
     }
 
-    /// As `match(_:_:_:)` on a non-empty path: the package of the first (longest) route of
-    /// `routes` that the path starts with or names as a directory, and where the rest starts.
+    /// As `match(_:_:_:)` on a non-empty path: the slot of the package of the first (longest)
+    /// route of `routes` that the path starts with or names as a directory, and where the rest
+    /// starts.
     private static func fastMatch(_ routes: [FastRoutes.Route], _ b: UnsafeBufferPointer<UInt8>, _ path: Range<Int>)
-        -> (FastRoutes.PackageRef, Int)?
+        -> (Int, Int)?
     {
         for route in routes {
             let m = route.prefix.count
             if path.count >= m, route.prefix.withUnsafeBytes({ equalBytes(b, path.lowerBound, $0, m) }) {
-                return (route.package, path.lowerBound + m - 1)
+                return (route.slot, path.lowerBound + m - 1)
             }
             if path.count == m - 1, route.prefix.withUnsafeBytes({ equalBytes(b, path.lowerBound, $0, m - 1) }) {
-                return (route.package, path.upperBound)
+                return (route.slot, path.upperBound)
             }
         }
         return nil

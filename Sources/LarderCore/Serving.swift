@@ -40,6 +40,13 @@ public struct ServingSettings: Decodable, Sendable, Equatable {
 
     enum CodingKeys: String, CodingKey { case id, channel, routes, entry, spaFallback, policy }
 
+    /// The settings of `channel`'s entries, by package id text (the last entry of an id wins).
+    package static func byID(_ entries: [ServingSettings], channel: String) -> [String: ServingSettings] {
+        var out: [String: ServingSettings] = [:]
+        for e in entries where e.channel == channel { out[e.id.rawValue] = e }
+        return out
+    }
+
     /// Decodes the fields with `PackageEntry`'s defaults for those absent.
     public init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)

@@ -42,8 +42,14 @@ public final class Resolver: @unchecked Sendable {
         layout = SandboxLayout(root: root)
         watch = GenerationWatch(layout: layout)
         seenToken = watch.token()
-        current = try Snapshot.load(root: root, schemes: self.schemes)
+        ServingHandoff.shared.readerOpened()
+        do { current = try Snapshot.load(root: root, schemes: self.schemes) } catch {
+            ServingHandoff.shared.readerClosed()
+            throw error
+        }
     }
+
+    deinit { ServingHandoff.shared.readerClosed() }
 
     /// A resolver for a one-shot lookup of `url` (`larder resolve`): its first snapshot routes
     /// every package but reads the file list only of the package `url` routes to, so the lookup
@@ -56,7 +62,11 @@ public final class Resolver: @unchecked Sendable {
         layout = SandboxLayout(root: root)
         watch = GenerationWatch(layout: layout)
         seenToken = watch.token()
-        current = try Snapshot.load(root: root, schemes: self.schemes, onlyFor: url)
+        ServingHandoff.shared.readerOpened()
+        do { current = try Snapshot.load(root: root, schemes: self.schemes, onlyFor: url) } catch {
+            ServingHandoff.shared.readerClosed()
+            throw error
+        }
     }
 
     /// The snapshot to resolve with now: the current one, or — when the sandbox changed since it
@@ -74,13 +84,22 @@ public final class Resolver: @unchecked Sendable {
         lock.unlock()
         let fresh = try? Snapshot.load(root: root, schemes: schemes, reusing: snap)
         lock.lock()
-        defer { lock.unlock() }
         rebuilding = false
         // An unreadable state (a writer's bug, a damaged disk) keeps the last good snapshot; the
         // token is still recorded so the failure is not retried on every call.
         seenToken = token
         if let fresh { current = fresh }
-        return current
+        let now = current
+        lock.unlock()
+        if fresh != nil { Self.retire(consume snap) }
+        return now
+    }
+
+    /// Lets go of a replaced snapshot on a background queue: when it is the last reference, freeing
+    /// its table and the settings and versions of every package (milliseconds at 10,000
+    /// packages) is not done on the thread that resolves.
+    private static func retire(_ old: Snapshot) {
+        DispatchQueue.global(qos: .utility).async { withExtendedLifetime(old) {} }
     }
 
     /// Rebuilds the snapshot now, whatever the generation word says (reusing the parts of the
@@ -93,9 +112,10 @@ public final class Resolver: @unchecked Sendable {
         lock.unlock()
         let fresh = try Snapshot.load(root: root, schemes: schemes, reusing: previous)
         lock.lock()
-        defer { lock.unlock() }
         seenToken = token
         current = fresh
+        lock.unlock()
+        Self.retire(consume previous)
         return fresh
     }
 

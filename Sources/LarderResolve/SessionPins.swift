@@ -25,7 +25,7 @@ public final class SessionPins: Sendable {
 
     /// Pins the versions active now, then gives the previous pins back.
     public func renew() throws(StoreError) {
-        let wanted = ids ?? resolver.snapshot().versions.filter { $0.value.active != nil }.keys.map(\.rawValue).sorted()
+        let wanted = ids ?? resolver.snapshot().versions.activeIDs
         let fresh = try resolver.session(pinning: wanted)
         let old = session.withLock { s in
             defer { s = fresh }

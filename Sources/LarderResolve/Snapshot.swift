@@ -9,17 +9,20 @@ import SystemPackage
 ///
 /// A rebuild reuses what has not changed since the snapshot it replaces: the serving settings
 /// while the accepted index file is the same file, and each package's routed files while its
-/// version and settings are the same. After a sync that changed one package, only that package's
-/// file list is read; the state is read in its serving form only (no histories or dates).
+/// version and settings are the same. When no package came or went and none changed routes, the
+/// table is updated in place of the packages that changed (`RouteTable.replacing`): after a sync
+/// that changed one package, only that package's file list is read and only its part of the
+/// table is rebuilt. The state is read in its serving form only (no histories or dates), and
+/// when this process wrote the state and index now on disk, not read at all (`ServingHandoff`).
 public final class Snapshot: Sendable {
     /// The routes of the active versions, from their file lists and the index's serving settings.
     public let table: RouteTable
     /// The generation of the state it was read from (`SandboxState.generation`).
     public let generation: UInt64
     /// Each package's active and fallback versions in that state.
-    public let versions: [PackageID: ServingState.Versions]
-    /// The serving settings of the last accepted index, by package id (this device's channel).
-    let settings: [PackageID: ServingSettings]
+    public let versions: ServedVersions
+    /// The serving settings of the last accepted index, by package id text (this device's channel).
+    let settings: [String: ServingSettings]
     /// The channel the settings were chosen for.
     let channel: String
     /// The accepted index file the settings were read from.
@@ -29,16 +32,20 @@ public final class Snapshot: Sendable {
     /// Built for one URL (`Resolver(root:schemes:onlyFor:)`): only the package that URL routes
     /// to has its files; a later build reuses nothing from it.
     public let partial: Bool
+    /// Every active package of the state is in the table (none was left out for a list that
+    /// could not be read).
+    let complete: Bool
 
     init(
-        table: RouteTable, generation: UInt64, versions: [PackageID: ServingState.Versions],
-        settings: [PackageID: ServingSettings], channel: String, indexIdentity: FileIdentity?, listsRead: Int,
-        partial: Bool = false
+        table: RouteTable, generation: UInt64, versions: [String: ServingState.Versions],
+        settings: [String: ServingSettings], channel: String, indexIdentity: FileIdentity?, listsRead: Int,
+        complete: Bool, partial: Bool = false
     ) {
         self.partial = partial
+        self.complete = complete
         self.table = table
         self.generation = generation
-        self.versions = versions
+        self.versions = ServedVersions(byID: versions)
         self.settings = settings
         self.channel = channel
         self.indexIdentity = indexIdentity
@@ -61,59 +68,131 @@ public final class Snapshot: Sendable {
     ) throws(StoreError) -> Snapshot {
         let previous = earlier?.partial == true ? nil : earlier
         let reader = SandboxReader(root: root)
-        let state = try reader.servingState()
+        let layout = reader.layout
+        let handoff = ServingHandoff.shared
+        let handed = handoff.state(layout)
+        let state: ServingState
+        if let handed {
+            state = handed
+        } else {
+            state = try reader.servingState()
+            handoff.readState(state, layout)
+        }
         let channel = (try? SyncConfig.load(root: root))?.channel ?? Channel.default
-        let identity = FileIdentity(reader.layout.acceptedIndex)
-        var settings: [PackageID: ServingSettings] = [:]
+        let identity = FileIdentity(layout.acceptedIndex)
+        var settings: [String: ServingSettings] = [:]
+        var sameSettings = false
         if let prev = previous, prev.channel == channel, identity != nil, prev.indexIdentity == identity {
             settings = prev.settings
-        } else if let data = try? AtomicFile.read(reader.layout.acceptedIndex),
+            sameSettings = true
+        } else if let kept = handoff.settings(layout, identity: identity, channel: channel) {
+            // The index this process's sync just accepted: its settings, not the file read back.
+            settings = kept
+        } else if let data = try? AtomicFile.read(layout.acceptedIndex),
             let index = try? ManifestCoding.decode(ServingIndex.self, from: data, document: "index")
         {
-            for e in index.packages where e.channel == channel { settings[e.id] = e }
+            settings = ServingSettings.byID(index.packages, channel: channel)
+            handoff.readSettings(settings, channel: channel, identity: identity, layout)
+        }
+        if let url {
+            return partial(layout, state, settings, channel, identity, schemes, url)
+        }
+        if let prev = previous, prev.complete {
+            // The packages that changed, when this process's writes say which; else all are compared.
+            var named: Set<String>?
+            if handed != nil, let versions = handoff.changes(layout, from: prev.generation, to: state.generation),
+                let routing = sameSettings
+                    ? [] : handoff.settingsChanges(layout, from: prev.indexIdentity, to: identity, channel: channel)
+            {
+                named = versions.union(routing)
+            }
+            if let (table, read) = updated(prev, state, settings, sameSettings, named, layout) {
+                return Snapshot(
+                    table: table, generation: state.generation, versions: state.packages, settings: settings,
+                    channel: channel, indexIdentity: identity, listsRead: read, complete: true)
+            }
         }
         var packages: [RoutedPackage] = []
-        var versions: [PackageID: ServingState.Versions] = [:]
         var read = 0
-        if let url {
-            for key in state.packages.keys.sorted() {
-                guard let id = PackageID(key), let v = state.packages[key] else { continue }
-                versions[id] = v
-                if let active = v.active {
-                    packages.append(RoutedPackage(id: id, version: active, settings: settings[id]))
-                }
-            }
-            // The package the URL routes to gets its files; one whose list cannot be read is left
-            // out, as a whole build leaves it out, and the URL may then route to another.
-            var table = RouteTable(packages: packages, schemes: schemes)
-            while let id = table.routedPackage(url), let shell = table.package(id), shell.files.isEmpty {
-                packages.removeAll { $0.id == id }
-                read += 1
-                let pkg = routed(reader.layout, id, shell.version, settings[id])
-                if let pkg { packages.append(pkg) }
-                table = RouteTable(packages: packages, schemes: schemes)
-                if pkg != nil { break }
-            }
-            return Snapshot(
-                table: table, generation: state.generation, versions: versions, settings: settings,
-                channel: channel, indexIdentity: identity, listsRead: read, partial: true)
-        }
+        var active = 0
         for key in state.packages.keys.sorted() {
-            guard let id = PackageID(key), let v = state.packages[key] else { continue }
-            versions[id] = v
-            guard let active = v.active else { continue }
-            if let prev = previous, let p = prev.table.package(id), p.version == active,
-                prev.settings[id] == settings[id]
+            guard let id = PackageID(key), let version = state.packages[key]?.active else { continue }
+            active += 1
+            if let prev = previous, let p = prev.table.package(id), p.version == version,
+                sameSettings || prev.settings[key] == settings[key]
             {
                 packages.append(p)
                 continue
             }
             read += 1
-            if let pkg = routed(reader.layout, id, active, settings[id]) { packages.append(pkg) }
+            if let pkg = routed(layout, id, version, settings[key]) { packages.append(pkg) }
         }
         return Snapshot(
-            table: RouteTable(packages: packages, schemes: schemes), generation: state.generation, versions: versions,
-            settings: settings, channel: channel, indexIdentity: identity, listsRead: read)
+            table: RouteTable(packages: packages, schemes: schemes), generation: state.generation,
+            versions: state.packages, settings: settings, channel: channel, indexIdentity: identity, listsRead: read,
+            complete: packages.count == active)
+    }
+
+    /// A snapshot for one URL: every active package routed, only the one `url` routes to with its
+    /// files.
+    private static func partial(
+        _ layout: SandboxLayout, _ state: ServingState, _ settings: [String: ServingSettings], _ channel: String,
+        _ identity: FileIdentity?, _ schemes: Set<String>, _ url: String
+    ) -> Snapshot {
+        var packages: [RoutedPackage] = []
+        var read = 0
+        for key in state.packages.keys.sorted() {
+            guard let id = PackageID(key), let active = state.packages[key]?.active else { continue }
+            packages.append(RoutedPackage(id: id, version: active, settings: settings[key]))
+        }
+        // The package the URL routes to gets its files; one whose list cannot be read is left
+        // out, as a whole build leaves it out, and the URL may then route to another.
+        var table = RouteTable(packages: packages, schemes: schemes)
+        while let id = table.routedPackage(url), let shell = table.package(id), shell.files.isEmpty {
+            packages.removeAll { $0.id == id }
+            read += 1
+            let pkg = routed(layout, id, shell.version, settings[id.rawValue])
+            if let pkg { packages.append(pkg) }
+            table = RouteTable(packages: packages, schemes: schemes)
+            if pkg != nil { break }
+        }
+        return Snapshot(
+            table: table, generation: state.generation, versions: state.packages, settings: settings,
+            channel: channel, indexIdentity: identity, listsRead: read, complete: false, partial: true)
+    }
+
+    /// The table of `prev` (a whole snapshot with every active package in its table) with the
+    /// packages whose active version or settings differ in `state` and `settings` read again,
+    /// and how many were read. Only the packages `named` are looked at when given (the writes
+    /// of this process say which changed); else every package is compared. Nil when a package
+    /// came or went, or a list cannot be read: the table is then built whole. Whether routes
+    /// changed is `RouteTable.replacing`'s to find out.
+    private static func updated(
+        _ prev: Snapshot, _ state: ServingState, _ settings: [String: ServingSettings], _ sameSettings: Bool,
+        _ named: Set<String>?, _ layout: SandboxLayout
+    ) -> (RouteTable, Int)? {
+        let table = prev.table
+        var changed: [RoutedPackage] = []
+        func look(_ key: String, _ version: SemanticVersion?) -> Bool {
+            let old = table.version(idText: key)
+            guard let version else { return old == nil }
+            guard let old else { return false }
+            if old == version, sameSettings || prev.settings[key] == settings[key] { return true }
+            guard let id = PackageID(key), let pkg = routed(layout, id, version, settings[key]) else { return false }
+            changed.append(pkg)
+            return true
+        }
+        if let named {
+            for key in named.sorted() where !look(key, state.packages[key]?.active) { return nil }
+        } else {
+            var active = 0
+            for (key, v) in state.packages where v.active != nil {
+                active += 1
+                guard look(key, v.active) else { return nil }
+            }
+            guard active == table.count else { return nil }
+        }
+        return (changed.isEmpty ? table : table.replacing(changed), changed.count)
     }
 
     /// One version of a package as the table routes it, from its file list on disk.
@@ -130,6 +209,21 @@ public final class Snapshot: Sendable {
     /// `version` of `id` routed with this snapshot's settings (for pinned and fallback versions).
     func routed(_ layout: SandboxLayout, _ id: PackageID, _ version: SemanticVersion) -> RoutedPackage? {
         if let p = table.package(id), p.version == version { return p }
-        return Self.routed(layout, id, version, settings[id])
+        return Self.routed(layout, id, version, settings[id.rawValue])
     }
+}
+
+/// Each package's active and fallback versions in a snapshot's state.
+public struct ServedVersions: Sendable {
+    /// By package id text, as the state keys them.
+    let byID: [String: ServingState.Versions]
+
+    /// The versions of `id`; nil when the state does not know the package.
+    public subscript(_ id: PackageID) -> ServingState.Versions? { byID[id.rawValue] }
+
+    /// How many packages the state knows.
+    public var count: Int { byID.count }
+
+    /// The ids (text) of the packages with an active version, sorted.
+    public var activeIDs: [String] { byID.filter { $0.value.active != nil }.keys.sorted() }
 }

@@ -21,4 +21,14 @@ public enum GenerationFile {
         let word = generation.littleEndian
         _ = withUnsafeBytes(of: word) { try? SystemCalls.pwrite(fd, $0, at: 0, path: path) }
     }
+
+    /// The generation the file holds; nil when it is missing or shorter than a word.
+    static func read(_ layout: SandboxLayout) -> UInt64? {
+        let path = layout.generation
+        guard let fd = try? SystemCalls.open(path, .readOnly) else { return nil }
+        defer { try? SystemCalls.close(fd, path: path) }
+        var bytes = [UInt8](repeating: 0, count: 8)
+        guard (try? SystemCalls.pread(fd, into: &bytes, at: 0, path: path)) == 8 else { return nil }
+        return bytes.reversed().reduce(0) { $0 << 8 | UInt64($1) }
+    }
 }

@@ -146,6 +146,7 @@ public final class Sandbox {
         let data = try encoded(state, "state.json")
         try io { () throws(FileSystemError) in try AtomicFile.write(data, to: layout.state) }
         GenerationFile.publish(layout, state.generation)
+        ServingHandoff.shared.wroteState(state, layout)
     }
 
     /// Runs `body` (a phase of a sync acting on many packages) with one durable state write for

@@ -85,6 +85,7 @@ extension Syncer {
                 try AtomicFile.write(bytes, to: cacheIndex)
                 try AtomicFile.write(sigBytes, to: cacheSig)
             } catch { throw .store(.io(error)) }
+            ServingHandoff.shared.wroteIndex(index.packages, sandbox.layout)
             do {
                 try sandbox.recordIndex(
                     AcceptedIndex(

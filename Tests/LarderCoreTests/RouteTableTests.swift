@@ -395,6 +395,86 @@ struct RouteTableFastPathTests {
         }
     }
 
+    /// `replacing` answers every URL as a table built whole from the same packages: when the
+    /// packages given keep their routes (it then shares the routes' index), when they change
+    /// routes, version, files or settings, when one is new, and when two claim one route.
+    @Test func replacingAnswersAsATableBuiltWhole() {
+        let base = Self.table.allPackages
+        func whole(_ changed: [RoutedPackage]) -> RouteTable {
+            var all = Dictionary(base.map { ($0.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
+            for p in changed { all[p.id.rawValue] = p }
+            return RouteTable(packages: all.keys.sorted().compactMap { all[$0] }, schemes: ["myapp"])
+        }
+        let cases: [(String, [RoutedPackage])] = [
+            ("nothing", []),
+            (
+                "same routes, other files",
+                [Self.package("docs", ["index.html", "new.html"], ["https://app.example.com/docs/"])]
+            ),
+            (
+                "same routes, other settings",
+                [
+                    Self.package(
+                        "app", ["index.html", "js/app.js", "live.js"],
+                        ["https://app.example.com/", "http://app.example.com:8080/"], spa: false, mode: .localOnly,
+                        bypass: ["/js/"])
+                ]
+            ),
+            (
+                "two at once, a shared host",
+                [
+                    Self.package("cdn-a", ["y.js"], ["https://cdn.example.com/cdn-a/"]),
+                    Self.package(
+                        "cdn-b", ["y.js"], ["https://cdn.example.com/cdn-b/", "https://cdn.example.com:8443/"]),
+                ]
+            ),
+            ("other routes", [Self.package("docs", ["guide.html"], ["https://app.example.com/guides/"])]),
+            ("one route fewer", [Self.package("cdn-b", ["x.js"], ["https://cdn.example.com/cdn-b/"])]),
+            ("a new package", [Self.package("new", ["index.html", "n.js"], ["https://new.example/"])]),
+            ("a new one claiming a route", [Self.package("a-first", ["z.js"], ["https://app.example.com/docs/"])]),
+        ]
+        let urls =
+            Self.plain + Self.tricky + [
+                "https://app.example.com/docs/new.html", "https://app.example.com/docs/guide.html",
+                "https://app.example.com/docs/", "https://app.example.com/guides/guide.html",
+                "https://app.example.com/js/app.js", "https://app.example.com/live.js",
+                "https://app.example.com/nothing", "https://cdn.example.com/cdn-a/y.js",
+                "https://cdn.example.com:8443/y.js", "https://cdn.example.com:8443/x.js", "https://new.example/n.js",
+                "https://app.example.com/docs/z.js", "larder://docs/new.html", "myapp://new/n.js",
+                "larder://a-first/z.js",
+            ]
+        /// The fast path's origin object for `host` (shared when a table's routes are).
+        func origin(_ t: RouteTable, _ host: String) -> FastRoutes.Origin? {
+            var h = host
+            return h.withUTF8 { t.fast.hosts.value(UnsafeRawBufferPointer($0)) }?.first
+        }
+        let sharing: Set = [
+            "nothing", "same routes, other files", "same routes, other settings", "two at once, a shared host",
+        ]
+        for (name, changed) in cases {
+            let replaced = Self.table.replacing(changed)
+            let built = whole(changed)
+            let shared = origin(replaced, "app.example.com") === origin(Self.table, "app.example.com")
+            #expect(shared == sharing.contains(name), "\(name)")
+            #expect(replaced.count == built.count, "\(name)")
+            #expect(replaced.allPackages.map(\.id) == built.allPackages.map(\.id), "\(name)")
+            for url in urls {
+                #expect(replaced.resolve(url) == built.resolve(url), "\(name): \(url)")
+                #expect(replaced.resolve(url) == replaced.resolveGeneral(url), "\(name): \(url)")
+            }
+        }
+        // The table replaced from is unchanged.
+        #expect(
+            Self.table.resolve("https://app.example.com/docs/new.html")
+                == Self.table.resolveGeneral("https://app.example.com/docs/new.html"))
+        if case .local(let f) = Self.table.resolve("https://app.example.com/docs/guide.html") {
+            #expect(f.package.rawValue == "docs")
+        } else {
+            Issue.record("the original table still serves docs/guide.html")
+        }
+        #expect(Self.table.package(PackageID("new")!) == nil)
+    }
+
     /// Setting a package's files re-indexes them; a key that is not NFC ASCII (only a caller
     /// setting `files` can make one) is found by the general path's canonical equivalence alone,
     /// and the fast path leaves it to it.
