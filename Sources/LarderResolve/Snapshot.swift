@@ -92,7 +92,11 @@ public final class Snapshot: Sendable {
             let index = try? ManifestCoding.decode(ServingIndex.self, from: data, document: "index")
         {
             settings = ServingSettings.byID(index.packages, channel: channel)
-            handoff.readSettings(settings, channel: channel, identity: identity, layout)
+            // Offered as the base of the next index written here only if the file read is the
+            // one whose identity names it (no writer replaced it between the stat and the read).
+            if FileIdentity(layout.acceptedIndex) == identity {
+                handoff.readSettings(settings, channel: channel, identity: identity, layout)
+            }
         }
         if let url {
             return partial(layout, state, settings, channel, identity, schemes, url)
@@ -100,7 +104,8 @@ public final class Snapshot: Sendable {
         if let prev = previous, prev.complete {
             // The packages that changed, when this process's writes say which; else all are compared.
             var named: Set<String>?
-            if handed != nil, let versions = handoff.changes(layout, from: prev.generation, to: state.generation),
+            if handed != nil, prev.channel == channel,
+                let versions = handoff.changes(layout, from: prev.generation, to: state.generation),
                 let routing = sameSettings
                     ? [] : handoff.settingsChanges(layout, from: prev.indexIdentity, to: identity, channel: channel)
             {

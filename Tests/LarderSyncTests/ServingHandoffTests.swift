@@ -117,6 +117,32 @@ struct ServingHandoffTests {
         #expect(ServingHandoff.shared.state(layout) == nil)
     }
 
+    @Test("a device that changes channel gets its settings at the next state write, the index being the same file")
+    func channelChangeRereadsSettings() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try publish(env, "alpha", "1.0.0")
+        try env.repository.publish(
+            "1.1.0", id: "alpha", edit: SampleRepository.setCatalogVersion("alpha 1.1.0"), at: env.clock
+        ) {
+            $0.routes = ["https://alpha-beta.example/"]
+            $0.channel = "beta"
+        }
+        try env.initialise()
+        _ = try await env.sync()
+        let resolver = try Resolver(root: env.root)
+        #expect(catalog(resolver, "https://alpha.example/data/catalog.json")?.contains("alpha 1.0.0") == true)
+        #expect(catalog(resolver, "https://alpha-beta.example/data/catalog.json") == nil)
+        _ = try SyncConfig.initialise(
+            root: env.root, repository: env.repo.absoluteString, keys: [env.key.publicKey], channel: "beta",
+            appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
+        let sandbox = try Sandbox.open(env.root)
+        _ = try sandbox.confirm(id: "alpha")
+        sandbox.close()
+        #expect(catalog(resolver, "https://alpha-beta.example/data/catalog.json")?.contains("alpha 1.0.0") == true)
+        #expect(catalog(resolver, "https://alpha.example/data/catalog.json") == nil)
+    }
+
     @Test("the packages changed between two generations are known only without a gap")
     func changesNeedAnUnbrokenJournal() async throws {
         let env = try SyncEnv()
