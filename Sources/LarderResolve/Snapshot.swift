@@ -35,14 +35,21 @@ public final class Snapshot: Sendable {
     /// Every active package of the state is in the table (none was left out for a list that
     /// could not be read).
     let complete: Bool
+    /// The state file read (nil when unknown, or replaced while it was read).
+    let stateIdentity: FileIdentity?
+    /// How many packages this build compared with the snapshot it replaces (all of them, or
+    /// those the writes of this process named).
+    package let compared: Int
 
     init(
         table: RouteTable, generation: UInt64, versions: [String: ServingState.Versions],
         settings: [String: ServingSettings], channel: String, indexIdentity: FileIdentity?, listsRead: Int,
-        complete: Bool, partial: Bool = false
+        complete: Bool, stateIdentity: FileIdentity?, compared: Int, partial: Bool = false
     ) {
         self.partial = partial
         self.complete = complete
+        self.stateIdentity = stateIdentity
+        self.compared = compared
         self.table = table
         self.generation = generation
         self.versions = ServedVersions(byID: versions)
@@ -72,11 +79,15 @@ public final class Snapshot: Sendable {
         let handoff = ServingHandoff.shared
         let handed = handoff.state(layout)
         let state: ServingState
+        let stateIdentity: FileIdentity?
         if let handed {
-            state = handed
+            (state, stateIdentity) = handed
         } else {
+            let before = FileIdentity(layout.state)
             state = try reader.servingState()
-            handoff.readState(state, layout)
+            // Named only if no writer replaced the file between the stat and the read.
+            stateIdentity = before != nil && FileIdentity(layout.state) == before ? before : nil
+            if let stateIdentity { handoff.readState(state, identity: stateIdentity, layout) }
         }
         let channel = (try? SyncConfig.load(root: root))?.channel ?? Channel.default
         let identity = FileIdentity(layout.acceptedIndex)
@@ -99,22 +110,23 @@ public final class Snapshot: Sendable {
             }
         }
         if let url {
-            return partial(layout, state, settings, channel, identity, schemes, url)
+            return partial(layout, state, settings, channel, identity, stateIdentity, schemes, url)
         }
         if let prev = previous, prev.complete {
             // The packages that changed, when this process's writes say which; else all are compared.
             var named: Set<String>?
             if handed != nil, prev.channel == channel,
-                let versions = handoff.changes(layout, from: prev.generation, to: state.generation),
+                let versions = handoff.changes(layout, from: prev.stateIdentity, to: stateIdentity),
                 let routing = sameSettings
                     ? [] : handoff.settingsChanges(layout, from: prev.indexIdentity, to: identity, channel: channel)
             {
                 named = versions.union(routing)
             }
-            if let (table, read) = updated(prev, state, settings, sameSettings, named, layout) {
+            if let (table, read, compared) = updated(prev, state, settings, sameSettings, named, layout) {
                 return Snapshot(
                     table: table, generation: state.generation, versions: state.packages, settings: settings,
-                    channel: channel, indexIdentity: identity, listsRead: read, complete: true)
+                    channel: channel, indexIdentity: identity, listsRead: read, complete: true,
+                    stateIdentity: stateIdentity, compared: compared)
             }
         }
         var packages: [RoutedPackage] = []
@@ -135,14 +147,14 @@ public final class Snapshot: Sendable {
         return Snapshot(
             table: RouteTable(packages: packages, schemes: schemes), generation: state.generation,
             versions: state.packages, settings: settings, channel: channel, indexIdentity: identity, listsRead: read,
-            complete: packages.count == active)
+            complete: packages.count == active, stateIdentity: stateIdentity, compared: previous == nil ? 0 : active)
     }
 
     /// A snapshot for one URL: every active package routed, only the one `url` routes to with its
     /// files.
     private static func partial(
         _ layout: SandboxLayout, _ state: ServingState, _ settings: [String: ServingSettings], _ channel: String,
-        _ identity: FileIdentity?, _ schemes: Set<String>, _ url: String
+        _ identity: FileIdentity?, _ stateIdentity: FileIdentity?, _ schemes: Set<String>, _ url: String
     ) -> Snapshot {
         var packages: [RoutedPackage] = []
         var read = 0
@@ -163,19 +175,20 @@ public final class Snapshot: Sendable {
         }
         return Snapshot(
             table: table, generation: state.generation, versions: state.packages, settings: settings,
-            channel: channel, indexIdentity: identity, listsRead: read, complete: false, partial: true)
+            channel: channel, indexIdentity: identity, listsRead: read, complete: false,
+            stateIdentity: stateIdentity, compared: 0, partial: true)
     }
 
     /// The table of `prev` (a whole snapshot with every active package in its table) with the
-    /// packages whose active version or settings differ in `state` and `settings` read again,
-    /// and how many were read. Only the packages `named` are looked at when given (the writes
-    /// of this process say which changed); else every package is compared. Nil when a package
-    /// came or went, or a list cannot be read: the table is then built whole. Whether routes
-    /// changed is `RouteTable.replacing`'s to find out.
+    /// packages whose active version or settings differ in `state` and `settings` read again;
+    /// how many lists were read, and how many packages compared. Only the packages `named` are
+    /// looked at when given (the writes of this process say which changed); else every package
+    /// is compared. Nil when a package came or went, or a list cannot be read: the table is then
+    /// built whole. Whether routes changed is `RouteTable.replacing`'s to find out.
     private static func updated(
         _ prev: Snapshot, _ state: ServingState, _ settings: [String: ServingSettings], _ sameSettings: Bool,
         _ named: Set<String>?, _ layout: SandboxLayout
-    ) -> (RouteTable, Int)? {
+    ) -> (RouteTable, Int, Int)? {
         let table = prev.table
         var changed: [RoutedPackage] = []
         func look(_ key: String, _ version: SemanticVersion?) -> Bool {
@@ -187,17 +200,18 @@ public final class Snapshot: Sendable {
             changed.append(pkg)
             return true
         }
+        var compared = 0
         if let named {
             for key in named.sorted() where !look(key, state.packages[key]?.active) { return nil }
+            compared = named.count
         } else {
-            var active = 0
             for (key, v) in state.packages where v.active != nil {
-                active += 1
+                compared += 1
                 guard look(key, v.active) else { return nil }
             }
-            guard active == table.count else { return nil }
+            guard compared == table.count else { return nil }
         }
-        return (changed.isEmpty ? table : table.replacing(changed), changed.count)
+        return (changed.isEmpty ? table : table.replacing(changed), changed.count, compared)
     }
 
     /// One version of a package as the table routes it, from its file list on disk.
@@ -230,5 +244,7 @@ public struct ServedVersions: Sendable {
     public var count: Int { byID.count }
 
     /// The ids (text) of the packages with an active version, sorted.
-    public var activeIDs: [String] { byID.filter { $0.value.active != nil }.keys.sorted() }
+    public var activeIDs: [String] {
+        byID.filter { $0.value.active != nil && PackageID($0.key) != nil }.keys.sorted()
+    }
 }

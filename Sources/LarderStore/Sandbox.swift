@@ -104,6 +104,11 @@ public final class Sandbox {
             guard options.allowCorruptState else { throw .missingState }
             problem = "state.json is missing"
         }
+        if problem != nil, let word = GenerationFile.read(layout) {
+            // A state rebuilt from nothing (doctor) goes on from the last generation published:
+            // generations only grow, so no reader takes a new state for one it has seen.
+            state.generation = max(state.generation, word)
+        }
         let sandbox = Sandbox(layout: layout, state: state, options: options, lock: lock)
         sandbox.stateProblem = problem
         sandbox.readOnly = readOnly
@@ -165,7 +170,12 @@ public final class Sandbox {
         guard uncommitted else { return }
         uncommitted = false
         do throws(StoreError) { try commit() } catch {
+            // The generation the failed write used stays taken: the write may have reached the
+            // disk (a rename made before a failed directory sync), and a generation names one
+            // state only.
+            let attempted = state.generation
             state = durable
+            state.generation = max(durable.generation, attempted)
             throw error
         }
     }

@@ -18,14 +18,15 @@ import SystemPackage
 /// inode, size and modification time (a file Larder replaces gets a new inode), and, for the
 /// state, the generation word still naming the generation written. Anything else — another
 /// process's write, a file replaced by hand — is read from the file, as without a handoff.
-/// States are named by their generation, which only grows in a sandbox.
+/// The changes are kept as a chain of writes, each from the file it compared with to the file
+/// it wrote (by identity), so a resolver uses them only from the very file its snapshot read.
 package final class ServingHandoff: @unchecked Sendable {
     // @unchecked: every field is guarded by `lock`.
     /// The one handoff of the process.
     package static let shared = ServingHandoff()
 
     /// How many writes' changes are kept per sandbox.
-    static let journalLength = 64
+    package static let journalLength = 64
 
     private let lock = NSLock()
     /// Live resolvers in the process; nothing is kept while there are none.
@@ -37,17 +38,26 @@ package final class ServingHandoff: @unchecked Sendable {
     private struct Kept {
         /// The state this process last wrote, and the identity of its file.
         var written: (identity: FileIdentity, state: ServingState)?
-        /// The last state known here (written, or read by a resolver): what the next write is
-        /// compared with.
-        var known: ServingState?
-        /// The packages each generation changed from the one before, oldest first, contiguous.
-        var journal: [(generation: UInt64, changed: Set<String>)] = []
+        /// The last state known here (written, or read by a resolver) and its file: what the
+        /// next write is compared with.
+        var known: (identity: FileIdentity, state: ServingState)?
+        /// The packages each write changed from the file it was compared with (`base`) to the
+        /// file it wrote, oldest first; each entry's base is the previous entry's file.
+        var journal: [Change] = []
         /// The settings of the index last written, by channel and package id text.
         var index: (identity: FileIdentity, byChannel: [String: [String: ServingSettings]])?
         /// The last index settings known here (written, or read by a resolver), by channel.
         var knownIndex: (identity: FileIdentity, byChannel: [String: [String: ServingSettings]])?
         /// The packages whose settings `index` changed from the index `from`, by channel.
         var indexChanges: (from: FileIdentity, byChannel: [String: Set<String>])?
+    }
+
+    /// One state write: the file compared with, the file written, and the packages whose
+    /// versions differ between them.
+    private struct Change {
+        let base: FileIdentity
+        let written: FileIdentity
+        let changed: Set<String>
     }
 
     /// A resolver opened: writers in this process start keeping what they write.
@@ -71,23 +81,29 @@ package final class ServingHandoff: @unchecked Sendable {
     // MARK: Writers
 
     /// Keeps the serving form of `state`, just written to `layout.state`, and the packages it
-    /// changed from the last state known here when that is the generation before.
+    /// changed from the last state known here.
     package func wroteState(_ state: SandboxState, _ layout: SandboxLayout) {
         guard wanted else { return }
         let key = layout.root.string
+        guard let identity = FileIdentity(layout.state) else {
+            lock.withLock { roots[key] = nil }
+            return
+        }
         let serving = ServingState(state)
-        let identity = FileIdentity(layout.state)
         let base = lock.withLock { roots[key]?.known }
-        let changed = base.flatMap { $0.generation &+ 1 == serving.generation ? serving.changedIDs(from: $0) : nil }
+        let change = base.map {
+            Change(base: $0.identity, written: identity, changed: serving.changedIDs(from: $0.state))
+        }
         lock.withLock {
+            guard readers > 0 else { return }
             var kept = roots[key] ?? Kept()
-            kept.written = identity.map { ($0, serving) }
-            kept.known = serving
-            if let changed, kept.journal.last.map({ $0.generation &+ 1 == serving.generation }) ?? true {
-                kept.journal.append((serving.generation, changed))
+            kept.written = (identity, serving)
+            kept.known = (identity, serving)
+            if let change, kept.journal.last?.written == change.base {
+                kept.journal.append(change)
                 if kept.journal.count > Self.journalLength { kept.journal.removeFirst() }
             } else {
-                kept.journal = changed.map { [(serving.generation, $0)] } ?? []
+                kept.journal = change.map { [$0] } ?? []
             }
             roots[key] = kept
         }
@@ -119,6 +135,7 @@ package final class ServingHandoff: @unchecked Sendable {
             changes = (base.identity, sets)
         }
         lock.withLock {
+            guard readers > 0 else { return }
             var kept = roots[key] ?? Kept()
             kept.index = (identity, byChannel)
             kept.knownIndex = (identity, byChannel)
@@ -129,40 +146,44 @@ package final class ServingHandoff: @unchecked Sendable {
 
     // MARK: Resolvers
 
-    /// The serving state kept for the file now at `layout.state`, if it is the one written and
-    /// the generation word names its generation.
-    package func state(_ layout: SandboxLayout) -> ServingState? {
+    /// The serving state kept for the file now at `layout.state`, and that file's identity, if
+    /// it is the one written and the generation word names its generation.
+    package func state(_ layout: SandboxLayout) -> (state: ServingState, identity: FileIdentity)? {
         guard let kept = lock.withLock({ roots[layout.root.string]?.written }),
             FileIdentity(layout.state) == kept.identity,
             GenerationFile.read(layout) == kept.state.generation
         else { return nil }
-        return kept.state
+        return (kept.state, kept.identity)
     }
 
-    /// A resolver read `state` from the file: the next write here is compared with it.
-    package func readState(_ state: ServingState, _ layout: SandboxLayout) {
+    /// A resolver read `state` from the file with identity `identity`: the next write here is
+    /// compared with it (unless what is known here is newer).
+    package func readState(_ state: ServingState, identity: FileIdentity, _ layout: SandboxLayout) {
         lock.withLock {
             guard readers > 0 else { return }
             let key = layout.root.string
-            if let known = roots[key]?.known, known.generation > state.generation { return }
-            roots[key, default: Kept()].known = state
+            if let known = roots[key]?.known, known.identity == identity || known.state.generation > state.generation {
+                return
+            }
+            roots[key, default: Kept()].known = (identity, state)
         }
     }
 
-    /// The packages changed by the generations after `from` up to `to`; nil when a write in
-    /// between is not known here.
-    package func changes(_ layout: SandboxLayout, from: UInt64, to: UInt64) -> Set<String>? {
-        guard from <= to else { return nil }
+    /// The packages whose versions changed from the state file `from` to the state file `to`,
+    /// through the writes kept here; nil when that chain of writes is not known here.
+    package func changes(_ layout: SandboxLayout, from: FileIdentity?, to: FileIdentity?) -> Set<String>? {
+        guard let from, let to else { return nil }
         if from == to { return [] }
         return lock.withLock {
-            guard let journal = roots[layout.root.string]?.journal, let first = journal.first,
-                first.generation <= from &+ 1, let last = journal.last, last.generation >= to
+            guard let journal = roots[layout.root.string]?.journal,
+                let start = journal.firstIndex(where: { $0.base == from })
             else { return nil }
             var out = Set<String>()
-            for entry in journal where entry.generation > from && entry.generation <= to {
-                out.formUnion(entry.changed)
+            for change in journal[start...] {
+                out.formUnion(change.changed)
+                if change.written == to { return out }
             }
-            return out
+            return nil
         }
     }
 

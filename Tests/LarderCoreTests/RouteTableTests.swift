@@ -405,8 +405,16 @@ struct RouteTableFastPathTests {
             for p in changed { all[p.id.rawValue] = p }
             return RouteTable(packages: all.keys.sorted().compactMap { all[$0] }, schemes: ["myapp"])
         }
+        var newer = Self.package("docs", ["index.html", "guide.html"], ["https://app.example.com/docs/"])
+        newer.version = SemanticVersion("2.0.0")!
+        newer.files = newer.files.mapValues {
+            LocalFile(
+                package: $0.package, version: newer.version, path: $0.path, mime: $0.mime, length: $0.length,
+                etag: $0.etag)
+        }
         let cases: [(String, [RoutedPackage])] = [
             ("nothing", []),
+            ("another version", [newer]),
             (
                 "same routes, other files",
                 [Self.package("docs", ["index.html", "new.html"], ["https://app.example.com/docs/"])]
@@ -449,6 +457,7 @@ struct RouteTableFastPathTests {
             return h.withUTF8 { t.fast.hosts.value(UnsafeRawBufferPointer($0)) }?.first
         }
         let sharing: Set = [
+            "another version",
             "nothing", "same routes, other files", "same routes, other settings", "two at once, a shared host",
         ]
         for (name, changed) in cases {
@@ -462,6 +471,11 @@ struct RouteTableFastPathTests {
                 #expect(replaced.resolve(url) == built.resolve(url), "\(name): \(url)")
                 #expect(replaced.resolve(url) == replaced.resolveGeneral(url), "\(name): \(url)")
             }
+        }
+        if case .local(let f) = Self.table.replacing([newer]).resolve("https://app.example.com/docs/guide.html") {
+            #expect(f.version.description == "2.0.0")
+        } else {
+            Issue.record("the replaced table serves docs 2.0.0")
         }
         // The table replaced from is unchanged.
         #expect(

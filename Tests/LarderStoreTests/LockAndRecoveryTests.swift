@@ -400,6 +400,26 @@ struct DoctorTests {
         #expect(Set(report.removed) == ["\(sampleID)@1.2.0", "\(sampleID)@1.0.0"])
     }
 
+    @Test("a state rebuilt from an unreadable state.json goes on from the last generation published")
+    func repairKeepsGenerationsGrowing() throws {
+        let env = try StoreEnv()
+        defer { env.cleanup() }
+        try env.withSandbox { try env.installConfirmed($0, ["1.0.0", "1.1.0"]) }
+        let published = try env.reader.state().generation
+        #expect(published >= 2)
+        try Data("{ corrupt".utf8).write(to: URL(fileURLWithPath: env.layout.state.string))
+        var options = env.options()
+        options.allowCorruptState = true
+        let sandbox = try env.open(options)
+        #expect(sandbox.stateProblem != nil && sandbox.state.generation == published)
+        #expect(try sandbox.doctor(repair: true).repaired)
+        sandbox.close()
+        // A reader that saw `published` takes the repaired state for a new one.
+        let repaired = try env.reader.state()
+        #expect(repaired.generation > published)
+        #expect(repaired[pid(sampleID)].active == ver("1.1.0"))
+    }
+
     @Test("a version in the state but missing on disk is reported, and repair forgets it")
     func missingTree() throws {
         let env = try StoreEnv()

@@ -93,4 +93,26 @@ struct BatchedCommitTests {
         #expect(!again.hasFailures && again.packages.allSatisfy { $0.bytesFetched == 0 }, "\(again.packages)")
         #expect(try Self.ids.allSatisfy { try env.active($0) == "1.0.0" })
     }
+    @Test("a failed batch commit keeps its generation taken: the next state write names a new one")
+    func failedCommitKeepsItsGeneration() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        _ = try publishAll(env, "1.0.0")
+        try env.initialise()
+        _ = try await env.sync()
+        let layout = SandboxLayout(root: env.root)
+        let sandbox = try Sandbox.open(env.root)
+        defer { sandbox.close() }
+        let durable = sandbox.state.generation
+        let id = try #require(Self.ids.first)
+        _ = FaultInjector.withFaults(Fault.fail(kind: .rename, nth: 1, errno: .ioError), under: layout.state) { _ in
+            #expect(throws: StoreError.self) { try sandbox.batched { _ = try? sandbox.confirm(id: id) } }
+        }
+        // The failed write used durable + 1; whether or not it reached the disk, that number
+        // now names no state a reader may take for the next one.
+        #expect(sandbox.state.generation == durable + 1)
+        #expect(try env.state().generation == durable)
+        _ = try sandbox.confirm(id: id)
+        #expect(try env.state().generation == durable + 2)
+    }
 }

@@ -43,19 +43,27 @@ struct ServingHandoffTests {
         #expect(before.listsRead == 3)
         #expect(catalog(resolver, "https://beta.example/data/catalog.json")?.contains("beta 1.0.0") == true)
         let indexBefore = FileIdentity(layout.acceptedIndex)
+        let stateBefore = FileIdentity(layout.state)
 
         // One package updated: its list is read, the others' parts are kept.
         try publish(env, "beta", "1.0.1")
         #expect(try await env.sync().hasFailures == false)
         let disk = try SandboxReader(root: env.root).servingState()
-        #expect(ServingHandoff.shared.state(layout)?.packages == disk.packages)
-        let changed = try #require(ServingHandoff.shared.changes(layout, from: before.generation, to: disk.generation))
+        #expect(ServingHandoff.shared.state(layout)?.state.packages == disk.packages)
+        let changed = try #require(
+            ServingHandoff.shared.changes(layout, from: stateBefore, to: FileIdentity(layout.state)))
         #expect(changed == ["beta"])
         #expect(
             ServingHandoff.shared.settingsChanges(
                 layout, from: indexBefore, to: FileIdentity(layout.acceptedIndex), channel: "stable") == [])
         let after = resolver.snapshot()
-        #expect(after.generation == disk.generation && after.listsRead == 1)
+        #expect(after.generation == disk.generation && after.listsRead == 1 && after.compared == 1)
+        // The settings kept are what decoding the index file gives.
+        let index = try ManifestCoding.decode(
+            ServingIndex.self, from: AtomicFile.read(layout.acceptedIndex), document: "index")
+        #expect(
+            ServingHandoff.shared.settings(layout, identity: FileIdentity(layout.acceptedIndex), channel: "stable")
+                == ServingSettings.byID(index.packages, channel: "stable"))
         #expect(catalog(resolver, "https://beta.example/data/catalog.json")?.contains("beta 1.0.1") == true)
         #expect(catalog(resolver, "https://alpha.example/data/catalog.json")?.contains("alpha 1.0.0") == true)
         // The serving form kept in memory is what decoding state.json gives.
@@ -71,7 +79,11 @@ struct ServingHandoffTests {
                 layout, from: indexMiddle, to: FileIdentity(layout.acceptedIndex), channel: "stable") == ["gamma"])
         #expect(catalog(resolver, "https://gamma-moved.example/data/catalog.json")?.contains("gamma 1.1.0") == true)
         #expect(catalog(resolver, "https://gamma.example/data/catalog.json") == nil)
-        let cold = try Resolver(root: env.root)
+        // A resolver on another spelling of the root reads the files (nothing is kept for it).
+        let link = env.dir.appendingPathComponent("sandbox-link")
+        try FileManager.default.createSymbolicLink(atPath: link.path, withDestinationPath: env.root.string)
+        let cold = try Resolver(root: FilePath(link.path))
+        #expect(ServingHandoff.shared.state(SandboxLayout(root: FilePath(link.path))) == nil)
         for url in [
             "https://alpha.example/data/catalog.json", "https://beta.example/data/catalog.json",
             "https://gamma.example/data/catalog.json", "https://gamma-moved.example/data/catalog.json",
@@ -112,9 +124,10 @@ struct ServingHandoffTests {
         // A generation word that does not name the state written is not trusted either.
         _ = try await env.sync()
         let written = try #require(ServingHandoff.shared.state(layout))
-        var other = (written.generation + 7).littleEndian
+        var other = (written.state.generation + 7).littleEndian
         try withUnsafeBytes(of: &other) { try Data($0).write(to: URL(fileURLWithPath: layout.generation.string)) }
         #expect(ServingHandoff.shared.state(layout) == nil)
+        withExtendedLifetime(resolver) {}
     }
 
     @Test("a device that changes channel gets its settings at the next state write, the index being the same file")
@@ -143,8 +156,8 @@ struct ServingHandoffTests {
         #expect(catalog(resolver, "https://alpha.example/data/catalog.json") == nil)
     }
 
-    @Test("the packages changed between two generations are known only without a gap")
-    func changesNeedAnUnbrokenJournal() async throws {
+    @Test("the changes between two state files are known only through an unbroken chain of writes here")
+    func changesNeedAnUnbrokenChain() async throws {
         let env = try SyncEnv()
         defer { env.cleanup() }
         try publish(env, "alpha", "1.0.0")
@@ -153,22 +166,53 @@ struct ServingHandoffTests {
         let layout = SandboxLayout(root: env.root)
         let resolver = try Resolver(root: env.root)
         _ = try await env.sync()
-        let first = try env.state().generation
+        let first = FileIdentity(layout.state)
         try publish(env, "alpha", "1.0.1")
         _ = try await env.sync()
-        let second = try env.state().generation
+        let second = FileIdentity(layout.state)
+        _ = resolver.snapshot()
         try publish(env, "beta", "1.0.1")
         _ = try await env.sync()
-        let third = try env.state().generation
+        let third = FileIdentity(layout.state)
         let handoff = ServingHandoff.shared
         #expect(handoff.changes(layout, from: third, to: third) == [])
         #expect(handoff.changes(layout, from: third, to: second) == nil)
         #expect(handoff.changes(layout, from: first, to: second) == ["alpha"])
         #expect(handoff.changes(layout, from: second, to: third) == ["beta"])
         #expect(handoff.changes(layout, from: first, to: third) == ["alpha", "beta"])
-        #expect(handoff.changes(layout, from: third, to: third + 1) == nil)
-        // The resolver, last built before the first sync, compares every package.
-        #expect(resolver.snapshot().listsRead == 2)
+        #expect(handoff.changes(layout, from: nil, to: third) == nil)
+        // The resolver last built at `second` looks at beta alone.
+        #expect(resolver.snapshot().compared == 1)
         #expect(catalog(resolver, "https://beta.example/data/catalog.json")?.contains("beta 1.0.1") == true)
+
+        // Another process writes a state (a confirmation of alpha); a second resolver reads it
+        // from the file, and the next write here is compared with that file. The first
+        // resolver, built from `third`, has no chain to the new state: it compares every package.
+        var state = try env.state()
+        state.packages["alpha"]?.health = .confirmed
+        state.generation += 1
+        try AtomicFile.write(ManifestCoding.encode(state), to: layout.state)
+        var word = state.generation.littleEndian
+        try withUnsafeBytes(of: &word) { try Data($0).write(to: URL(fileURLWithPath: layout.generation.string)) }
+        let other = FileIdentity(layout.state)
+        let fromFile = try Resolver(root: env.root)
+        try publish(env, "alpha", "1.0.2")
+        _ = try await env.sync()
+        let fifth = FileIdentity(layout.state)
+        #expect(handoff.changes(layout, from: other, to: fifth) == ["alpha"])
+        #expect(handoff.changes(layout, from: third, to: fifth) == nil)
+        #expect(resolver.snapshot().compared == 2)
+        #expect(fromFile.snapshot().compared == 1)
+        for r in [resolver, fromFile] {
+            #expect(catalog(r, "https://alpha.example/data/catalog.json")?.contains("alpha 1.0.2") == true)
+        }
+
+        // Only the last writes are kept.
+        let sandbox = try Sandbox.open(env.root)
+        for _ in 0..<(ServingHandoff.journalLength + 6) { _ = try sandbox.confirm(id: "beta") }
+        sandbox.close()
+        #expect(handoff.changes(layout, from: fifth, to: FileIdentity(layout.state)) == nil)
+        #expect(resolver.snapshot().compared == 2)
+        withExtendedLifetime(fromFile) {}
     }
 }
