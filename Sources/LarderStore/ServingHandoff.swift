@@ -92,7 +92,8 @@ package final class ServingHandoff: @unchecked Sendable {
         let serving = ServingState(state)
         let base = lock.withLock { roots[key]?.known }
         let change = base.map {
-            Change(base: $0.identity, written: identity, changed: serving.changedIDs(from: $0.state))
+            Change(
+                base: $0.identity, written: identity, changed: serving.packages.keysDiffering(from: $0.state.packages))
         }
         lock.withLock {
             guard readers > 0 else { return }
@@ -115,9 +116,9 @@ package final class ServingHandoff: @unchecked Sendable {
     package func wroteIndex(_ entries: [PackageEntry], _ layout: SandboxLayout) {
         guard wanted else { return }
         let key = layout.root.string
-        let all = entries.map(ServingSettings.init)
+        // One pass; as `ServingSettings.byID`, the last entry of an id in a channel wins.
         var byChannel: [String: [String: ServingSettings]] = [:]
-        for channel in Set(all.map(\.channel)) { byChannel[channel] = ServingSettings.byID(all, channel: channel) }
+        for e in entries { byChannel[e.channel, default: [:]][e.id.rawValue] = ServingSettings(e) }
         guard let identity = FileIdentity(layout.acceptedIndex) else {
             lock.withLock {
                 roots[key]?.index = nil
@@ -130,7 +131,7 @@ package final class ServingHandoff: @unchecked Sendable {
         if let base {
             var sets: [String: Set<String>] = [:]
             for (channel, old) in base.byChannel {
-                sets[channel] = ServingSettings.changedIDs(old, byChannel[channel] ?? [:])
+                sets[channel] = (byChannel[channel] ?? [:]).keysDiffering(from: old)
             }
             changes = (base.identity, sets)
         }
@@ -234,22 +235,14 @@ extension ServingState {
                 Versions(active: $0.active, fallback: $0.fallback, activation: $0.activation)
             })
     }
-
-    /// The ids of the packages whose versions differ from `base`'s (present in one only included).
-    package func changedIDs(from base: ServingState) -> Set<String> {
-        var out = Set<String>()
-        for (id, v) in packages where base.packages[id] != v { out.insert(id) }
-        for id in base.packages.keys where packages[id] == nil { out.insert(id) }
-        return out
-    }
 }
 
-extension ServingSettings {
-    /// The ids whose settings differ between `old` and `new` (present in one only included).
-    package static func changedIDs(_ old: [String: ServingSettings], _ new: [String: ServingSettings]) -> Set<String> {
+extension Dictionary where Key == String, Value: Equatable {
+    /// The keys whose values differ from `base`'s, those present in one only included.
+    fileprivate func keysDiffering(from base: Self) -> Set<String> {
         var out = Set<String>()
-        for (id, s) in new where old[id] != s { out.insert(id) }
-        for id in old.keys where new[id] == nil { out.insert(id) }
+        for (key, value) in self where base[key] != value { out.insert(key) }
+        for key in base.keys where self[key] == nil { out.insert(key) }
         return out
     }
 }
