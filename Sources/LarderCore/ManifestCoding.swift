@@ -30,10 +30,12 @@ public enum ManifestCoding {
     /// the file list of a version at the 50,000-file limit (≈ 170 bytes a file).
     public static let maxDocumentBytes = 16 << 20
 
-    /// Encodes `value` canonically.
-    public static func encode<T: Encodable>(_ value: T) throws -> Data {
+    /// Encodes `value` canonically; `compact` leaves out the indentation and line breaks (but not
+    /// the final newline), for the device's `state.json`, which every change rewrites.
+    public static func encode<T: Encodable>(_ value: T, compact: Bool = false) throws -> Data {
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        encoder.outputFormatting =
+            compact ? [.sortedKeys, .withoutEscapingSlashes] : [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .custom { date, enc in
             var c = enc.singleValueContainer()
             try c.encode(formatRFC3339(date))

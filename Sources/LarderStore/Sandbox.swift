@@ -53,6 +53,8 @@ public final class Sandbox {
     /// File lists waiting under `staging/` as the bytes they were decoded from, by
     /// `id@version` (see `provideListBytes`).
     var stagedLists: [String: FilePath] = [:]
+    /// Encodes state.json again only for the packages changed since the last write.
+    let stateEncoder = StateEncoder()
 
     /// Set when the sandbox lies on a read-only file system: it was opened for reading only (no
     /// lock, no recovery), and every change fails with this error.
@@ -148,7 +150,10 @@ public final class Sandbox {
             return
         }
         state.generation += 1
-        let data = try encoded(state, "state.json")
+        let data: Data
+        do { data = try stateEncoder.encode(state) } catch {
+            throw .encoding(document: "state.json", detail: "\(error)")
+        }
         try io { () throws(FileSystemError) in try AtomicFile.write(data, to: layout.state) }
         GenerationFile.publish(layout, state.generation)
         ServingHandoff.shared.wroteState(state, layout)

@@ -187,9 +187,7 @@ public struct Syncer: Sendable {
             changes, entries: entries, lists: p.lists, local: p.local, sandbox: p.sandbox, transport: p.transport,
             base: p.base, concurrency: max(1, p.config.concurrency), deltas: p.deltas)
         let deltaResults = await applyDeltas(&changes, fetched: &fetched, prepared: p, entries: entries)
-        let (placed, placeFailures) = place(changes, entries: entries, prepared: p, fetched: fetched)
-        var failed = placeFailures
-        activate(changes, entries: entries, sandbox: p.sandbox, placed: placed, failed: &failed)
+        let (placed, failed) = placeAndActivate(changes, entries: entries, prepared: p, fetched: fetched)
         for a in changes {
             let done = placed[a.id]
             var r = PackageResult(
@@ -264,19 +262,26 @@ public struct Syncer: Sendable {
         let method: FetchMethod
     }
 
-    /// Places every fetched version on disk (verified, not activated): a bundle from its staged
-    /// extraction or its complete file, objects assembled with the contents already held.
-    func place(
+    /// Places every fetched version on disk (verified: a bundle from its staged extraction or
+    /// its complete file, objects assembled with the contents already held), then activates each
+    /// dependency group whole, or not at all when a member failed — with one durable state write
+    /// for the whole phase (see `Sandbox.batched`). Crash-consistent: the trees placed are
+    /// unknown to the durable state until that write (recovery removes them), and the write
+    /// makes every placement and activation at once, so a crash leaves each package on its old
+    /// version or its new one. A version placed whose group did not activate stays recorded as
+    /// placed, for the next sync to activate without fetching it again.
+    func placeAndActivate(
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], prepared p: Prepared, fetched: Fetched
     ) -> ([PackageID: Placement], [PackageID: PackageFailure]) {
         var placed: [PackageID: Placement] = [:]
         var failed: [PackageID: PackageFailure] = [:]
-        // One state write for every version placed (see `Sandbox.batched`).
         do throws(StoreError) {
             try p.sandbox.batched {
                 placeEach(changes, entries: entries, prepared: p, fetched: fetched, &placed, &failed)
+                activateEach(changes, entries: entries, sandbox: p.sandbox, placed: placed, failed: &failed)
             }
         } catch {
+            // Nothing of the phase is durable: neither the placements nor the activations.
             for id in placed.keys { failed[id] = .store(error) }
             placed = [:]
         }
@@ -336,26 +341,11 @@ public struct Syncer: Sendable {
     }
 
     /// Activates each dependency group whole, or not at all when a member failed; a revoked
-    /// version left behind is marked failed so it is never the fallback.
-    func activate(
-        _ changes: [PlanAction], entries: [PackageID: PackageEntry], sandbox: Sandbox, placed: [PackageID: Placement],
-        failed: inout [PackageID: PackageFailure]
-    ) {
-        // One state write for every group (see `Sandbox.batched`); groups are independent, and a
-        // crash leaves each package on its old version or its new one.
-        var done: [PackageID] = []
-        do throws(StoreError) {
-            try sandbox.batched {
-                activateEach(changes, entries: entries, sandbox: sandbox, placed: placed, failed: &failed, done: &done)
-            }
-        } catch {
-            for id in done { failed[id] = .store(error) }
-        }
-    }
-
+    /// version left behind is marked failed so it is never the fallback. Runs inside the
+    /// placement's batch.
     func activateEach(
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], sandbox: Sandbox, placed: [PackageID: Placement],
-        failed: inout [PackageID: PackageFailure], done: inout [PackageID]
+        failed: inout [PackageID: PackageFailure]
     ) {
         var activated: Set<PackageID> = []
         let position = Dictionary(changes.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { a, _ in a })
@@ -376,7 +366,6 @@ public struct Syncer: Sendable {
                             id: m.id.rawValue, version: from.description, reason: "revoked by the repository")
                     }
                 }
-                done += members.map(\.id)
             } catch {
                 for m in members { failed[m.id] = .store(error) }
             }
