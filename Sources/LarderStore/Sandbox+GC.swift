@@ -48,21 +48,24 @@ extension Sandbox {
             state.packages[key] = pkg
         }
         guard !doomed.isEmpty else {
-            try removeUnknownTrees()
+            try settleTrees()
             return report
         }
         try commit()
+        // Unknown to the state just written until removed (a pinned one stays for a later gc).
+        for (id, v) in doomed { unsettled.insert(TreeName(id: id, version: v.version)) }
         for (id, v) in doomed {
             if Pins.isPinned(layout, id, v.version) {
                 report.keptPinned.append("\(id)@\(v.version)")
                 continue
             }
             try removeTree(id, v.version)
+            unsettled.remove(TreeName(id: id, version: v.version))
             report.removed.append("\(id)@\(v.version)")
             report.freedBytes += v.size
         }
         // Copies left behind earlier because a session pinned them go once unpinned.
-        try removeUnknownTrees()
+        try settleTrees()
         return report
     }
 

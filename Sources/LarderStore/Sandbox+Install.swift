@@ -168,6 +168,8 @@ extension Sandbox {
     ) throws(StoreError) -> InstalledVersion {
         let listPath = layout.list(id, version)
         let target = layout.tree(id, version)
+        // Unknown to the durable state until a state write names it.
+        unsettled.insert(TreeName(id: id, version: version))
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(listPath.removingLastComponent()) }
         if let staged = stagedLists.removeValue(forKey: "\(id)@\(version)"), AtomicFile.exists(staged) {
             // The bytes the list was decoded from, already durable under staging/.
@@ -306,6 +308,8 @@ extension Sandbox {
         guard !gone.isEmpty else { return ([:], failed) }
         try commit()
         var removed: [String: [String]] = [:]
+        // Unknown to the state just written until removed (a pinned one stays for a later gc).
+        for (_, id, pkg) in gone { for v in pkg.versions { unsettled.insert(TreeName(id: id, version: v.version)) } }
         for (text, id, pkg) in gone {
             var list: [String] = []
             for v in pkg.versions where !Pins.isPinned(layout, id, v.version) {
@@ -313,6 +317,7 @@ extension Sandbox {
                     failed[text] = error
                     break
                 }
+                unsettled.remove(TreeName(id: id, version: v.version))
                 list.append("\(id)@\(v.version)")
             }
             removed[text] = list

@@ -55,6 +55,11 @@ public final class Sandbox {
     var stagedLists: [String: FilePath] = [:]
     /// Encodes state.json again only for the packages changed since the last write.
     let stateEncoder = StateEncoder()
+    /// Set once `removeUnknownTrees` has listed the whole sandbox through this handle.
+    var scanned = false
+    /// Versions whose tree or list this handle may have left on disk unknown to the state since
+    /// that scan (see `settleTrees`).
+    var unsettled: Set<TreeName> = []
 
     /// Set when the sandbox lies on a read-only file system: it was opened for reading only (no
     /// lock, no recovery), and every change fails with this error.
@@ -215,7 +220,10 @@ public final class Sandbox {
     /// interrupted after its state write.
     func removeUnknownTrees() throws(StoreError) {
         for (id, version) in try Self.installedTrees(layout) where !state[id].has(version) {
-            if Pins.isPinned(layout, id, version) { continue }
+            if Pins.isPinned(layout, id, version) {
+                unsettled.insert(TreeName(id: id, version: version))
+                continue
+            }
             options.logger.notice(
                 "removing a version the state does not know (interrupted install or deletion)",
                 metadata: ["version": "\(id)@\(version)"])
@@ -224,6 +232,31 @@ public final class Sandbox {
         for (id, version) in Self.listFiles(layout)
         where !state[id].has(version) && !AtomicFile.exists(layout.tree(id, version)) {
             try? SystemCalls.unlink(layout.list(id, version))
+        }
+        scanned = true
+    }
+
+    /// What `removeUnknownTrees` does, for the trees this handle may have left unknown since its
+    /// full scan (`unsettled`): a version placed whose state write failed, a version forgotten
+    /// while a session pinned it. Every other tree on disk was known to the state at that scan,
+    /// and only this handle, holding the lock, has changed the sandbox since — so gc, which ends
+    /// every sync, need not list every package's directory again (20,000 directory reads at
+    /// 10,000 packages, 6 % of a one-package update).
+    func settleTrees() throws(StoreError) {
+        guard scanned else { return try removeUnknownTrees() }
+        for name in unsettled {
+            if state[name.id].has(name.version) {
+                unsettled.remove(name)
+                continue
+            }
+            if Pins.isPinned(layout, name.id, name.version) { continue }
+            if AtomicFile.exists(layout.tree(name.id, name.version)) {
+                options.logger.notice(
+                    "removing a version the state does not know (interrupted install or deletion)",
+                    metadata: ["version": "\(name.id)@\(name.version)"])
+            }
+            try removeTree(name.id, name.version)
+            unsettled.remove(name)
         }
     }
 
@@ -297,4 +330,10 @@ func encoded<T: Encodable>(_ value: T, _ document: String) throws(StoreError) ->
     } catch {
         throw .encoding(document: document, detail: "\(error)")
     }
+}
+
+/// A version's name under `packages/` and `lists/`.
+struct TreeName: Hashable {
+    let id: PackageID
+    let version: SemanticVersion
 }

@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderFileSystem
 import LarderStore
 import SystemPackage
 import Testing
@@ -150,6 +151,31 @@ struct GCTests {
         #expect(!env.fileExists(env.layout.tree(pid(sampleID), ver("1.0.0"))))
         #expect(!env.fileExists(env.layout.list(pid(sampleID), ver("1.0.0"))))
         #expect(names(env.layout.trash) == [])
+    }
+
+    @Test("gc on the handle that left a tree unknown (a removal while pinned) removes it, listing no other package")
+    func settlesWhatThisHandleLeft() throws {
+        let env = try StoreEnv()
+        defer { env.cleanup() }
+        let sandbox = try env.open()
+        try env.install(sandbox, "1.0.0")
+        try env.install(sandbox, "1.0.0", id: otherID)
+        let lease = try env.reader.pin(id: otherID)
+        #expect(try sandbox.removePackage(id: otherID, reason: "left the index") == [])
+        let tree = env.layout.tree(pid(otherID), ver("1.0.0"))
+        #expect(env.fileExists(tree) && sandbox.state.packages[otherID] == nil)
+        #expect(try sandbox.gc(keep: 1).removed == [] && env.fileExists(tree), "still pinned")
+        lease.release()
+        // Listing sample-app's directory fails and is counted.
+        let probe = Fault.fail(kind: .opendir, nth: 1, times: 1_000, errno: .noSuchFileOrDirectory)
+        let scope = FaultInjector.install([probe], under: env.layout.packages.appending(sampleID))
+        let report = try sandbox.gc(keep: 1)
+        let hits = scope.hits.first ?? 0
+        scope.remove()
+        #expect(hits == 0, "gc listed sample-app's directory \(hits) time(s)")
+        #expect(report.removed == [])
+        #expect(!env.fileExists(tree) && !env.fileExists(env.layout.list(pid(otherID), ver("1.0.0"))))
+        #expect(names(env.layout.trash) == [] && sandbox.state[pid(sampleID)].active == ver("1.0.0"))
     }
 
     @Test("a pin held by a process that died expires")

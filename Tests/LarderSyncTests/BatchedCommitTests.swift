@@ -71,8 +71,13 @@ struct BatchedCommitTests {
         #expect(report.packages.allSatisfy { $0.outcome == .failed && $0.code == "io" }, "\(report.packages)")
         let state = try env.state()
         #expect(state.generation == 1 && state.packages.isEmpty, "\(state.packages.keys)")
-        // The trees renamed into place before the failed write are unknown to the state; the
-        // next open removes them, and the next sync installs everything.
+        // The trees renamed into place before the failed write are unknown to the state: the
+        // same sync's gc removed them, and the next sync installs everything.
+        let version = try #require(SemanticVersion("1.0.0"))
+        for id in Self.ids {
+            let pid = try #require(PackageID(id))
+            #expect(!AtomicFile.exists(layout.tree(pid, version)) && !AtomicFile.exists(layout.list(pid, version)))
+        }
         let again = try await env.sync()
         #expect(!again.hasFailures && again.packages.allSatisfy { $0.action == .install && $0.outcome == .done })
         #expect(try Self.ids.allSatisfy { try env.active($0) == "1.0.0" })
