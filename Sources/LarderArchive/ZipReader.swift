@@ -66,6 +66,13 @@ public struct ZipReader: Sendable {
     /// When a complete archive on disk read into a `ConcurrentArchiveConsumer` is inflated by
     /// several threads at once (see `ReadParallelism`); a streamed read always uses one.
     public var parallelism = ReadParallelism.automatic
+    /// The files the caller expects (its file list, sorted by path), a hint for memory only,
+    /// never a check: a streamed read sizes its listing by their count (at most
+    /// `limits.maxFiles`) instead of growing it by doubling, and a name equal (byte for byte) to
+    /// one of their paths shares that path's storage instead of holding a second copy — 2 MB
+    /// for a 21,488-file bundle. A read of a complete archive sizes the listing from the central
+    /// directory.
+    public var expected: [FileEntry] = []
 
     /// Creates a reader with the given bounds.
     public init(limits: TreeLimits = .standard) {
@@ -85,8 +92,8 @@ public struct ZipReader: Sendable {
         let (fd, archiveSize) = try Self.openArchive(path)
         defer { try? SystemCalls.close(fd, path: path) }
         // One interpretation only, checked on the descriptor libarchive then reads.
-        _ = try Self.checkStructure(fd, archiveSize, path)
-        return try readSequentially(fd, archiveSize, path, into: &consumer)
+        let sizes = try Self.checkStructure(fd, archiveSize, path)
+        return try readSequentially(fd, archiveSize, path, entries: sizes.count, into: &consumer)
     }
 
     /// Reads and validates the archive at `path`, handing every entry to `consumer` — on
@@ -106,13 +113,13 @@ public struct ZipReader: Sendable {
         {
             return listing
         }
-        return try readSequentially(fd, archiveSize, path, into: &consumer)
+        return try readSequentially(fd, archiveSize, path, entries: sizes.count, into: &consumer)
     }
 
     /// The read on one thread (two with `parallelHashing`) of an archive whose structure is
     /// checked, from its first byte.
     private func readSequentially<C: ArchiveConsumer>(
-        _ fd: FileDescriptor, _ archiveSize: Int64, _ path: FilePath, into consumer: inout C
+        _ fd: FileDescriptor, _ archiveSize: Int64, _ path: FilePath, entries: Int, into consumer: inout C
     ) throws(ArchiveError) -> ArchiveListing {
         let result: Result<ArchiveListing, ArchiveError> = withUTF8Locale {
             guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
@@ -124,7 +131,7 @@ public struct ZipReader: Sendable {
             else {
                 return .failure(.unreadable(detail: LA.message(a)))
             }
-            var state = ReadState(limits: limits, archiveSize: archiveSize)
+            var state = ReadState(limits: limits, archiveSize: archiveSize, expectedFiles: entries)
             return consume(a, &state, into: &consumer)
         }
         return try result.get()
@@ -143,7 +150,8 @@ public struct ZipReader: Sendable {
         streaming source: some ArchiveByteSource, size: Int64, into consumer: inout C
     ) throws(ArchiveError) -> ArchiveListing {
         let context = StreamContext(source)
-        var state = ReadState(limits: limits, archiveSize: size)
+        var state = ReadState(limits: limits, archiveSize: size, expectedFiles: expected.count)
+        state.expected = expected
         let result: Result<ArchiveListing, ArchiveError> = withUTF8Locale {
             guard let a = archive_read_new() else { return .failure(.unreadable(detail: "out of memory")) }
             defer { archive_read_free(a) }
@@ -160,13 +168,17 @@ public struct ZipReader: Sendable {
             return read
         }
         let listing = try result.get()
+        let seen = state.seen
+        // The read's names and claims go before the central directory is read (the peak of a
+        // 20,000-entry bundle's sync).
+        state = ReadState(limits: limits, archiveSize: size)
         let path: FilePath
         do { path = try source.complete() } catch { throw .unreadable(detail: "the archive did not arrive: \(error)") }
-        let central = try headers(of: path, expecting: state.seen)
-        guard central.digest == state.seen.digest, central.count == state.seen.count else {
+        let central = try headers(of: path, expecting: seen)
+        guard central.digest == seen.digest, central.count == seen.count else {
             let first =
                 central.firstDifference.map { "entry \($0.index + 1) is \($0.description) in the central directory" }
-                ?? "\(state.seen.count) entries where the central directory has \(central.count)"
+                ?? "\(seen.count) entries where the central directory has \(central.count)"
             throw .structure(
                 code: "archive-stream-mismatch",
                 message: "the local headers disagree with the central directory: \(first)")
@@ -246,7 +258,7 @@ public struct ZipReader: Sendable {
                 try state.run(a, &sink)
                 let (c, digests) = try sink.pipeline.finish()
                 consumer = c
-                return .success(state.listing(digests: digests))
+                return .success(state.takeListing(digests: digests))
             } catch {
                 consumer = sink.pipeline.cancel()
                 return .failure(error)
@@ -259,7 +271,7 @@ public struct ZipReader: Sendable {
             } catch {
                 return .failure(error)
             }
-            return .success(state.listing(digests: sink.digests))
+            return .success(state.takeListing(digests: sink.digests))
         }
     }
 }
@@ -420,18 +432,27 @@ struct ReadState {
     /// Directory prefixes already claimed exactly as spelled (their key need not be computed again).
     var knownDirectories: Set<String> = []
 
-    /// Files carry a placeholder digest until `listing(digests:)` fills in the sink's.
+    /// Files carry a placeholder digest until `takeListing(digests:)` fills in the sink's.
     static let placeholder = SHA256Digest.of([UInt8]())
 
-    init(limits: TreeLimits, archiveSize: Int64) {
+    /// Files whose path storage names equal to theirs share (`ZipReader.expected`).
+    var expected: [FileEntry] = []
+
+    init(limits: TreeLimits, archiveSize: Int64, expectedFiles: Int = 0) {
         self.limits = limits
         self.archiveSize = archiveSize
+        let n = max(0, min(expectedFiles, limits.maxFiles))
+        files.reserveCapacity(n)
+        claimed.reserveCapacity(n)
     }
 
-    func listing(digests: [SHA256Digest]) -> ArchiveListing {
+    /// The listing, the files taken out of the state (no copy of a 20,000-entry array is made).
+    mutating func takeListing(digests: [SHA256Digest]) -> ArchiveListing {
         var out = files
+        files = []
         for i in out.indices { out[i].sha256 = digests[i] }
-        return ArchiveListing(files: out.sorted { $0.path < $1.path }, directories: directories)
+        out.sort { $0.path < $1.path }
+        return ArchiveListing(files: out, directories: directories)
     }
 
     /// What `admitNext` made of the next header.
@@ -507,12 +528,24 @@ struct ReadState {
         if name.isEmpty, type == LA.directory { return .skipped }
         let path: RelativePath
         switch RelativePath.validate(bytes: Array(name), limits: limits) {
-        case .success(let p): path = p
+        case .success(let p): path = type == LA.regular ? shared(p) : p
         case .failure(let problem): throw .badName(entry: display, problem: problem)
         }
         try claim(path, isFile: type == LA.regular)
         if type == LA.directory { return .directory(path) }
         return .file(path, entry: entry, name: nameBuffer)
+    }
+
+    /// `p`, or the expected file's path with the same bytes, whose storage it then shares.
+    func shared(_ p: RelativePath) -> RelativePath {
+        var lo = 0
+        var hi = expected.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if expected[mid].path < p { lo = mid + 1 } else { hi = mid }
+        }
+        guard lo < expected.count, expected[lo].path.string.utf8.elementsEqual(p.string.utf8) else { return p }
+        return expected[lo].path
     }
 
     /// Records `path` and its parent directories, refusing duplicates, collisions and a name

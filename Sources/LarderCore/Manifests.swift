@@ -354,12 +354,19 @@ public struct FileList: Codable, Sendable, Equatable {
         schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
         id = try c.decode(PackageID.self, forKey: .id)
         version = try c.decode(SemanticVersion.self, forKey: .version)
-        files = try c.decode([FileEntry].self, forKey: .files)
-        if files.count > 1_000_000 {
+        // Decoded into an array of the right size (an array grown by doubling held up to twice
+        // the entries: 1 MB more for a 20,000-file list, kept while its version is placed).
+        var u = try c.nestedUnkeyedContainer(forKey: .files)
+        if let n = u.count, n > 1_000_000 {
             throw DecodingError.dataCorruptedError(
-                forKey: .files, in: c, debugDescription: "\(files.count) files is beyond any limit")
+                forKey: .files, in: c, debugDescription: "\(n) files is beyond any limit")
         }
+        var decoded: [FileEntry] = []
+        decoded.reserveCapacity(u.count ?? 0)
+        while !u.isAtEnd { decoded.append(try u.decode(FileEntry.self)) }
+        files = decoded
         var keys: [String: String] = [:]
+        keys.reserveCapacity(files.count)
         for (i, f) in files.enumerated() {
             if i > 0, !(files[i - 1].path < f.path) {
                 throw DecodingError.dataCorruptedError(

@@ -5,6 +5,9 @@ import Foundation
 struct HTTPRequestHead: Sendable {
     var url: URL
     var headers: [String: String] = [:]
+    /// The body may be large (a bundle): the engine carries it where the bytes waiting for the
+    /// reader stay bounded (see `NIOHTTPEngine`).
+    var bulk = false
 }
 
 /// What carries a request: opens or reuses a connection, follows redirects the handler's policy

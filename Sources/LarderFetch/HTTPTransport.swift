@@ -50,6 +50,9 @@ public final class HTTPTransport: Transport, Sendable {
         self.engine = try defaultEngine(options)
     }
 
+    /// A download larger than this is a bulk transfer (`HTTPRequestHead.bulk`).
+    static let bulkBytes: Int64 = 1 << 20
+
     static func isLoopback(_ host: String?) -> Bool {
         guard let h = host?.lowercased() else { return false }
         return h == "localhost" || h == "::1" || h == "[::1]" || h.hasPrefix("127.")
@@ -114,6 +117,7 @@ public final class HTTPTransport: Transport, Sendable {
                 return
             }
             var request = HTTPRequestHead(url: url)
+            request.bulk = (expecting.size ?? expecting.limit) > Self.bulkBytes
             if file.part.have > 0 {
                 request.headers["Range"] = "bytes=\(file.part.have)-"
                 if let bytes = try? AtomicFile.read(etagPath, limit: 4096),

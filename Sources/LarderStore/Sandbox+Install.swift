@@ -61,10 +61,13 @@ extension Sandbox {
 
     /// A fresh staging area for one version (see `StagingArea`): a directory under `staging/`
     /// that nothing else shares, removed by the next recovery if abandoned.
-    package func makeStagingArea(id: PackageID, version: SemanticVersion) throws(StoreError) -> StagingArea {
+    package func makeStagingArea(id: PackageID, version: SemanticVersion, expected: [FileEntry] = []) throws(StoreError)
+        -> StagingArea
+    {
         try requireWritable()
-        let area = StagingArea(
+        var area = StagingArea(
             id: id, version: version, directory: layout.newStagingDirectory(id, version), limits: options.limits)
+        area.expected = expected
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(area.tree) }
         return area
     }

@@ -17,6 +17,9 @@ public struct StagingArea: Sendable {
     /// The directory (removed by `discard()`); the tree is extracted into its `tree/`.
     public let directory: FilePath
     let limits: TreeLimits
+    /// The files the version's list names, when known (a memory hint for the read:
+    /// `ZipReader.expected`).
+    var expected: [FileEntry] = []
 
     /// Where the version's tree is built: `<directory>/tree`.
     public var tree: FilePath { directory.appending("tree") }
@@ -27,6 +30,7 @@ public struct StagingArea: Sendable {
         // Installing against a signed file list checks every SHA-256, which makes the CRC redundant.
         var reader = ZipReader(limits: limits)
         reader.checkCRC = false
+        reader.expected = expected
         return try extract { (extractor: inout Extractor) throws(ArchiveError) in
             try reader.read(streaming: source, size: size, into: &extractor)
         }

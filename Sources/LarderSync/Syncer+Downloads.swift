@@ -137,7 +137,7 @@ extension Syncer {
             case .bundle:
                 let part = sandbox.layout.bundlePart(e.id, e.version, sha256: e.bundle.sha256)
                 // Without a staging area the complete file is extracted after the download.
-                let area = try? sandbox.makeStagingArea(id: e.id, version: e.version)
+                let area = try? sandbox.makeStagingArea(id: e.id, version: e.version, expected: list.files)
                 let expected = Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256)
                 jobs.append(.bundle(a.id, url(base, e.bundle.path), part, expected, area))
             case .objects:

@@ -276,7 +276,7 @@ extension Syncer {
                     url(base, gz.path), etag: nil, maxBytes: Int(min(gz.size, Int64(Self.maxIndexBytes))))
                 wire += Int64(doc.data.count)
                 if Int64(doc.data.count) == gz.size, SHA256Digest.of(doc.data) == gz.sha256,
-                    let data = try? Gzip.inflated(doc.data, limit: e.files.size),
+                    let data = try? Gzip.inflated(doc.data, limit: e.files.size, exact: true),
                     Int64(data.count) == e.files.size, SHA256Digest.of(data) == e.files.sha256
                 {
                     return decodeList(e, data).map { ($0, data, wire) }

@@ -72,6 +72,55 @@ struct StreamingReadTests {
         }
     }
 
+    /// The address of a path's UTF-8 storage (nil for a string stored inline).
+    static func storage(_ p: RelativePath) -> UnsafeRawPointer? {
+        guard p.string.utf8.count > 15 else { return nil }
+        return p.string.utf8.withContiguousStorageIfAvailable { UnsafeRawPointer($0.baseAddress!) } ?? nil
+    }
+
+    /// `ZipReader.expected` is a memory hint: the listing is the one read without it, and a name
+    /// equal to an expected path shares that path's storage (no second copy is held).
+    @Test func expectedFilesOnlyShareStorage() throws {
+        let fx = try ZipReaderTests.fixtures.get()
+        var shared = 0
+        for (name, verdict) in fx.expected.sorted(by: { $0.key < $1.key }) where verdict == "ok" {
+            let path = try fx.path(name)
+            let plain = try ZipReader().validate(path)
+            // The list's paths in storage of their own, one changed, and one the archive lacks.
+            var expected = plain.files.map { f in
+                FileEntry(
+                    path: try! RelativePath.validate(String(decoding: Array(f.path.string.utf8), as: UTF8.self)).get(),
+                    size: f.size, sha256: f.sha256)
+            }
+            if let first = expected.first {
+                expected[0] = FileEntry(
+                    path: try RelativePath.validate(first.path.string + "-not-in-the-archive").get(), size: 1,
+                    sha256: first.sha256)
+            }
+            let anyDigest = plain.files.first?.sha256 ?? SHA256Digest.of([UInt8]())
+            let lacking = try RelativePath.validate("zzzz/only/in/the/list.txt").get()
+            expected.append(FileEntry(path: lacking, size: 1, sha256: anyDigest))
+            expected.sort { $0.path < $1.path }
+            var reader = ZipReader()
+            reader.expected = expected
+            var consumer = ValidatingConsumer()
+            let source = try ChunkedSource(path, seed: 7)
+            let listing = try reader.read(streaming: source, size: Int64(source.data.count), into: &consumer)
+            #expect(listing == plain, "\(name)")
+            let byPath = Dictionary(expected.map { ($0.path.string, $0.path) }, uniquingKeysWith: { a, _ in a })
+            for f in listing.files {
+                guard let mine = Self.storage(f.path) else { continue }
+                if let e = byPath[f.path.string], let theirs = Self.storage(e) {
+                    #expect(mine == theirs, "\(name): \(f.path) holds a copy of an expected path")
+                    shared += 1
+                } else {
+                    #expect(!expected.contains { Self.storage($0.path) == mine }, "\(name): \(f.path)")
+                }
+            }
+        }
+        #expect(shared > 0, "no fixture has a name long enough to be stored out of line")
+    }
+
     /// The entry hidden between two others is found by the structure check, whichever reader.
     @Test func hiddenEntryIsRefused() throws {
         let fx = try ZipReaderTests.fixtures.get()
