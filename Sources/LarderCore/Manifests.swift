@@ -362,7 +362,9 @@ public struct FileList: Codable, Sendable, Equatable {
                 forKey: .files, in: c, debugDescription: "\(n) files is beyond any limit")
         }
         var decoded: [FileEntry] = []
-        decoded.reserveCapacity(u.count ?? 0)
+        // At most what a version may hold: a document claiming more elements than it has valid
+        // entries reserves no more than that.
+        decoded.reserveCapacity(min(u.count ?? 0, TreeLimits.standard.maxFiles))
         while !u.isAtEnd { decoded.append(try u.decode(FileEntry.self)) }
         files = decoded
         var keys: [String: String] = [:]

@@ -60,6 +60,9 @@ public final class Sandbox {
     /// Versions whose tree or list this handle may have left on disk unknown to the state since
     /// that scan (see `settleTrees`).
     var unsettled: Set<TreeName> = []
+    /// Set while the last state write failed: state.json may hold the state it was writing, so
+    /// nothing is removed for being unknown to the state in memory until a write succeeds.
+    var diskStateUnknown = false
 
     /// Set when the sandbox lies on a read-only file system: it was opened for reading only (no
     /// lock, no recovery), and every change fails with this error.
@@ -159,7 +162,11 @@ public final class Sandbox {
         do { data = try stateEncoder.encode(state) } catch {
             throw .encoding(document: "state.json", detail: "\(error)")
         }
+        // Until the write succeeds, which state state.json holds is not known (a rename can
+        // reach the disk before a failed directory sync).
+        diskStateUnknown = true
         try io { () throws(FileSystemError) in try AtomicFile.write(data, to: layout.state) }
+        diskStateUnknown = false
         GenerationFile.publish(layout, state.generation)
         ServingHandoff.shared.wroteState(state, layout)
     }
@@ -219,7 +226,8 @@ public final class Sandbox {
     /// an install interrupted after its rename but before its state write, or a deletion
     /// interrupted after its state write.
     func removeUnknownTrees() throws(StoreError) {
-        for (id, version) in try Self.installedTrees(layout) where !state[id].has(version) {
+        var complete = true
+        for (id, version) in try Self.installedTrees(layout, complete: &complete) where !state[id].has(version) {
             if Pins.isPinned(layout, id, version) {
                 unsettled.insert(TreeName(id: id, version: version))
                 continue
@@ -229,11 +237,12 @@ public final class Sandbox {
                 metadata: ["version": "\(id)@\(version)"])
             try removeTree(id, version)
         }
-        for (id, version) in Self.listFiles(layout)
+        for (id, version) in Self.listFiles(layout, complete: &complete)
         where !state[id].has(version) && !AtomicFile.exists(layout.tree(id, version)) {
             try? SystemCalls.unlink(layout.list(id, version))
         }
-        scanned = true
+        // A directory that could not be listed leaves the next gc to list everything again.
+        scanned = complete
     }
 
     /// What `removeUnknownTrees` does, for the trees this handle may have left unknown since its
@@ -243,6 +252,9 @@ public final class Sandbox {
     /// every sync, need not list every package's directory again (20,000 directory reads at
     /// 10,000 packages, 6 % of a one-package update).
     func settleTrees() throws(StoreError) {
+        // After a failed state write the file may name what memory does not: the next open
+        // decides, from the file.
+        guard !diskStateUnknown else { return }
         guard scanned else { return try removeUnknownTrees() }
         for name in unsettled {
             if state[name.id].has(name.version) {
@@ -266,13 +278,30 @@ public final class Sandbox {
         ((try? SystemCalls.listDirectory(dir)) ?? []).map(\.string)
     }
 
+    /// The names in `dir`; `complete` becomes false when it cannot be listed (a missing
+    /// directory is empty).
+    static func names(_ dir: FilePath, complete: inout Bool) -> [String] {
+        do { return try SystemCalls.listDirectory(dir).map(\.string) } catch {
+            if AtomicFile.exists(dir) { complete = false }
+            return []
+        }
+    }
+
     /// Every `packages/<id>/<version>` directory with a valid id and version name; anything else
     /// there is left alone.
     static func installedTrees(_ layout: SandboxLayout) throws(StoreError) -> [(PackageID, SemanticVersion)] {
+        var complete = true
+        return try installedTrees(layout, complete: &complete)
+    }
+
+    /// `installedTrees`, with `complete` false when a directory could not be listed.
+    static func installedTrees(_ layout: SandboxLayout, complete: inout Bool) throws(StoreError) -> [(
+        PackageID, SemanticVersion
+    )] {
         var out: [(PackageID, SemanticVersion)] = []
-        for idName in names(layout.packages).sorted() {
+        for idName in names(layout.packages, complete: &complete).sorted() {
             guard let id = PackageID(idName) else { continue }
-            for v in names(layout.packages.appending(idName)).sorted() {
+            for v in names(layout.packages.appending(idName), complete: &complete).sorted() {
                 guard let version = SemanticVersion(v), version.description == v else { continue }
                 out.append((id, version))
             }
@@ -281,11 +310,11 @@ public final class Sandbox {
     }
 
     /// Every `lists/<id>/<version>.json` with a valid id and version name.
-    static func listFiles(_ layout: SandboxLayout) -> [(PackageID, SemanticVersion)] {
+    static func listFiles(_ layout: SandboxLayout, complete: inout Bool) -> [(PackageID, SemanticVersion)] {
         var out: [(PackageID, SemanticVersion)] = []
-        for idName in names(layout.lists) {
+        for idName in names(layout.lists, complete: &complete) {
             guard let id = PackageID(idName) else { continue }
-            for f in names(layout.lists.appending(idName)) where f.hasSuffix(".json") {
+            for f in names(layout.lists.appending(idName), complete: &complete) where f.hasSuffix(".json") {
                 if let v = SemanticVersion(String(f.dropLast(5))) { out.append((id, v)) }
             }
         }

@@ -9,7 +9,9 @@ import LarderCore
 /// them, and in `packages` one member per package, in the order of their ids, each the
 /// encoding of that package's state alone. A package's bytes are kept with the value they were
 /// encoded from and reused while the package's state is equal to it, so the bytes written
-/// depend only on the state — never on what was written before (`StateEncoderTests`).
+/// depend only on the state — never on what was written before (`StateEncoderTests`). "Equal"
+/// is `PackageState`'s `==`, under which two versions differing only in build metadata are
+/// equal; no change of the store alters a version alone (an activation also appends history).
 final class StateEncoder {
     /// One package's member of `packages`: `"id":{…}`, and the state it encodes.
     private struct Member {

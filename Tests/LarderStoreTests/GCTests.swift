@@ -178,6 +178,27 @@ struct GCTests {
         #expect(names(env.layout.trash) == [] && sandbox.state[pid(sampleID)].active == ver("1.0.0"))
     }
 
+    @Test("a package directory open could not list is listed again by gc, which removes the unknown tree in it")
+    func incompleteScanIsRepeated() throws {
+        let env = try StoreEnv()
+        defer { env.cleanup() }
+        try env.withSandbox { try env.install($0, "1.0.0") }
+        // A tree the state does not know, as an interrupted install leaves one.
+        let orphan = env.layout.tree(pid(sampleID), ver("1.1.0"))
+        try FileManager.default.copyItem(
+            atPath: env.layout.tree(pid(sampleID), ver("1.0.0")).string, toPath: orphan.string)
+        let probe = Fault.fail(kind: .opendir, nth: 1, times: 1, errno: .ioError)
+        let scope = FaultInjector.install([probe], under: env.layout.packages.appending(sampleID))
+        let sandbox = try env.open()
+        let hits = scope.hits.first ?? 0
+        scope.remove()
+        defer { sandbox.close() }
+        #expect(hits == 1 && env.fileExists(orphan), "open could not list sample-app's directory")
+        _ = try sandbox.gc(keep: 1)
+        #expect(!env.fileExists(orphan))
+        #expect(sandbox.state[pid(sampleID)].active == ver("1.0.0"))
+    }
+
     @Test("a pin held by a process that died expires")
     func deadHolder() throws {
         let env = try StoreEnv()
