@@ -232,10 +232,7 @@ public final class Sandbox {
                 unsettled.insert(TreeName(id: id, version: version))
                 continue
             }
-            options.logger.notice(
-                "removing a version the state does not know (interrupted install or deletion)",
-                metadata: ["version": "\(id)@\(version)"])
-            try removeTree(id, version)
+            try removeUnknown(id, version)
         }
         for (id, version) in Self.listFiles(layout, complete: &complete)
         where !state[id].has(version) && !AtomicFile.exists(layout.tree(id, version)) {
@@ -262,20 +259,26 @@ public final class Sandbox {
                 continue
             }
             if Pins.isPinned(layout, name.id, name.version) { continue }
-            if AtomicFile.exists(layout.tree(name.id, name.version)) {
-                options.logger.notice(
-                    "removing a version the state does not know (interrupted install or deletion)",
-                    metadata: ["version": "\(name.id)@\(name.version)"])
-            }
-            try removeTree(name.id, name.version)
+            try removeUnknown(name.id, name.version)
             unsettled.remove(name)
         }
+    }
+
+    /// Removes a version the state does not name: its tree (saying so) and its list.
+    private func removeUnknown(_ id: PackageID, _ version: SemanticVersion) throws(StoreError) {
+        if AtomicFile.exists(layout.tree(id, version)) {
+            options.logger.notice(
+                "removing a version the state does not know (interrupted install or deletion)",
+                metadata: ["version": "\(id)@\(version)"])
+        }
+        try removeTree(id, version)
     }
 
     /// The names in `dir` (none when it cannot be listed: recovery and listing are best effort,
     /// and a missing directory is simply empty).
     static func names(_ dir: FilePath) -> [String] {
-        ((try? SystemCalls.listDirectory(dir)) ?? []).map(\.string)
+        var complete = true
+        return names(dir, complete: &complete)
     }
 
     /// The names in `dir`; `complete` becomes false when it cannot be listed (a missing

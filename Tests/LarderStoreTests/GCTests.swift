@@ -183,10 +183,7 @@ struct GCTests {
         let env = try StoreEnv()
         defer { env.cleanup() }
         try env.withSandbox { try env.install($0, "1.0.0") }
-        // A tree the state does not know, as an interrupted install leaves one.
-        let orphan = env.layout.tree(pid(sampleID), ver("1.1.0"))
-        try FileManager.default.copyItem(
-            atPath: env.layout.tree(pid(sampleID), ver("1.0.0")).string, toPath: orphan.string)
+        let orphan = try env.unknownCopy(of: "1.0.0", as: "1.1.0")
         let probe = Fault.fail(kind: .opendir, nth: 1, times: 1, errno: .ioError)
         let scope = FaultInjector.install([probe], under: env.layout.packages.appending(sampleID))
         let sandbox = try env.open()

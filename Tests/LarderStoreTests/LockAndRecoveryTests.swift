@@ -180,9 +180,7 @@ struct RecoveryTests {
         let env = try StoreEnv()
         defer { env.cleanup() }
         try env.withSandbox { try env.install($0, "1.0.0") }
-        let orphan = env.layout.tree(pid(sampleID), ver("1.1.0"))
-        try FileManager.default.copyItem(
-            atPath: env.layout.tree(pid(sampleID), ver("1.0.0")).string, toPath: orphan.string)
+        let orphan = try env.unknownCopy(of: "1.0.0", as: "1.1.0")
         let pinDir = env.layout.pinDirectory(pid(sampleID), ver("1.1.0"))
         try FileManager.default.createDirectory(atPath: pinDir.string, withIntermediateDirectories: true)
         let pin = pinDir.appending("\(getpid())-\(try processStartTime(getpid()))-1")

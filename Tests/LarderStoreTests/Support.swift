@@ -227,6 +227,14 @@ final class StoreEnv {
 
     func stateBytes() throws -> Data { try Data(contentsOf: URL(fileURLWithPath: layout.state.string)) }
 
+    /// A copy of installed `version`'s tree as `unknown`, which the state does not name (what an
+    /// interrupted install leaves); returns its path.
+    func unknownCopy(of version: String, as unknown: String) throws -> FilePath {
+        let copy = layout.tree(pid(sampleID), ver(unknown))
+        try FileManager.default.copyItem(atPath: layout.tree(pid(sampleID), ver(version)).string, toPath: copy.string)
+        return copy
+    }
+
     func fileExists(_ path: FilePath) -> Bool { AtomicFile.exists(path) }
 }
 

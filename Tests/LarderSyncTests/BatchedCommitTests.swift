@@ -96,18 +96,14 @@ struct BatchedCommitTests {
         try env.publish("1.0.0", id: "app", deps: ["ui@^1.0.0"])
         // ui's bundle, corrupted at the same size, fails its hash; app is placed in the same
         // phase write, not activated.
-        let bundle = env.repo.appendingPathComponent("packages/ui/1.0.0/bundle.zip")
-        var d = try Data(contentsOf: bundle)
-        d[d.count / 2] ^= 0xFF
-        try d.write(to: bundle)
+        try env.flipBundleByte("ui", "1.0.0")
         try env.initialise()
         let report = try await env.sync()
         #expect(report.packages.allSatisfy { $0.outcome == .failed }, "\(report.packages)")
         let app = try #require(try env.state().packages["app"])
         #expect(app.active == nil && app.versions.map(\.version.description) == ["1.0.0"])
         #expect(try env.state().generation == 2)
-        d[d.count / 2] ^= 0xFF
-        try d.write(to: bundle)
+        try env.flipBundleByte("ui", "1.0.0")
         let healed = try await env.sync()
         let by = Dictionary(healed.packages.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         #expect(!healed.hasFailures && by["app"]?.bytesFetched == 0 && by["app"]?.method == .local, "\(healed)")

@@ -59,6 +59,15 @@ final class SyncEnv: @unchecked Sendable {
 
     func state() throws -> SandboxState { try SandboxReader(root: root).state() }
     func active(_ id: String = "sample-app") throws -> String? { try state().packages[id]?.active?.description }
+
+    /// Flips a byte in the middle of `id@version`'s published bundle (its size unchanged, its
+    /// hash no longer the signed one); flipping it again restores the bundle.
+    func flipBundleByte(_ id: String, _ version: String) throws {
+        let bundle = repo.appendingPathComponent("packages/\(id)/\(version)/bundle.zip")
+        var d = try Data(contentsOf: bundle)
+        d[d.count / 2] ^= 0xFF
+        try d.write(to: bundle)
+    }
 }
 
 @Suite("Sync over file://")
@@ -322,10 +331,7 @@ struct SyncTests {
         try env.publish("1.0.0", id: "app", deps: ["ui@^1.0.0"])
         try env.publish("1.0.0", id: "other")
         // Corrupt ui's bundle (same size): its hash no longer matches the signed index.
-        let bundle = env.repo.appendingPathComponent("packages/ui/1.0.0/bundle.zip")
-        var d = try Data(contentsOf: bundle)
-        d[d.count / 2] ^= 0xFF
-        try d.write(to: bundle)
+        try env.flipBundleByte("ui", "1.0.0")
         try env.initialise()
         let report = try await env.sync()
         #expect(report.hasFailures)
@@ -340,8 +346,7 @@ struct SyncTests {
         #expect(try env.active("other") == "1.0.0")
         #expect(try env.active("app") == nil && env.active("ui") == nil)
         // The corrupt download was discarded; a healthy repository then completes the sync.
-        d[d.count / 2] ^= 0xFF
-        try d.write(to: bundle)
+        try env.flipBundleByte("ui", "1.0.0")
         let healed = try await env.sync()
         #expect(healed.hasFailures == false, "\(healed)")
         #expect(try env.active("app") == "1.0.0" && env.active("ui") == "1.0.0")
