@@ -1,13 +1,13 @@
 # shellcheck shell=bash
-# What Larder's shell scripts share. A script sources it by its own location:
+# What Larder's shell scripts share: the one shell library. A script sources it by its own
+# location:
 #
-#   . "$(cd "$(dirname "$0")" && pwd)/lib/common.sh"          (scripts/X)
-#   . "$(cd "$(dirname "$0")/.." && pwd)/lib/common.sh"       (scripts/integration/X)
+#   . "$(cd "$(dirname "$0")/.." && pwd)/lib/common.sh"       (scripts/FOLDER/X.sh)
 #
 # and gets:
 #   LARDER_CHECKOUT                 the repository root
-#   LARDER_SCRIPT                   the script's name, which prefixes warn/die (set it before
-#                                   sourcing to choose another)
+#   LARDER_SCRIPT                   the script's name without .sh, which prefixes warn/die (set it
+#                                   before sourcing to choose another)
 #   PYTHON                          a Python 3 interpreter: $PYTHON, else python3; choose_python
 #                                   makes it one that has python_modules
 #   say / warn / die                a line on stdout / "<script>: ..." on stderr / the same, exit 1
@@ -17,17 +17,22 @@
 #   swift_bin_dir [debug|release]   SwiftPM's bin directory
 #   ensure_packages PKG...          installs the missing Debian packages (no service started)
 #   ensure_python_modules           installs python_modules' Debian packages if no Python has them
+#   python_with_modules             ensure_python_modules, then prints the interpreter chosen
 #   scratch_dir PREFIX              a new directory on /dev/shm when writable, else $TMPDIR or /tmp
 #   free_port                       a free TCP port on 127.0.0.1
 #   serve_port LOG                  the port `larder serve` (writing LOG) listens on, once it does
+#   start_work NAME                 an end-to-end test's work directory, removed on exit with the
+#                                   processes in `pids`; ok / fail count and end its checks
+#   sample_app_copy VERSION DIR     Examples/sample-app as VERSION
+#   chromium_path, chromium_command, visit_until, dump_dom   headless Chromium (see below)
 #
 # Builds print the compiler's output on stderr as it comes, so stdout stays the script's result;
 # a failed build stops the script with the compiler's errors above the last line.
-# Scripts in Python get the same from scripts/lib/larder_scripts.py (which calls larder_bin and
-# ensure_packages from here).
+# Scripts in Python get the same from the package scripts/lib/larder_scripts (which calls
+# larder_bin and ensure_packages from here).
 
 LARDER_CHECKOUT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-LARDER_SCRIPT=${LARDER_SCRIPT:-$(basename "$0")}
+LARDER_SCRIPT=${LARDER_SCRIPT:-$(basename "$0" .sh)}
 
 say() { printf '%s\n' "$*"; }
 warn() { printf '%s: %s\n' "$LARDER_SCRIPT" "$*" >&2; }
@@ -102,6 +107,7 @@ larder_bin() {
 # (Debian's nginx-light would otherwise start a system nginx on port 80 during the install, and
 # the install would fail where port 80 is taken.) A package that brings a new nginx service is
 # also disabled at boot. Everything the scripts need from Debian is installed through here.
+
 # Whether dpkg lists the package $1 as installed.
 deb_installed() {
   [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
@@ -150,7 +156,7 @@ ensure_packages() {
 
 # ---- Python
 
-# The modules beyond the standard library that the scripts import (scripts/check-manifests), and
+# The modules beyond the standard library that the scripts import (tools/check-manifests.py), and
 # the Debian packages that provide them. No pip: Debian 12 refuses `pip install` outside a
 # virtual environment (PEP 668).
 python_modules=(jsonschema cryptography)
@@ -193,6 +199,13 @@ ensure_python_modules() {
       "/usr/bin/python3 after installing ${python_module_packages[*]}); run scripts/bootstrap"
 }
 
+# Prints the interpreter ensure_python_modules settles on (for the Python scripts:
+# larder_scripts.python_with_modules).
+python_with_modules() {
+  ensure_python_modules
+  printf '%s\n' "$PYTHON"
+}
+
 # Until a script needs python_modules (and calls choose_python or ensure_python_modules), any
 # Python 3 will do.
 PYTHON=${PYTHON:-python3}
@@ -221,4 +234,93 @@ serve_port() {
     sleep 0.1
   done
   sed -n 's/^listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$1"
+}
+
+# ---- end-to-end tests in the shell (scripts/integration/*.sh)
+
+# Makes a new work directory /tmp/larder-NAME.XXXXXX and goes into it. Sets `work`, `pids` (the
+# background processes to end: `pids+=("$!")`) and `checks` (0); on exit the processes are ended
+# and the directory removed, with the browser's profiles and temporary files in it.
+start_work() {
+  work=$(mktemp -d "/tmp/larder-$1.XXXXXX")
+  pids=()
+  checks=0
+  trap _end_work EXIT
+  cd "$work" || die "cannot enter $work"
+}
+
+_end_work() {
+  local p
+  for p in "${pids[@]+"${pids[@]}"}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+
+# A passed check: "  ok: TEXT" on stdout, counted in `checks`.
+ok() {
+  checks=$((checks + 1))
+  echo "  ok: $*"
+}
+
+# A failed check ends the script: "<script>: FAILED: TEXT" on stderr, then the last 30 lines of
+# the file $fail_log names, when it is set and there.
+fail() {
+  warn "FAILED: $*"
+  if [ -n "${fail_log:-}" ] && [ -f "$fail_log" ]; then tail -30 "$fail_log" >&2; fi
+  exit 1
+}
+
+# Copies Examples/sample-app to DIR (replacing what is there), its data/catalog.json saying
+# VERSION instead of 1.0.0.
+sample_app_copy() {
+  rm -rf "$2"
+  cp -r "$LARDER_CHECKOUT/Examples/sample-app" "$2"
+  sed -i "s/\"version\": \"1.0.0\"/\"version\": \"$1\"/" "$2/data/catalog.json"
+}
+
+# ---- headless Chromium (the browser tests; run in the test's work directory)
+#
+#   chromium_path                   Debian's chromium, or exit 1 naming bootstrap
+#   chromium_command NAME HOST PORT sets the caller's `chromium_cmd` (declared local there) to the
+#       command that runs headless Chromium with HOST mapped to 127.0.0.1:PORT and every other host
+#       unreachable, its profile in ./profile-NAME
+#   visit_until NAME HOST PORT LOG PATTERN LIMIT
+#       opens http://HOST/ in a headless Chromium that stays open until a line matching PATTERN
+#       appears in LOG after this call (or LIMIT seconds pass); prints that line (empty when none
+#       came)
+#   dump_dom NAME HOST PORT         loads http://HOST/ once and prints its DOM
+
+chromium_path() {
+  local c
+  c=$(command -v chromium || command -v chromium-browser || true)
+  [ -n "$c" ] || die "chromium is not installed (scripts/bootstrap installs it)"
+  printf '%s\n' "$c"
+}
+
+chromium_command() {
+  chromium_cmd=("$(chromium_path)" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage
+    --no-first-run "--disable-features=HttpsUpgrades,HttpsFirstBalancedModeAutoEnable" --user-data-dir="$PWD/profile-$1"
+    "--host-resolver-rules=MAP $2 127.0.0.1:$3, MAP * ~NOTFOUND")
+}
+
+visit_until() {
+  local name=$1 host=$2 port=$3 log=$4 pattern=$5 limit=$6 before line="" browser chromium_cmd _
+  before=$(wc -l <"$log")
+  chromium_command "$name" "$host" "$port"
+  "${chromium_cmd[@]}" --remote-debugging-port=0 "http://$host/" >"$name.chromium.log" 2>&1 &
+  browser=$!
+  for _ in $(seq $((limit * 10))); do
+    line=$(tail -n +"$((before + 1))" "$log" | grep -m1 -E "$pattern" || true)
+    [ -n "$line" ] && break
+    sleep 0.1
+  done
+  kill "$browser" 2>/dev/null || true
+  wait "$browser" 2>/dev/null || true
+  printf '%s\n' "$line"
+}
+
+dump_dom() {
+  local chromium_cmd
+  chromium_command "$1" "$2" "$3"
+  timeout 120 "${chromium_cmd[@]}" --virtual-time-budget=5000 --dump-dom "http://$2/" 2>"$1.chromium.log"
 }

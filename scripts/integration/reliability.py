@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Every reliability class in one run, with one table (GUARANTEES.md says what each proves). Each
+class is a script beside this one, in scripts/integration/:
+
+  crash, random moment   `kill-test.py` (install) and `kill-test-sync.py` (12-package sync)
+  crash, Nth call        `crash-test.py` (install, sync ×3, rollback, confirm, gc)
+  power cut              `powercut-test.py` (the same commands; disk states a power cut allows)
+  I/O errors             `io-faults.py` (EIO, ENOSPC, EDQUOT, EACCES at chosen calls; read-only)
+  full disk              `enospc.py` (a small tmpfs; root)
+  hostile archives       `hostile-archives.py` (verify, install and sync agree)
+  faulty origins         `faults.py` (hostile indexes, torn pairs, HTTP faults)
+  URLs                   `url-browser.py` (the resolver against Chromium)
+  concurrency (--soak)   `tsan-test.sh` (the concurrency suites under ThreadSanitizer)
+
+Usage: scripts/integration/reliability.py [--soak] [--only TEXT]... [--skip TEXT]...
+  (--only / --skip: the classes whose name contains TEXT, or all but them; e.g. two runners at
+  once: `--soak --only "random moment: install"` and `--soak --skip "random moment: install"`)
+  (default) the counts `scripts/test` runs, a few minutes;
+  --soak    the full counts: 1,200 + 400 random kills, every crash point of every command (up to
+            300 per command), every distinct power-cut state, every errno at the 1st, 2nd, 4th…
+            call of its kind, 40 fill levels, the slow fault cases (minutes-long drips and
+            stalls), 1,000 URLs, and the concurrency suites under ThreadSanitizer. Not run by
+            scripts/test.
+
+Each class's own lines go by as it runs; then one table — class, checks tried, passed, failed —
+and `reliability: N passed, N failed`. Exit 1 when any check failed or a class did not finish.
+Environment: LARDER_BIN (else built once here and shared by every class).
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
+import larder_scripts as ls  # noqa: E402  (found through the line above)
+from larder_scripts import say  # noqa: E402
+
+ls.NAME = "reliability"
+SUMMARY = re.compile(r"^([\w.-]+): (\d+) passed, (\d+) failed\s*$")
+
+
+def classes(soak):
+    def here(name):
+        return os.path.join(HERE, name)
+    return [
+        ("crash at a random moment: install", [here("kill-test.py"), "1200" if soak else "50"], {}),
+        ("crash at a random moment: sync", [here("kill-test-sync.py"), "400" if soak else "20"], {}),
+        ("crash at the Nth system call", [here("crash-test.py"), "300" if soak else "25"], {}),
+        ("power cut (unflushed writes lost)", [here("powercut-test.py"), "all" if soak else "12"], {}),
+        ("I/O errors and a read-only sandbox", [here("io-faults.py")] + (["--soak"] if soak else []), {}),
+        ("full disk (ENOSPC)", [here("enospc.py")], {"ENOSPC_LEVELS": "40" if soak else "12"}),
+        ("hostile archives", [here("hostile-archives.py")], {}),
+        ("hostile indexes and faulty origins", [here("faults.py")], {"FAULTS_SLOW": "1"} if soak else {}),
+        ("URLs against the browser", [here("url-browser.py")], {"URL_BROWSER_COUNT": "1000" if soak else "200"}),
+    ] + ([("concurrency under ThreadSanitizer", [here("tsan-test.sh")], {})] if soak else [])
+
+
+def main():
+    args = sys.argv[1:]
+    soak = "--soak" in args
+    # --only TEXT / --skip TEXT (repeatable): the classes whose name contains TEXT, or all but them.
+    only = [args[k + 1] for k, a in enumerate(args) if a == "--only" and k + 1 < len(args)]
+    skip = [args[k + 1] for k, a in enumerate(args) if a == "--skip" and k + 1 < len(args)]
+    env = dict(os.environ)
+    env["LARDER_BIN"] = ls.larder_binary()
+    started = time.time()
+    rows = []
+    for name, command, extra in classes(soak):
+        if (only and not any(t in name for t in only)) or any(t in name for t in skip):
+            continue
+        say("== reliability: %s (%s)" % (name, " ".join(os.path.basename(c) if k == 0 else c
+                                                      for k, c in enumerate(command))))
+        t0 = time.time()
+        p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=dict(env, **extra))
+        passed = failed = None
+        for line in p.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            m = SUMMARY.match(line.strip())
+            if m:
+                passed, failed = int(m.group(2)), int(m.group(3))
+        rc = p.wait()
+        if passed is None:
+            passed, failed = 0, 1  # the class did not report: count it as a failure
+        elif rc != 0 and failed == 0:
+            failed = 1  # it exited non-zero without a failed check: a setup failure
+        rows.append((name, passed + failed, passed, failed, time.time() - t0))
+    say("")
+    say("| class | checks tried | passed | failed | seconds |")
+    say("|---|---|---|---|---|")
+    for name, tried, passed, failed, seconds in rows:
+        say("| %s | %d | %d | %d | %.0f |" % (name, tried, passed, failed, seconds))
+    total_passed = sum(r[2] for r in rows)
+    total_failed = sum(r[3] for r in rows)
+    say("reliability%s: %.0f s" % (" --soak" if soak else "", time.time() - started))
+    say("reliability: %d passed, %d failed" % (total_passed, total_failed))
+    return 1 if total_failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""The scenarios the crash tests share (scripts/integration/crash-test.py, io-faults.py and
+powercut-test.py): a signed sample repository in four releases, template sandboxes, the device
+commands to interrupt, and the invariant checks run after each interruption."""
+import hashlib
+import json
+import os
+import shutil
+
+import larder_scripts as ls
+from larder_scripts import SetupError
+
+
+PHASES = [
+    ("download", "/downloads/"), ("staging", "/staging/"), ("removal", "/trash/"), ("list write", "/lists/"),
+    ("state write", "state"), ("state write", "/generation"), ("record", "last-sync"), ("index cache", "repository-index"),
+    ("placement", "/packages/"), ("lock", "/.lock"),
+]
+
+
+def phase_of(line, root):
+    """The phase of the run a call on `line` (naming a path under `root`) belongs to."""
+    if line.rstrip("/").endswith(" " + root) or line.rstrip("/").endswith(root):
+        return "directory sync"
+    for name, marker in PHASES:
+        if marker in line:
+            return name
+    return "other"
+
+
+def tree_digest(path, skip=None):
+    """Every file and directory under `path` (not under `skip`) with size, mtime and content hash."""
+    out = {}
+    for dirpath, dirs, files in os.walk(path):
+        if skip and os.path.abspath(dirpath).startswith(skip):
+            continue
+        for d in dirs:
+            full = os.path.join(dirpath, d)
+            if not (skip and os.path.abspath(full).startswith(skip)):
+                out[os.path.relpath(full, path)] = "dir %d" % os.lstat(full).st_mtime_ns
+        for f in files:
+            full = os.path.join(dirpath, f)
+            st = os.lstat(full)
+            with open(full, "rb") as h:
+                out[os.path.relpath(full, path)] = "%d %d %s" % (st.st_size, st.st_mtime_ns,
+                                                                 hashlib.sha256(h.read()).hexdigest())
+    return out
+
+
+class Run:
+    """Keys and four repositories: repo-1 (1.0.0), repo-2 (+ 2.0.0), repo-3 (2.0.0 revoked),
+    repo-4 (+ 3.0.0), with each version's file list in `lists`."""
+
+    def __init__(self, larder, work):
+        self.larder = larder
+        self.work = work
+        keys = os.path.join(work, "keys", "p")
+        larder.must("keygen", "--out", keys)
+        self.key, self.pub = keys + ".key", keys + ".pub"
+        src = os.path.join(work, "src")
+        shutil.copytree(ls.SAMPLE_APP, src)
+        self.repo1 = os.path.join(work, "repo-1")
+        self.repo2 = os.path.join(work, "repo-2")
+        self.repo3 = os.path.join(work, "repo-3")
+        self.pack(src, self.repo1, "1.0.0")
+        shutil.copytree(self.repo1, self.repo2)
+        with open(os.path.join(src, "data", "catalog.json"), "w") as f:
+            json.dump({"version": "2.0.0", "items": []}, f)
+        with open(os.path.join(src, "js", "extra.js"), "w") as f:
+            f.write("// 2.0.0\n" * 200)
+        self.pack(src, self.repo2, "2.0.0")
+        shutil.copytree(self.repo2, self.repo3)
+        larder.must("revoke", "app", "2.0.0", "--repo", self.repo3, "--key", self.key)
+        self.repo4 = os.path.join(work, "repo-4")
+        shutil.copytree(self.repo2, self.repo4)
+        with open(os.path.join(src, "data", "catalog.json"), "w") as f:
+            json.dump({"version": "3.0.0", "items": []}, f)
+        self.pack(src, self.repo4, "3.0.0")
+        self.lists = {}
+        for v in ("1.0.0", "2.0.0", "3.0.0"):
+            with open(os.path.join(self.repo4, "packages", "app", v, "files.json")) as f:
+                self.lists[v] = {e["path"]: e["sha256"] for e in json.load(f)["files"]}
+
+    def pack(self, src, repo, version):
+        self.larder.must("pack", src, "--repo", repo, "--id", "app", "--version", version, "--key", self.key)
+
+    def sandbox(self, name, repo, steps):
+        """A template sandbox: init against `repo`, then the larder commands in `steps`."""
+        root = os.path.join(self.work, "templates", name)
+        self.larder.must("init", "--root", root, "--repo", "file://" + repo, "--public-key", self.pub)
+        for step in steps:
+            self.larder.must(*[a.replace("@ROOT", root) for a in step])
+        return root
+
+    def retarget(self, root, repo):
+        self.larder.must("init", "--root", root, "--repo", "file://" + repo, "--public-key", self.pub)
+
+
+SYNC = ["sync", "--root", "@ROOT"]
+
+
+def operations(larder, work):
+    """The scenarios, after building their templates: (run, [(name, template, command, versions
+    allowed after an interruption, the version active after the command completes)])."""
+    run = Run(larder, work)
+    v1 = run.sandbox("v1", run.repo1, [SYNC, ["confirm", "app", "--root", "@ROOT"]])
+    run.retarget(v1, run.repo2)
+    v2 = run.sandbox("v2", run.repo1, [SYNC, ["confirm", "app", "--root", "@ROOT"]])
+    run.retarget(v2, run.repo2)
+    larder.must("sync", "--root", v2)
+    v2r = os.path.join(work, "templates", "v2-revoked")
+    shutil.copytree(v2, v2r, symlinks=True)
+    run.retarget(v2r, run.repo3)
+    v3 = os.path.join(work, "templates", "v3")
+    shutil.copytree(v2, v3, symlinks=True)
+    larder.must("confirm", "app", "--root", v3)
+    run.retarget(v3, run.repo4)
+    larder.must("sync", "--root", v3)
+    larder.must("confirm", "app", "--root", v3)
+    fresh = run.sandbox("fresh", run.repo1, [])
+    probe = os.path.join(work, "probe")
+    shutil.copytree(v3, probe, symlinks=True)
+    gc = larder.must("gc", "--keep", "0", "--root", probe).strip()
+    if "removed nothing" in gc:
+        raise SetupError("gc --keep 0 on the gc template removes nothing: " + gc)
+    shutil.rmtree(probe)
+    bundle2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "bundle.zip")
+    files2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "files.json")
+    return run, [
+        ("install", v1, ["install", "--root", "@ROOT", "--id", "app", "--version", "2.0.0", "--files", files2,
+                         bundle2], {"1.0.0", "2.0.0"}, "2.0.0"),
+        ("sync-first", fresh, SYNC, {None, "1.0.0"}, "1.0.0"),
+        ("sync-objects", v1, SYNC, {"1.0.0", "2.0.0"}, "2.0.0"),
+        ("sync-revoked", v2r, SYNC, {"1.0.0", "2.0.0"}, "1.0.0"),
+        ("rollback", v2, ["rollback", "app", "--root", "@ROOT"], {"1.0.0", "2.0.0"}, "1.0.0"),
+        ("confirm", v2, ["confirm", "app", "--root", "@ROOT"], {"2.0.0"}, "2.0.0"),
+        ("gc", v3, ["gc", "--keep", "0", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
+    ]
+
+
+def active(larder, root):
+    """(active, pending) of the package `app`."""
+    rc, st, _ = larder.json("status", "--root", root)
+    p = ls.find_package(st, "app")
+    return (p.get("active"), p.get("pending")) if p else (None, None)
+
+
+class Quiet:
+    """Checks counted silently when they pass, printed when they fail (thousands per run)."""
+
+    def __init__(self, checks):
+        self.checks = checks
+
+    def __call__(self, text, ok, detail=""):
+        if ok:
+            self.checks.passed += 1
+            return True
+        return self.checks.check(text, False, detail)
+
+
+def check_after_interruption(larder, run, root, case, command, allowed, expected, quiet, must_be=None):
+    """The invariants after a crash or power cut left `root` as it is: doctor exits 0 (I1, I3:
+    leftovers cleaned, the active version complete, every file checked), the active version is
+    one of `allowed` (or exactly `must_be`), a URL of it resolves to its listed bytes, the command
+    run again (always for a sync: I6; for another command when it had not taken effect)
+    succeeds and leaves `expected` active."""
+    r = larder.run("doctor", "--root", root)
+    ok = quiet(case + ": doctor exits 0 (leftovers cleaned, the active version complete)", r.returncode == 0,
+               (r.stdout + r.stderr)[-300:])
+    version, _ = active(larder, root)
+    if must_be is not None:
+        quiet(case + ": %s is active (%s)" % (must_be, version), version == must_be)
+    else:
+        quiet(case + ": the active version is the old or the new one (%s)" % version, version in allowed)
+    if ok and version is not None:
+        bad = []
+        for path, sha in sorted(run.lists[version].items())[:1]:
+            rc, doc, _ = larder.json("resolve", "larder://app/" + path, "--root", root)
+            f = (doc or {}).get("file")
+            if rc != 0 or not f or not os.path.isfile(f):
+                bad.append("%s unresolved" % path)
+                continue
+            with open(f, "rb") as h:
+                if hashlib.sha256(h.read()).hexdigest() != sha:
+                    bad.append("%s has other bytes" % path)
+        quiet(case + ": a file of %s resolves to its listed bytes" % version, not bad, "; ".join(bad[:5]))
+    if command[0] == "sync" or version != expected:
+        again = larder.run(*[a.replace("@ROOT", root) for a in command])
+        quiet(case + ": the same command run again succeeds", again.returncode == 0, again.stderr[-300:])
+    got = active(larder, root)
+    quiet(case + ": then %s is active" % expected, got[0] == expected, "got %s" % (got,))

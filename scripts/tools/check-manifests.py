@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Validates the repository-format examples in manifests/ against their JSON Schemas.
+
+  scripts/tools/check-manifests.py
+
+- every file in manifests/examples/ must validate against its schema
+  (index.json, files.json, index.json.sig, key.pub, delta.json);
+- every file in manifests/examples/invalid/ must FAIL its schema, picked by name prefix
+  (index-*.json, files-*.json, signature-*.json, key-*.json, delta-*.json);
+- the examples must agree with each other: key id = sha256(key)[:16], the signature verifies
+  (with Python's `cryptography`), index.json's reference to files.json has its size and
+  sha256, files.json is sorted and collision-free, and every example is in the canonical JSON
+  form that ManifestCoding writes.
+
+Prints one line per check and exits 1 on any surprise. Needs a Python 3 with `jsonschema` and
+`cryptography`: when the python3 running it lacks them, it runs again under $PYTHON or Debian's
+/usr/bin/python3, whichever has them; when none has, Debian's python3-jsonschema and
+python3-cryptography are installed first (as scripts/bootstrap does). A signature that cannot
+be checked is a failure, not a skip.
+"""
+import base64
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sys
+import unicodedata
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lib"))
+import larder_scripts as ls  # noqa: E402  (found through the line above)
+
+ls.NAME = "check-manifests"
+if not all(importlib.util.find_spec(m) for m in ("jsonschema", "cryptography")):
+    # Another interpreter has them (common.sh's ensure_python_modules: installed if none has).
+    try:
+        python = ls.python_with_modules()
+    except ls.SetupError as e:
+        ls.die(str(e))
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        ls.die("%s does not import jsonschema and cryptography after scripts/bootstrap" % python)
+    os.execv(python, [python] + sys.argv)
+import jsonschema  # noqa: E402
+from jsonschema import Draft202012Validator, ValidationError  # noqa: E402
+
+manifests = os.path.join(ls.CHECKOUT, "manifests")
+examples = os.path.join(manifests, "examples")
+invalid_dir = os.path.join(examples, "invalid")
+
+VALID = {  # example file -> schema
+    "index.json": "index.schema.json",
+    "files.json": "files.schema.json",
+    "index.json.sig": "signature.schema.json",
+    "key.pub": "key.schema.json",
+    "delta.json": "delta.schema.json",
+}
+INVALID_PREFIX = {  # invalid example prefix -> schema
+    "index-": "index.schema.json",
+    "files-": "files.schema.json",
+    "signature-": "signature.schema.json",
+    "key-": "key.schema.json",
+    "delta-": "delta.schema.json",
+}
+MAX_DOCUMENT_BYTES = 8 << 20  # ManifestCoding.maxDocumentBytes
+
+failures = 0
+
+
+def report(ok, what, detail=""):
+    global failures
+    if not ok:
+        failures += 1
+    print(f"{'ok  ' if ok else 'FAIL'}  {what}{': ' + detail if detail else ''}")
+
+
+class DocumentError(Exception):
+    pass
+
+
+def load(path):
+    """Strict JSON: UTF-8, no duplicate keys (Foundation keeps the first, Python the last),
+    no NaN/Infinity, at most maxDocumentBytes."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise DocumentError(f"{len(data)} bytes, readers accept at most {MAX_DOCUMENT_BYTES}")
+
+    def pairs(items):
+        obj = {}
+        for k, v in items:
+            if k in obj:
+                raise DocumentError(f"duplicate key {k!r}")
+            obj[k] = v
+        return obj
+
+    def constant(name):
+        raise DocumentError(f"{name} is not JSON")
+
+    try:
+        return data, json.loads(data.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DocumentError(f"not JSON: {e}") from None
+
+
+def ecma_pattern(pattern):
+    """JSON Schema patterns are ECMA-262 regexes, where `$` matches only at the very end. Python's
+    `$` also matches before a final newline, so "sample-app\\n" would pass ^[a-z0-9]...$; use `\\Z`
+    (outside character classes) instead."""
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1:i + 2] == "^":
+                out.append("[^")
+                i += 2
+                if pattern[i:i + 1] == "]":  # a literal ']' first in the class
+                    out.append("]")
+                    i += 1
+                continue
+        elif c == "$":
+            c = r"\Z"
+        out.append(c)
+        i += 1
+    return re.compile("".join(out))
+
+
+_compiled = {}
+_pattern_names = {}  # pattern -> the definition or property that declares it, for short messages
+
+
+def name_patterns(node, label="pattern"):
+    if isinstance(node, dict):
+        if isinstance(node.get("pattern"), str):
+            _pattern_names.setdefault(node["pattern"], label)
+        for key, value in node.items():
+            if key in ("$defs", "properties") and isinstance(value, dict):
+                for name, sub in value.items():
+                    name_patterns(sub, name)
+            else:
+                name_patterns(value, label)
+    elif isinstance(node, list):
+        for value in node:
+            name_patterns(value, label)
+
+
+def pattern_keyword(validator, pattern, instance, schema):
+    if not validator.is_type(instance, "string"):
+        return
+    regex = _compiled.get(pattern) or _compiled.setdefault(pattern, ecma_pattern(pattern))
+    if not regex.search(instance):
+        yield ValidationError(f"{instance!r} does not match the pattern of {_pattern_names.get(pattern, repr(pattern))}")
+
+
+Validator = jsonschema.validators.extend(Draft202012Validator, {"pattern": pattern_keyword})
+
+# ---------------------------------------------------------------- schemas
+schemas, validators = {}, {}
+for name in sorted(set(VALID.values())):
+    path = os.path.join(manifests, name)
+    try:
+        _, schema = load(path)
+        Draft202012Validator.check_schema(schema)
+        schemas[name] = schema
+        name_patterns(schema)
+        validators[name] = Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        report(True, f"manifests/{name}", "a valid draft 2020-12 schema")
+    except (OSError, DocumentError, jsonschema.SchemaError) as e:
+        report(False, f"manifests/{name}", str(e).splitlines()[0])
+
+# Definitions repeated in several schemas (packageId, semanticVersion, ...) must not drift apart.
+seen = {}
+for name, schema in schemas.items():
+    for key, value in schema.get("$defs", {}).items():
+        seen.setdefault(key, []).append((name, value))
+for key, uses in sorted(seen.items()):
+    if len(uses) > 1:
+        same = all(v == uses[0][1] for _, v in uses)
+        report(same, f"$defs/{key}", ("identical in " if same else "differs between ") + ", ".join(n for n, _ in uses))
+
+
+def first_error(name, doc):
+    errors = sorted(validators[name].iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    e = errors[0]
+    where = "/".join(str(p) for p in e.absolute_path) or "(top level)"
+    return f"{where}: {e.message}"
+
+
+# ---------------------------------------------------------------- valid examples
+docs, raw = {}, {}
+present = sorted(f for f in os.listdir(examples) if os.path.isfile(os.path.join(examples, f)))
+for f in present:
+    if f not in VALID:
+        report(False, f"examples/{f}", f"no schema for this name (expected one of {', '.join(VALID)})")
+for f, name in VALID.items():
+    what = f"examples/{f}"
+    if f not in present:
+        report(False, what, "missing")
+        continue
+    if name not in validators:
+        report(False, what, f"{name} did not load")
+        continue
+    try:
+        raw[f], docs[f] = load(os.path.join(examples, f))
+    except DocumentError as e:
+        report(False, what, str(e))
+        continue
+    error = first_error(name, docs[f])
+    report(error is None, what, error or f"valid ({name})")
+
+# ---------------------------------------------------------------- invalid examples
+bad = sorted(os.listdir(invalid_dir)) if os.path.isdir(invalid_dir) else []
+covered = set()
+for f in bad:
+    what = f"examples/invalid/{f}"
+    name = next((s for p, s in INVALID_PREFIX.items() if f.startswith(p) and f.endswith(".json")), None)
+    if name is None:
+        report(False, what, f"name must be <{'|'.join(p.rstrip('-') for p in INVALID_PREFIX)}>-*.json")
+        continue
+    if name not in validators:
+        report(False, what, f"{name} did not load")
+        continue
+    covered.add(name)
+    try:
+        _, doc = load(os.path.join(invalid_dir, f))
+    except DocumentError as e:
+        report(False, what, f"{e} (an invalid example must be well-formed JSON that the schema refuses)")
+        continue
+    error = first_error(name, doc)
+    report(error is not None, what, f"rejected, {error}" if error else f"ACCEPTED by {name}, expected a failure")
+for name in sorted(set(INVALID_PREFIX.values()) - covered):
+    report(False, f"examples/invalid/ for {name}", "no invalid example")
+
+
+# ---------------------------------------------------------------- cross-checks
+def canonical(v, indent=0):
+    """ManifestCoding.encode's layout (Foundation JSONEncoder, sortedKeys + prettyPrinted +
+    withoutEscapingSlashes): `"key" : value`, two spaces, empty containers as "[\\n\\n<indent>]"."""
+    pad, end = "  " * (indent + 1), "  " * indent
+    if isinstance(v, dict):
+        if not v:
+            return "{\n\n" + end + "}"
+        items = (pad + json.dumps(k, ensure_ascii=False) + " : " + canonical(v[k], indent + 1) for k in sorted(v))
+        return "{\n" + ",\n".join(items) + "\n" + end + "}"
+    if isinstance(v, list):
+        if not v:
+            return "[\n\n" + end + "]"
+        return "[\n" + ",\n".join(pad + canonical(x, indent + 1) for x in v) + "\n" + end + "]"
+    return json.dumps(v, ensure_ascii=False)
+
+
+for f in VALID:
+    if f in docs:
+        same = (canonical(docs[f]) + "\n").encode() == raw[f]
+        report(same, f"examples/{f}", "canonical form" if same else "not in canonical form (sorted keys, '\"key\" : value', 2 spaces, final newline)")
+
+if "key.pub" in docs:
+    key = docs["key.pub"]
+    try:
+        raw_key = base64.b64decode(key["key"], validate=True)
+        key_id = hashlib.sha256(raw_key).hexdigest()[:16]
+        report(key_id == key["keyId"], "examples/key.pub keyId", f"sha256(key)[:16] = {key_id}")
+    except (KeyError, ValueError) as e:
+        report(False, "examples/key.pub keyId", str(e))
+
+if "key.pub" in docs and "index.json.sig" in docs and "index.json" in raw:
+    what = "examples/index.json.sig verifies over examples/index.json with examples/key.pub"
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    except ImportError as e:
+        report(False, what, f"cannot be checked: {e} (scripts/bootstrap installs python3-cryptography)")
+    else:
+        pub = Ed25519PublicKey.from_public_bytes(base64.b64decode(docs["key.pub"]["key"]))
+        mine = [s for s in docs["index.json.sig"]["signatures"] if s["keyId"] == docs["key.pub"]["keyId"]]
+        try:
+            if not mine:
+                raise InvalidSignature("no signature by this key")
+            for s in mine:
+                pub.verify(base64.b64decode(s["signature"]), raw["index.json"])
+            report(True, what)
+        except InvalidSignature as e:
+            report(False, what, str(e) or "signature does not match (index.json edited after signing?)")
+
+if "index.json.sig" in docs and "index.json" in raw and "index" in docs["index.json.sig"]:
+    named = docs["index.json.sig"]["index"]
+    digest = hashlib.sha256(raw["index.json"]).hexdigest()
+    report(named == {"sha256": digest, "size": len(raw["index.json"])},
+           "examples/index.json.sig names examples/index.json", f"sha256 {digest[:12]}…, {len(raw['index.json'])} bytes")
+
+if "index.json" in docs:
+    index = docs["index.json"]
+    pairs = [(p["id"], p.get("channel", "stable")) for p in index["packages"]]
+    dupes = sorted({p for p in pairs if pairs.count(p) > 1})
+    report(not dupes, "examples/index.json (id, channel) pairs", f"repeated: {dupes}" if dupes else "each at most once")
+    wrong = [f"{p['id']}: {ref} path {p[ref]['path']}" for p in index["packages"] for ref, leaf in
+             (("bundle", "bundle.zip"), ("files", "files.json")) if p[ref]["path"] != f"packages/{p['id']}/{p['version']}/{leaf}"]
+    report(not wrong, "examples/index.json bundle/files paths", "; ".join(wrong) or "match packages/<id>/<version>/")
+
+if "files.json" in docs:
+    fl = docs["files.json"]
+    paths = [e["path"] for e in fl["files"]]
+    ordered = paths == sorted(paths, key=lambda p: p.encode("utf-8"))
+    keys = [unicodedata.normalize("NFC", unicodedata.normalize("NFC", p).lower()) for p in paths]
+    unique = len(set(keys)) == len(keys)
+    nfc = all(unicodedata.normalize("NFC", p) == p for p in paths)
+    report(ordered and unique and nfc, "examples/files.json paths",
+           "sorted by UTF-8 bytes, NFC, no duplicates or case/normalisation collisions" if ordered and unique and nfc
+           else f"sorted={ordered} nfc={nfc} collision-free={unique}")
+    if "index.json" in docs:
+        entry = next((p for p in docs["index.json"]["packages"] if p["id"] == fl["id"] and p["version"] == fl["version"]), None)
+        what = f"examples/index.json files ref of {fl['id']} {fl['version']}"
+        if entry is None:
+            report(False, what, "no such entry")
+        else:
+            ref, data = entry["files"], raw["files.json"]
+            match = ref["size"] == len(data) and ref["sha256"] == hashlib.sha256(data).hexdigest()
+            report(match, what, "size and sha256 of examples/files.json" if match else
+                   f"expected size {len(data)} sha256 {hashlib.sha256(data).hexdigest()}")
+
+print(f"{failures} surprise(s)" if failures else "all manifests checks passed")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test: the scripts' own gates (shellcheck,
+# pyflakes, every script with its extension), the Swift suites (unit, and CLI through the built
+# binary), the checks of the code and formats, and the end-to-end tests.
+# Usage: scripts/test   (the program behind it is scripts/tools/test.sh)
+set -euo pipefail
+# shellcheck source=../lib/common.sh
+. "$(cd "$(dirname "$0")/.." && pwd)/lib/common.sh"
+cd "$LARDER_CHECKOUT"
+
+scripts/bootstrap --for test
+# The interpreter bootstrap made sure of (python3, else Debian's), for this script and the ones
+# it runs.
+choose_python || die "no Python 3 imports ${python_modules[*]} after scripts/bootstrap"
+
+passed=0
+failed=0
+step() {
+  local name=$1
+  shift
+  echo "-- $name"
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    echo "FAILED: $name" >&2
+    failed=$((failed + 1))
+  fi
+}
+work=$(mktemp -d /tmp/larder-test.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+echo "== scripts"
+step "scripts: each with the extension of its language (.sh, .py) but the five entry points, thin wrappers" \
+  scripts/tools/lint.sh layout
+step "shell scripts: shellcheck clean" scripts/tools/lint.sh shell
+step "Python scripts: pyflakes clean" scripts/tools/lint.sh python
+
+echo "== build"
+swift_build debug
+bin=$(swift_bin_dir debug)
+export LARDER_BIN="$bin/larder"
+
+echo "== swift test"
+swift test
+
+echo "== integration"
+step "format: swift format lint --strict clean (120 columns, no force unwraps, public API documented)" scripts/tools/check-format.sh
+step "layout: module graph as README shows it, C and Hummingbird imports confined" scripts/tools/check-layout.py
+step "system calls: every file-system call in Sources/ goes through LarderFileSystem's funnel" scripts/tools/check-syscalls.sh
+step "manifests: schemas, examples and invalid examples" scripts/tools/check-manifests.py
+step "docs: the DocC catalog (getting started, page health) builds with no warning" scripts/tools/check-docs.sh
+step "demo runs to its end" env LARDER_DEMO_DIR="$work/demo" scripts/demo
+step "verify-bundles passes the demo repository" \
+  scripts/verify-bundles "$work/demo/repo" --public-key "$work/demo/keys/publisher.pub"
+corrupt() {
+  cp -r "$work/demo/repo" "$work/corrupt"
+  local bundle
+  # The bundle the index names (older versions are no longer in the index).
+  bundle="$work/corrupt/$("$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]))["packages"][0]["bundle"]["path"])' "$work/corrupt/index.json")"
+  printf 'X' | dd of="$bundle" bs=1 seek=100 conv=notrunc status=none
+  local out
+  if out=$(scripts/verify-bundles "$work/corrupt" --public-key "$work/demo/keys/publisher.pub" 2>&1); then
+    echo "verify-bundles passed a corrupted repository" >&2
+    return 1
+  fi
+  grep -q "hash-mismatch" <<<"$out" && grep -q "bundle.zip" <<<"$out"
+}
+step "verify-bundles fails a corrupted repository, naming the bundle" corrupt
+step "sync against nginx: install, one-request no-change, objects-only update, Range resume, revoke, channels, same-second republish, updates by delta with every fallback and crashes" scripts/integration/nginx-sync.py
+step "sync against nginx over https (private CA, HTTP/2): every nginx scenario, an untrusted CA refused, 60 objects over one connection" scripts/integration/nginx-sync.py --tls
+step "reliability (GUARANTEES.md): kill -9 of install (50) and sync (20), crashes at the Nth system call of 7 commands (155), 118 power-cut disk states, 165 runs with a failing system call and a read-only sandbox, a full disk (42 cases), 43 hostile archives on 3 paths, 58 origin faults, 200 URLs against Chromium" scripts/integration/reliability.py
+step "fuzz targets: every committed seed and hostile archive replayed through the four libFuzzer targets" scripts/tools/fuzz.sh --replay
+step "publishing through a CDN edge (Varnish before nginx): releases published while devices sync, index and signature cached apart, no failure" scripts/integration/edge.py
+step "resolve makes no system call (strace over a pass of 1,000 resolves, with a control)" env BENCH_BIN="$bin/larder-bench-resolve" scripts/benchmarks/bench-resolve.sh --check-syscalls-only
+step "browser: headless Chromium loads the sample app through larder serve (v1, v2, fallback)" scripts/integration/browser.sh
+step "page health in Chromium: a page that throws before ready is rolled back after the deadline, healthy and slow pages confirmed by their ready signal" scripts/integration/page-health.sh
+step "the README's Linux quick start (OfflinePackages behind the gateway) with Chromium: launch, sync, veto, background sync, confirmations" env QUICKSTART_BIN="$bin/larder-quickstart" scripts/integration/quickstart.sh
+
+echo
+echo "scripts and integration: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
