@@ -14,10 +14,11 @@ Examples/cdn/nginx-repository.conf, and Varnish as the edge, with Examples/cdn/e
      there (up to date) until the signature expires, a device that joins during the window installs
      the release the signature it got names (the old one, from the index copy), and all reach the
      new release once the signature's TTL is over;
-  3. after each scenario, every device's active version is one the repository published, its tree
-     passes `larder doctor`, and its accepted index is byte for byte a published one;
-  4. `larder verify URL` (the post-deploy check) passes through the edge, and names an object
+  3. `larder verify URL` (the post-deploy check) passes through the edge, and names an object
      missing at the origin.
+
+After scenarios 1 and 2, every device's active version is one the repository published, its tree
+passes `larder doctor`, and its accepted index is byte for byte a published one.
 
 Prints one line per check and ends with `edge: N passed, M failed`; exit 1 when any check
 failed. Needs nginx and varnish (installed from Debian when missing, no service started).
@@ -153,8 +154,8 @@ def rounds(edge, devices, seconds, during=None):
 
 
 def settled(edge, devices, label):
-    """Invariant 3 on every device: a published version active, doctor clean, and the accepted
-    index one that was published."""
+    """What holds on every device after a scenario: a published version active, doctor clean, and
+    the accepted index one that was published."""
     bad = []
     for i in devices:
         v = edge.active(i)
@@ -255,9 +256,9 @@ def scenario_signature_outlives_index(edge, devices, late):
 
 
 def scenario_post_deploy_verify(edge):
-    say("-- 4. larder verify on the repository's URL (a post-deploy check)")
+    say("-- 3. larder verify on the repository's URL (a post-deploy check)")
     rc, doc, r = edge.larder.json("verify", edge.varnish.base, "--public-key", edge.pub)
-    check("4: larder verify %s (through the edge) exits 0 (%s objects, %s files checked)" % (
+    check("3: larder verify %s (through the edge) exits 0 (%s objects, %s files checked)" % (
         edge.varnish.base, (doc or {}).get("objectsChecked"), (doc or {}).get("filesChecked")),
           rc == 0 and doc is not None and doc.get("ok") is True and doc.get("objectsChecked", 0) > 0, r.stdout[-400:])
     with open(os.path.join(edge.repo, "index.json")) as f:
@@ -272,7 +273,7 @@ def scenario_post_deploy_verify(edge):
     finally:
         os.rename(aside, obj)
     problems = (doc or {}).get("problems", [])
-    check("4: an object missing at the origin: verify exits 1 naming it (http-status)",
+    check("3: an object missing at the origin: verify exits 1 naming it (http-status)",
           rc == 1 and any(p["code"] == "http-status" and sha in (p.get("file") or "") for p in problems),
           r.stdout[-600:])
 

@@ -33,15 +33,15 @@ larder asked for and what it did:
   8. connection reuse: an update of 60 changed files of another package fetches 60 objects
      over at most 4 connections (HTTP/1.1; the transfer limit), one with HTTP/2 (--tls), and
      with --tls at most 4 TLS handshakes (nginx's $connection and $ssl_session_reused);
-  9. `larder verify URL` of the repository as nginx serves it exits 0 (--tls: through the
-     private CA, from LARDER_CA_FILE), every delta checked;
- 10. updates by delta (deltas are made by pack; scenarios 3, 7 and 8 pack with --deltas 0 to
+  9. updates by delta (deltas are made by pack; scenarios 3, 7 and 8 pack with --deltas 0 to
      test objects): the plan weighs delta, objects and bundle; the sync fetches the manifest and
      the patches only (nginx's log), under 1 % of the bundle; a corrupted patch on the server and
      a base altered on the device each fall back to that content's object; a crash (SIGKILL at
      each disk-changing call of the sync, `LARDER_CRASH_AT`) leaves the old or new version whole
      and the next sync finishes; a device four versions behind gets objects or the bundle, one
-     three behind uses its own delta; every tree hashed here against its files.json.
+     three behind uses its own delta; every tree hashed here against its files.json;
+ 10. `larder verify URL` of the repository as nginx serves it exits 0 (--tls: through the
+     private CA, from LARDER_CA_FILE), every delta checked.
 
 Prints one line per check and ends with `nginx-sync: N passed, M failed`; exit 1 when any
 check failed. Needs nginx (installs Debian's nginx-light when it is missing, as root or
@@ -279,7 +279,7 @@ def scenario_objects_update(larder, nginx, repo, sb, key, app1, work):
         doc = json.load(f)
     doc = {"larderTest": "catalog of 2.0.0", "previous": doc}
     write(catalog, json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    # Without deltas: this scenario is the update by objects (scenario 10 is the one by delta).
+    # Without deltas: this scenario is the update by objects (scenario 9 is the one by delta).
     larder.must("pack", app2, "--repo", repo, "--id", "sample-app", "--version", "2.0.0", "--key", key, "--deltas", "0",
                 "--route", "https://app.example.com/")
     published(repo)
@@ -611,7 +611,7 @@ def delta_app(src, release):
 
 
 def scenario_delta(larder, nginx, repo, key, pub, work):
-    scenario("10. updates by delta: patches only, fallbacks, crashes, a device several versions behind")
+    scenario("9. updates by delta: patches only, fallbacks, crashes, a device several versions behind")
     src = os.path.join(work, "src", "delta-app")
     sb = os.path.join(work, "sb-delta")
 
@@ -637,7 +637,7 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
     rc, plan, p = larder.json("plan", "--root", sb)
     a = plan_action(plan, "delta-app") or {}
     alts = [x["method"] for x in (a.get("cost") or {}).get("alternatives", [])]
-    check("10a: the plan weighs delta, objects and bundle, and picks the delta",
+    check("9a: the plan weighs delta, objects and bundle, and picks the delta",
           rc == 0 and alts == ["delta", "objects", "bundle"] and a["cost"]["method"] == "delta",
           describe(p) + " stderr: " + p.stderr[-500:])
     m = nginx.mark()
@@ -647,19 +647,19 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
     uris = [x["uri"] for x in log]
     patches = [x for x in log if x["uri"].startswith("/patches/")]
     delta_uri = "/" + e1["deltas"][0]["manifest"]["path"]
-    check("10a: the sync updates 1.0.0 → 1.1.0 by delta, 2 patches applied, no fallback",
+    check("9a: the sync updates 1.0.0 → 1.1.0 by delta, 2 patches applied, no fallback",
           rc == 0 and r is not None and r["method"] == "delta" and r["outcome"] == "done"
           and r["delta"]["patchesApplied"] == 2 and r["delta"]["fallbacks"] == [], describe(p))
-    check("10a: nginx's log: signature, index, the delta manifest, 2 patches — no file list, object or bundle",
+    check("9a: nginx's log: signature, index, the delta manifest, 2 patches — no file list, object or bundle",
           uris[:3] == ["/index.json.sig", "/index.json", delta_uri] and len(patches) == 2 and len(log) == 5
           and all(x["status"] == 200 for x in log), show(log))
     wire = sum(x["body_bytes_sent"] for x in log if x["uri"] not in ("/index.json.sig", "/index.json"))
-    check("10a: the update moved %d bytes (manifest and patches, from the log): under 1 %% of the %d-byte bundle"
+    check("9a: the update moved %d bytes (manifest and patches, from the log): under 1 %% of the %d-byte bundle"
           % (wire, e1["bundle"]["size"]), wire * 100 < e1["bundle"]["size"], show(log))
-    check("10a: bytesFetched equals the patches' bytes in the log",
+    check("9a: bytesFetched equals the patches' bytes in the log",
           r is not None and r["bytesFetched"] == sum(x["body_bytes_sent"] for x in patches), json.dumps(r))
     problems = tree_ok(sb, "1.1.0", e1)
-    check("10a: the 1.1.0 tree matches its files.json (hashed here)", not problems, "; ".join(problems))
+    check("9a: the 1.1.0 tree matches its files.json (hashed here)", not problems, "; ".join(problems))
 
     # (b) A corrupted patch on the server: that content falls back to its object.
     e2 = pack(2)
@@ -676,11 +676,11 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
         f.write(original)
     r = ls.find_package(report, "delta-app")
     fb = (r or {}).get("delta", {}).get("fallbacks", [])
-    check("10b: a corrupted patch on the server: the update is done, that content fell back to its object",
+    check("9b: a corrupted patch on the server: the update is done, that content fell back to its object",
           rc == 0 and r is not None and r["outcome"] == "done" and r["method"] == "delta" and len(fb) == 1
           and fb[0]["to"] == "object" and any(x["uri"].startswith("/objects/") for x in log), describe(p))
     problems = tree_ok(sb, "1.2.0", e2)
-    check("10b: the 1.2.0 tree matches its files.json", not problems, "; ".join(problems))
+    check("9b: the 1.2.0 tree matches its files.json", not problems, "; ".join(problems))
 
     # (c) A base altered on the device's disk: its patch is not applied; the object is fetched.
     e3 = pack(3)
@@ -696,11 +696,11 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
         f.write(kept)
     r = ls.find_package(report, "delta-app")
     fb = (r or {}).get("delta", {}).get("fallbacks", [])
-    check("10c: a base altered on the device: the update is done, one content from its object ('altered')",
+    check("9c: a base altered on the device: the update is done, one content from its object ('altered')",
           rc == 0 and r is not None and r["outcome"] == "done" and len(fb) == 1 and "altered" in fb[0]["reason"]
           and r["delta"]["patchesApplied"] == 1, describe(p))
     problems = tree_ok(sb, "1.3.0", e3)
-    check("10c: the 1.3.0 tree matches its files.json", not problems, "; ".join(problems))
+    check("9c: the 1.3.0 tree matches its files.json", not problems, "; ".join(problems))
 
     # (d) A crash at every disk-changing call of a delta sync (SIGKILL through the funnel): each
     # leaves 1.3.0 or 1.4.0 active and whole, and the next sync finishes.
@@ -734,7 +734,7 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
                 n, active, doctor.returncode, again, after))
         n += stride
     if not nginx.tls:
-        check("10d: %d crashes in a delta sync (%d with a patched content already written): each left 1.3.0 or "
+        check("9d: %d crashes in a delta sync (%d with a patched content already written): each left 1.3.0 or "
               "1.4.0 whole, doctor clean, and the next sync finished on 1.4.0" % (crashes, in_apply),
               crashes >= 10 and in_apply >= 1 and not bad, "; ".join(bad[:5]))
 
@@ -743,11 +743,11 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
     rc, report, p = larder.json("sync", "--root", behind1)  # on 1.0.0: four versions behind 1.4.0
     log = nginx.since(m)
     r = ls.find_package(report, "delta-app")
-    check("10e: a device on 1.0.0, four versions behind 1.4.0 (deltas from 1.3.0, 1.2.0, 1.1.0): objects or the bundle",
+    check("9e: a device on 1.0.0, four versions behind 1.4.0 (deltas from 1.3.0, 1.2.0, 1.1.0): objects or the bundle",
           rc == 0 and r is not None and r["outcome"] == "done" and r["method"] in ("objects", "bundle")
           and not any("/deltas/" in x["uri"] for x in log), describe(p))
     problems = tree_ok(behind1, "1.4.0", e4)
-    check("10e: its 1.4.0 tree matches its files.json", not problems, "; ".join(problems))
+    check("9e: its 1.4.0 tree matches its files.json", not problems, "; ".join(problems))
     three = os.path.join(work, "sb-delta-3")
     shutil.copytree(behind1, three, symlinks=True)  # on 1.4.0 now
     for release in (5, 6, 7):
@@ -757,11 +757,11 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
     log = nginx.since(m)
     r = ls.find_package(report, "delta-app")
     want_delta = "/" + [d for d in index_entry(repo, "delta-app")["deltas"] if d["from"] == "1.4.0"][0]["manifest"]["path"]
-    check("10e: a device on 1.4.0, three versions behind 1.7.0, uses the delta from 1.4.0",
+    check("9e: a device on 1.4.0, three versions behind 1.7.0, uses the delta from 1.4.0",
           rc == 0 and r is not None and r["method"] == "delta" and r["outcome"] == "done"
           and any(x["uri"] == want_delta for x in log), describe(p) + " " + show(log))
     problems = tree_ok(three, "1.7.0", index_entry(repo, "delta-app"))
-    check("10e: its 1.7.0 tree matches its files.json", not problems, "; ".join(problems))
+    check("9e: its 1.7.0 tree matches its files.json", not problems, "; ".join(problems))
 
 
 def delta_manifest(repo, entry, base):
@@ -772,15 +772,15 @@ def delta_manifest(repo, entry, base):
 
 
 def scenario_verify_url(larder, nginx, pub):
-    scenario("9. larder verify on the repository's URL (a post-deploy check)")
+    scenario("10. larder verify on the repository's URL (a post-deploy check)")
     m = nginx.mark()
     rc, doc, p = larder.json("verify", nginx.base, "--public-key", pub, timeout=300)
     log = nginx.since(m)
-    check("9: larder verify %s exits 0 with every package, list and object checked (%s packages, %s objects)" % (
+    check("10: larder verify %s exits 0 with every package, list and object checked (%s packages, %s objects)" % (
         nginx.base, (doc or {}).get("packagesChecked"), (doc or {}).get("objectsChecked")),
         rc == 0 and doc is not None and doc.get("ok") is True and doc.get("packagesChecked", 0) >= 4,
         describe(p))
-    check("9: it fetched the signature, the index, the index copy and every bundle (%d requests)" % len(log),
+    check("10: it fetched the signature, the index, the index copy and every bundle (%d requests)" % len(log),
           any(x["uri"] == "/index.json.sig" for x in log) and any(x["uri"].startswith("/indexes/") for x in log)
           and sum(1 for x in log if x["uri"].endswith("/bundle.zip")) >= 4, show(log))
 

@@ -82,8 +82,12 @@ def browser_forms(urls, work):
                 "  try { return new URL(s).href; } catch (e) { return null; } }));\n</script>\n" % json.dumps(urls))
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
              "--user-data-dir=" + os.path.join(work, "profile")]
+    # Chromium's own temporary folders (org.chromium.Chromium.*, left behind when it is killed) go
+    # into the work directory too, which is removed at the end.
+    tmp = os.path.join(work, "chromium-tmp")
+    os.makedirs(tmp, exist_ok=True)
     p = subprocess.run([chromium] + flags + ["--dump-dom", "file://" + page], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, text=True, timeout=120)
+                       stderr=subprocess.PIPE, text=True, timeout=120, env=dict(os.environ, TMPDIR=tmp))
     start, end = p.stdout.find('<pre id="out">'), p.stdout.find("</pre>")
     if p.returncode != 0 or start < 0 or end < 0:
         raise SetupError("chromium did not evaluate the page (exit %d): %s" % (p.returncode, p.stderr[-500:]))

@@ -105,8 +105,13 @@ larder_bin() {
 # /usr/sbin/policy-rc.d answers 101 ("action forbidden") to every start request, unless such a
 # policy already exists (a container's, or the administrator's), which is then left as it is.
 # (Debian's nginx-light would otherwise start a system nginx on port 80 during the install, and
-# the install would fail where port 80 is taken.) A package that brings a new nginx service is
-# also disabled at boot. Everything the scripts need from Debian is installed through here.
+# the install would fail where port 80 is taken.) The services of boot_services that a package
+# installed here brings are disabled at boot too: the scripts run nginx and Varnish themselves, in
+# the foreground, on loopback ports. Everything the scripts need from Debian is installed through
+# here.
+
+# The Debian packages that enable a service at boot, each with its units.
+boot_services=("nginx-common nginx.service" "varnish varnish.service varnishncsa.service")
 
 # Whether dpkg lists the package $1 as installed.
 deb_installed() {
@@ -125,8 +130,11 @@ ensure_packages() {
     command -v sudo >/dev/null || die "need root or sudo to install ${missing[*]}"
     sudo=sudo
   fi
-  local had_nginx=""
-  deb_installed nginx-common && had_nginx=1
+  # The service packages there before this install: their units are the administrator's.
+  local had=() entry
+  for entry in "${boot_services[@]}"; do
+    deb_installed "${entry%% *}" && had+=("${entry%% *}")
+  done
   warn "installing ${missing[*]}"
   # A subshell, so that its traps (removing the temporary policy) are its own.
   (
@@ -149,9 +157,14 @@ ensure_packages() {
       exit 1
     fi
   ) || die "apt-get install ${missing[*]} failed"
-  if [ -z "$had_nginx" ] && deb_installed nginx-common && command -v systemctl >/dev/null; then
-    $sudo systemctl disable --quiet nginx.service 2>/dev/null || true
-  fi
+  command -v systemctl >/dev/null || return 0
+  local units
+  for entry in "${boot_services[@]}"; do
+    p=${entry%% *}
+    if [[ " ${had[*]-} " == *" $p "* ]] || ! deb_installed "$p"; then continue; fi
+    read -r -a units <<<"${entry#* }"
+    $sudo systemctl disable --quiet "${units[@]}" 2>/dev/null || true
+  done
 }
 
 # ---- Python
@@ -283,7 +296,9 @@ sample_app_copy() {
 #   chromium_path                   Debian's chromium, or exit 1 naming bootstrap
 #   chromium_command NAME HOST PORT sets the caller's `chromium_cmd` (declared local there) to the
 #       command that runs headless Chromium with HOST mapped to 127.0.0.1:PORT and every other host
-#       unreachable, its profile in ./profile-NAME
+#       unreachable, its profile in ./profile-NAME and its temporary files in ./chromium-tmp (a
+#       Chromium that is killed leaves an org.chromium.Chromium.* folder in $TMPDIR: this way it
+#       goes with the work directory)
 #   visit_until NAME HOST PORT LOG PATTERN LIMIT
 #       opens http://HOST/ in a headless Chromium that stays open until a line matching PATTERN
 #       appears in LOG after this call (or LIMIT seconds pass); prints that line (empty when none
@@ -298,7 +313,9 @@ chromium_path() {
 }
 
 chromium_command() {
-  chromium_cmd=("$(chromium_path)" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage
+  local tmp="$PWD/chromium-tmp"
+  mkdir -p "$tmp"
+  chromium_cmd=(env TMPDIR="$tmp" "$(chromium_path)" --headless --no-sandbox --disable-gpu --disable-dev-shm-usage
     --no-first-run "--disable-features=HttpsUpgrades,HttpsFirstBalancedModeAutoEnable" --user-data-dir="$PWD/profile-$1"
     "--host-resolver-rules=MAP $2 127.0.0.1:$3, MAP * ~NOTFOUND")
 }

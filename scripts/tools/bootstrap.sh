@@ -16,8 +16,8 @@
 #                 schemas and the example signature), unless a python3 already imports both
 # A working python3 command (a pyenv, say) stands for python3, and any nginx for nginx-light.
 # No pip: Debian 12 refuses `pip install` outside a virtual environment (PEP 668), and its own
-# packages serve. Nothing installed is started: nginx-light would otherwise start a system
-# nginx on port 80 (see ensure_packages).
+# packages serve. Nothing installed is started, and the nginx and Varnish services are disabled at
+# boot: nginx-light would otherwise start a system nginx on port 80 (see ensure_packages).
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 . "$(cd "$(dirname "$0")/.." && pwd)/lib/common.sh"

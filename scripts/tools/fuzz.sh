@@ -14,7 +14,8 @@
 # and for zip from scripts/fixtures/make-zips.py), and crashing inputs to .fuzz/TARGET-crashes:
 # copy one into scripts/tools/fuzz-seeds/TARGET once it is fixed, so the replay keeps it fixed.
 # Prints libFuzzer's final stats (executions, coverage) and `fuzz TARGET: N crash(es)`; exit 1 on
-# any.
+# any. The targets run with TMPDIR in a scratch directory removed on exit (the zip target writes
+# each input to $TMPDIR/larder-fuzz-PID.zip).
 set -euo pipefail
 # shellcheck source=../lib/common.sh
 . "$(cd "$(dirname "$0")/.." && pwd)/lib/common.sh"
@@ -43,7 +44,7 @@ if [ "${1:-}" = "--replay" ]; then
       mapfile -t -O "${#files[@]}" files < <(find "$scratch/zip" -type f | sort)
     fi
     [ "${#files[@]}" -gt 0 ] || die "no seeds for $t"
-    "$bin" "$t" "${files[@]}"
+    TMPDIR=$scratch "$bin" "$t" "${files[@]}"
   done
   exit 0
 fi
@@ -66,7 +67,7 @@ fi
 [ "$target" != zip ] || seed_zip "$corpus"
 log=.fuzz/$target.log
 set +e
-LARDER_FUZZ_TARGET=$target ASAN_OPTIONS=detect_leaks=0 SWIFT_BACKTRACE=enable=no \
+TMPDIR=$scratch LARDER_FUZZ_TARGET=$target ASAN_OPTIONS=detect_leaks=0 SWIFT_BACKTRACE=enable=no \
   "$bin" "$corpus" -max_total_time="$seconds" -artifact_prefix="$crashes/" -print_final_stats=1 -timeout=10 \
   -rss_limit_mb=2048 -max_len=65536 >"$log" 2>&1
 rc=$?
