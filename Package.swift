@@ -1,13 +1,14 @@
 // swift-tools-version:6.2
 import PackageDescription
 
-// Dependency direction (see README "Layout"; scripts/check-layout enforces it):
+// Dependency direction (see README "Layout"; scripts/tools/check-layout.py enforces it):
 //   LarderCore <- LarderFileSystem <- LarderArchive <- LarderPublish, LarderStore
-//   LarderCore <- LarderFileSystem <- LarderFetch
+//   LarderCore <- LarderFileSystem <- LarderFetch <- LarderFetchNIO, LarderFetchURLSession (engines)
 //   LarderStore, LarderFetch, LarderArchive <- LarderSync
-//   LarderStore <- LarderResolve <- LarderGateway, LarderWebKit
+//   LarderStore <- LarderResolve <- LarderGateway, LarderWebView <- LarderWebKit (WebKit's glue)
 //   all of them but LarderGateway <- Larder (façade: OfflinePackages) <- larder (CLI, with LarderGateway)
-// LarderFetch carries HTTP over AsyncHTTPClient (NIO) on Linux and URLSession on Apple platforms;
+// LarderFetch carries HTTP over an injected engine: LarderFetchNIO (AsyncHTTPClient) on Linux,
+// LarderFetchURLSession on Apple platforms, chosen in Sources/Larder/Platform.swift;
 // LarderCore is pure values and decisions (no I/O). LarderArchive is the only module that
 // imports C libraries (libarchive for zip, zlib for gzip objects); CLarderShim is one inline
 // atomic load for LarderResolve. LarderGateway (the `serve` HTTP gateway) is the only module on
@@ -15,6 +16,11 @@ import PackageDescription
 // The project's own Swift targets build with every warning an error (dependencies are not
 // affected: SwiftPM applies a target's settings to that target only).
 let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
+// The HTTP engine is URLSession on Apple platforms and AsyncHTTPClient on Linux
+// (Sources/Larder/Platform.swift); LARDER_URLSESSION=1 in the environment builds URLSession on
+// Linux too, for a side-by-side measurement (scripts/bench --net).
+let urlSessionEverywhere = Context.environment["LARDER_URLSESSION"] != nil
+let apple: [Platform] = [.macOS, .iOS, .tvOS, .watchOS, .visionOS, .macCatalyst]
 
 let package = Package(
     name: "Larder",
@@ -98,18 +104,37 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        // Linux's HTTP engine is AsyncHTTPClient (NIO); on Apple platforms URLSession is, and
-        // NIO is not linked into an app that embeds the library.
+        // Transfers with resume, retries and verification over an injected engine (HTTPStack);
+        // each engine is a target of its own, chosen in one place (Sources/Larder/Platform.swift).
         .target(
             name: "LarderFetch",
             dependencies: [
                 "LarderCore", "LarderFileSystem",
                 .product(name: "SystemPackage", package: "swift-system"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: .when(platforms: [.linux])),
-                .product(name: "NIOCore", package: "swift-nio", condition: .when(platforms: [.linux])),
-                .product(name: "NIOHTTP1", package: "swift-nio", condition: .when(platforms: [.linux])),
-                .product(name: "NIOPosix", package: "swift-nio", condition: .when(platforms: [.linux])),
-                .product(name: "NIOSSL", package: "swift-nio-ssl", condition: .when(platforms: [.linux])),
+            ],
+            swiftSettings: strict
+        ),
+        // Linux's HTTP engine: AsyncHTTPClient (NIO).
+        .target(
+            name: "LarderFetchNIO",
+            dependencies: [
+                "LarderCore", "LarderFetch", "LarderFileSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: strict
+        ),
+        // Apple platforms' HTTP engine: URLSession (compiled on Linux too, where FoundationNetworking
+        // has it, but linked there only with LARDER_URLSESSION=1).
+        .target(
+            name: "LarderFetchURLSession",
+            dependencies: [
+                "LarderCore", "LarderFetch", "LarderFileSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strict
         ),
@@ -143,27 +168,31 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        // The WebKit path: the scheme-task driver and a web view's page health (platform-neutral,
-        // tested on Linux) and the thin WebKit glue over them (compiled only where WebKit exists).
-        .target(name: "LarderWebKit", dependencies: ["LarderCore", "LarderResolve"], swiftSettings: strict),
+        // The web-view path, platform-neutral (tested on Linux): the scheme-task driver and a web
+        // view's page health. Each web-view engine's glue is a thin target over it: WebKit's is
+        // LarderWebKit (compiled only where WebKit exists).
+        .target(name: "LarderWebView", dependencies: ["LarderCore", "LarderResolve"], swiftSettings: strict),
+        .target(name: "LarderWebKit", dependencies: ["LarderResolve", "LarderWebView"], swiftSettings: strict),
         .target(
             name: "Larder",
             dependencies: [
                 "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore", "LarderFetch",
-                "LarderSync", "LarderResolve", "LarderWebKit",
+                "LarderSync", "LarderResolve", "LarderWebView",
+                .target(name: "LarderFetchNIO", condition: .when(platforms: [.linux])),
+                .target(name: "LarderFetchURLSession", condition: urlSessionEverywhere ? nil : .when(platforms: apple)),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            swiftSettings: strict
+            swiftSettings: strict + (urlSessionEverywhere ? [.define("LARDER_URLSESSION")] : [])
         ),
-        // The resolve benchmark (scripts/bench-resolve); not a product.
-        // The README's Linux quick start (scripts/integration/quickstart runs it).
+        // The resolve benchmark (scripts/benchmarks/bench-resolve.sh); not a product.
+        // The README's Linux quick start (scripts/integration/quickstart.sh runs it).
         .executableTarget(name: "larder-quickstart", dependencies: ["Larder", "LarderGateway"], swiftSettings: strict),
         .executableTarget(
             name: "larder-bench-resolve",
             dependencies: ["LarderCore", "LarderFileSystem", "LarderResolve", "LarderStore"],
             swiftSettings: strict
         ),
-        // The fuzz targets (scripts/fuzz): built with -sanitize=fuzzer for libFuzzer, or plain to
+        // The fuzz targets (scripts/tools/fuzz.sh): built with -sanitize=fuzzer for libFuzzer, or plain to
         // replay inputs (scripts/test replays the committed seeds); not a product.
         .executableTarget(
             name: "larder-fuzz",
@@ -245,9 +274,9 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(
-            name: "LarderWebKitTests",
+            name: "LarderWebViewTests",
             dependencies: [
-                "LarderTestSupport", "LarderWebKit", "LarderResolve", "LarderStore", "LarderCore", "LarderFileSystem",
+                "LarderTestSupport", "LarderWebView", "LarderResolve", "LarderStore", "LarderCore", "LarderFileSystem",
             ],
             swiftSettings: strict
         ),

@@ -1,7 +1,7 @@
 # A Varnish edge in front of a Larder repository (Varnish 7, VCL 4.1). The origin sets the TTLs
 # (Examples/cdn/nginx-repository.conf): Varnish honours Cache-Control max-age as it is.
 #
-# Replace the backend with your origin. scripts/integration/edge uses this file, changing only
+# Replace the backend with your origin. scripts/integration/edge.py uses this file, changing only
 # the backend's port.
 vcl 4.1;
 

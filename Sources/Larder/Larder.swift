@@ -6,7 +6,7 @@ import LarderFileSystem
 @_exported import LarderResolve
 @_exported import LarderStore
 @_exported import LarderSync
-@_exported import LarderWebKit
+@_exported import LarderWebView
 @_exported import SystemPackage
 
 /// The use cases an app or tool calls. Publisher side: `PublisherKeys` (keygen, key files),

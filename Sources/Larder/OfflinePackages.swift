@@ -4,7 +4,7 @@ import LarderFetch
 import LarderResolve
 import LarderStore
 import LarderSync
-import LarderWebKit
+import LarderWebView
 import SystemPackage
 
 /// Everything an app does with Larder, from one object created once at launch.
@@ -39,7 +39,8 @@ public final class OfflinePackages: Sendable {
         public var schemes: Set<String> = []
         /// What a request no package serves does: go to the network (https), or fail.
         public var network = NetworkMode.forward(scheme: "https")
-        /// Options of each sync (HTTP policy, retention, lock timeout).
+        /// Options of each sync (HTTP policy, retention, lock timeout); HTTP over the platform's
+        /// engine (`HTTPStack.platform`).
         public var syncOptions = SyncOptions()
 
         /// A configuration with the defaults for everything but where and whom to trust.
@@ -47,6 +48,7 @@ public final class OfflinePackages: Sendable {
             self.root = root
             self.repository = repository
             self.trustedKeys = trustedKeys
+            syncOptions.stack = .platform
         }
     }
 
@@ -90,7 +92,7 @@ public final class OfflinePackages: Sendable {
     public let resolver: Resolver
     /// The resource loader every front-end shares; missing files are reported to the store.
     public let loader: ResourceLoader
-    /// Passthrough forwarding (the platform's `HTTPExchange`).
+    /// Passthrough forwarding (over the sync options' HTTP engine, the platform's by default).
     public let forwarder: Forwarder
     /// The page-health monitors of every web view (and of a gateway given it).
     public let pageHealth: PageHealthTracker
@@ -113,7 +115,7 @@ public final class OfflinePackages: Sendable {
         }
         resolver = try Resolver(root: c.root, schemes: c.schemes)
         loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: c.root))
-        forwarder = Forwarder(network: c.network, exchange: HTTPExchange())
+        forwarder = Forwarder(network: c.network, exchange: c.syncOptions.stack.makeExchange())
         let hub = self.hub
         pageHealth = PageHealthTracker(
             settings: c.pageHealth,

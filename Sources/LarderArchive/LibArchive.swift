@@ -1,10 +1,5 @@
 import CArchive
-
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
+import Foundation
 
 /// The thread-local UTF-8 locale under which every libarchive call runs, so entry names convert
 /// as UTF-8 whatever the host process's global locale is (the C locale makes libarchive refuse

@@ -1,13 +1,8 @@
 import CArchive
+import Foundation
 import LarderCore
 import LarderFileSystem
 import SystemPackage
-
-#if canImport(Glibc)
-    import Glibc  // time_t
-#elseif canImport(Darwin)
-    import Darwin
-#endif
 
 /// Writes zip bundles deterministically through libarchive: entries in the order given (callers
 /// pass them sorted by path bytes), files only (directories are implied), no modification time,

@@ -2,7 +2,7 @@ import Foundation
 
 /// A value behind a lock (`NSLock`, a pthread mutex): what `Synchronization.Mutex` does, in a
 /// form ThreadSanitizer understands on Linux in debug builds — there `Mutex`'s locking is not
-/// instrumented, so every access it guards is reported as a race (`scripts/tsan-test`).
+/// instrumented, so every access it guards is reported as a race (`scripts/integration/tsan-test.sh`).
 public final class Locked<Value>: @unchecked Sendable {
     // @unchecked: `value` is only reached inside `withLock`, under `lock`.
     private let lock = NSLock()

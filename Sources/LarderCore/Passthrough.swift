@@ -39,7 +39,7 @@ public struct ForwardResponse: Sendable {
     }
 }
 
-/// What carries a forwarded request (`HTTPExchange` in LarderFetch: AsyncHTTPClient on Linux,
+/// What carries a forwarded request (`HTTPStack.makeExchange()`: AsyncHTTPClient on Linux,
 /// URLSession on Apple platforms; a fake in tests). Redirects are followed; the body is streamed;
 /// a body longer than `maxBytes` ends its stream with an error.
 public protocol NetworkExchange: Sendable {

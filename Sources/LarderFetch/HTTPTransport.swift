@@ -44,13 +44,14 @@ public final class HTTPTransport: Transport, Sendable {
     let options: HTTPOptions
     let engine: any HTTPEngine
 
-    /// Creates a transport over the platform's engine; fails when a CA file cannot be read.
-    public init(options: HTTPOptions = HTTPOptions()) throws(FetchError) {
+    /// Creates a transport over `stack`'s engine (the platform's: `HTTPStack.platform`, in the
+    /// `Larder` module); fails when a CA file cannot be read.
+    public init(options: HTTPOptions = HTTPOptions(), stack: HTTPStack) throws(FetchError) {
         self.options = options
-        self.engine = try defaultEngine(options)
+        self.engine = try stack.makeEngine(options)
     }
 
-    /// A download larger than this is a bulk transfer (`HTTPRequestHead.bulk`).
+    /// A download larger than this is a bulk transfer (`TransferRequest.bulk`).
     static let bulkBytes: Int64 = 1 << 20
 
     static func isLoopback(_ host: String?) -> Bool {
@@ -73,7 +74,7 @@ public final class HTTPTransport: Transport, Sendable {
         var attempt = 0
         while true {
             attempt += 1
-            var request = HTTPRequestHead(url: url)
+            var request = TransferRequest(url: url)
             if let e = etag { request.headers["If-None-Match"] = e }
             let outcome = await run(request, sink: .memory(limit: Int64(maxBytes)))
             switch outcome {
@@ -116,7 +117,7 @@ public final class HTTPTransport: Transport, Sendable {
                 try? SystemCalls.unlink(etagPath)
                 return
             }
-            var request = HTTPRequestHead(url: url)
+            var request = TransferRequest(url: url)
             request.bulk = (expecting.size ?? expecting.limit) > Self.bulkBytes
             if file.part.have > 0 {
                 request.headers["Range"] = "bytes=\(file.part.have)-"
@@ -199,12 +200,15 @@ public final class HTTPTransport: Transport, Sendable {
         case file(PartFileBox, progress: ProgressHandler?, etagPath: FilePath)
     }
 
-    enum Outcome {
+    /// How one request ended: an answer (its body, when the sink keeps none), or a failure.
+    package enum Outcome {
+        /// The final response.
         case done(status: Int, headers: [String: String], body: Data)
+        /// No usable response; `retryable` lets the transport try again.
         case failed(FetchError, retryable: Bool)
     }
 
-    func run(_ request: HTTPRequestHead, sink: Sink) async -> Outcome {
+    func run(_ request: TransferRequest, sink: Sink) async -> Outcome {
         await engine.run(
             request, handler: ResponseHandler(url: request.url.absoluteString, sink: sink, options: options))
     }

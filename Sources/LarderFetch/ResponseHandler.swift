@@ -9,12 +9,12 @@ import SystemPackage
 /// throughput floor. An engine calls `head` once per response and `chunk` for every piece of
 /// body, from one task or queue at a time, and `checkFloor` every second from anywhere; a non-nil
 /// answer ends the request with that outcome.
-final class ResponseHandler: @unchecked Sendable {
+package final class ResponseHandler: @unchecked Sendable {
     // @unchecked: `head` and `chunk` are called by one request at a time (its engine's serial
     // queue or task); what `checkFloor` shares with them is guarded by `windowLock`.
-    let url: String
+    package let url: String
     let sink: HTTPTransport.Sink
-    let options: HTTPOptions
+    package let options: HTTPOptions
     private(set) var status = 0
     private(set) var headers: [String: String] = [:]
     private(set) var body = Data()
@@ -24,7 +24,7 @@ final class ResponseHandler: @unchecked Sendable {
     private var windowStart = ContinuousClock.now
     private var windowBytes: Int64 = 0
     /// Body bytes received so far.
-    private(set) var received: Int64 = 0
+    package private(set) var received: Int64 = 0
 
     init(url: String, sink: HTTPTransport.Sink, options: HTTPOptions) {
         self.url = url
@@ -33,13 +33,13 @@ final class ResponseHandler: @unchecked Sendable {
     }
 
     /// The complete answer, once the body has ended.
-    var outcome: HTTPTransport.Outcome { .done(status: status, headers: headers, body: body) }
+    package var outcome: HTTPTransport.Outcome { .done(status: status, headers: headers, body: body) }
 
     private var succeeded: Bool { status == 200 || status == 206 }
 
     /// The status and headers (names in any case) of the final response. Nil to go on reading
     /// the body; else the failure that ends the request.
-    func head(status: Int, headers fields: [(String, String)]) -> HTTPTransport.Outcome? {
+    package func head(status: Int, headers fields: [(String, String)]) -> HTTPTransport.Outcome? {
         self.status = status
         headers = [:]
         for (k, v) in fields {
@@ -86,7 +86,7 @@ final class ResponseHandler: @unchecked Sendable {
     }
 
     /// A piece of the body. Nil to go on; else the failure that ends the request.
-    func chunk(_ bytes: UnsafeRawBufferPointer) -> HTTPTransport.Outcome? {
+    package func chunk(_ bytes: UnsafeRawBufferPointer) -> HTTPTransport.Outcome? {
         windowLock.lock()
         windowBytes += Int64(bytes.count)
         windowLock.unlock()
@@ -112,7 +112,7 @@ final class ResponseHandler: @unchecked Sendable {
 
     /// The throughput floor: a failure when the average rate over the last `floorWindow`
     /// seconds is below `minimumRate`; else nil (and a new window starts when one is complete).
-    func checkFloor() -> HTTPTransport.Outcome? {
+    package func checkFloor() -> HTTPTransport.Outcome? {
         windowLock.lock()
         let elapsed = Self.seconds(ContinuousClock.now - windowStart)
         let bytes = windowBytes
@@ -134,7 +134,7 @@ final class ResponseHandler: @unchecked Sendable {
 
     /// Why a redirect from `from` to `to`, the `count`th of the request, is refused; nil when it
     /// may be followed: at most `maxRedirects`, to the same host, never from https to http.
-    static func refusal(of count: Int, from: URL, to: URL, options: HTTPOptions) -> FetchError? {
+    package static func refusal(of count: Int, from: URL, to: URL, options: HTTPOptions) -> FetchError? {
         let url = from.absoluteString
         if count > options.maxRedirects {
             return .redirect(url: url, detail: "more than \(options.maxRedirects) redirects (a loop?)")

@@ -51,6 +51,8 @@ public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The URL concerned and what was wrong, for a person.
     public var description: String {
         switch self {
+        case .status(let u, 404) where u.lowercased().hasPrefix("file:"):
+            "\(u): no such file (check the file:// repository's path)"
         case .status(let u, let c): "\(u): the server answered \(c)"
         case .connection(let u, let d): "\(u): \(d)"
         case .tooLarge(let u, let l): "\(u): more than the \(l) bytes declared or allowed"
@@ -129,11 +131,13 @@ extension Transport {
     }
 }
 
-/// Picks the transport for a repository URL.
-public func transport(for url: URL, options: HTTPOptions = HTTPOptions()) throws(FetchError) -> any Transport {
+/// Picks the transport for a repository URL: `file://` read directly, http(s) over `stack`.
+public func transport(for url: URL, options: HTTPOptions = HTTPOptions(), stack: HTTPStack) throws(FetchError)
+    -> any Transport
+{
     switch url.scheme?.lowercased() {
     case "file": return FileTransport()
-    case "http", "https": return try HTTPTransport(options: options)
+    case "http", "https": return try HTTPTransport(options: options, stack: stack)
     case let s: throw .unsupportedScheme(s ?? "")
     }
 }

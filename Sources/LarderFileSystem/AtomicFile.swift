@@ -126,12 +126,10 @@ public enum AtomicFile {
     }
 }
 
-#if os(Linux)
-    extension AtomicFile {
-        /// Flushes the whole file system holding `fd` (one call after writing thousands of files,
-        /// instead of an fsync each). Since Linux 5.8 it reports write-back errors.
-        public static func syncFileSystem(_ fd: Int32, path: FilePath) throws(FileSystemError) {
-            try SystemCalls.syncfs(FileDescriptor(rawValue: fd), path: path)
-        }
+extension AtomicFile {
+    /// Flushes the whole file system holding `fd` (one call after writing thousands of files,
+    /// instead of an fsync each). Since Linux 5.8 it reports write-back errors.
+    public static func syncFileSystem(_ fd: Int32, path: FilePath) throws(FileSystemError) {
+        try SystemCalls.syncfs(FileDescriptor(rawValue: fd), path: path)
     }
-#endif
+}

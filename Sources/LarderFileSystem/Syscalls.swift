@@ -9,13 +9,15 @@ import SystemPackage
 // helper every one of them is run through (as swift-system's `valueOrErrno`): it consults the
 // fault seam, retries `EINTR`, and turns `-1` (or the call's own failure value) with its errno
 // into a `FileSystemError` naming the call and the path. `SystemCalls` is the API on top;
-// `scripts/check-syscalls` keeps raw calls out of every other file.
+// `scripts/tools/check-syscalls.sh` keeps raw calls out of every other file.
 #if canImport(Glibc)
     import Glibc
 #elseif canImport(Musl)
     import Musl
 #elseif canImport(Darwin)
     import Darwin
+#else
+    #error("LarderFileSystem: a C library other than Glibc, Musl or Darwin is not handled")
 #endif
 
 // MARK: the checked helper
@@ -162,6 +164,12 @@ func system_fdatasync(_ fd: Int32) -> Int32 {
     private func glibc_syncfs(_ fd: Int32) -> Int32
 
     @inline(__always) func system_syncfs(_ fd: Int32) -> Int32 { glibc_syncfs(fd) }
+    /// Whether `system_syncfs` flushes the whole file system (else it syncs one file).
+    let platformSyncsFileSystem = true
+#else
+    /// No `syncfs` here: the call syncs the one file, and callers sync each file instead.
+    @inline(__always) func system_syncfs(_ fd: Int32) -> Int32 { system_fsync(fd) }
+    let platformSyncsFileSystem = false
 #endif
 
 @inline(__always) func system_ftruncate(_ fd: Int32, _ size: Int64) -> Int32 { ftruncate(fd, off_t(size)) }

@@ -280,13 +280,15 @@ public enum SystemCalls {
         _ = try checked(.fdatasync, path, lost: { 0 }) { system_fdatasync(fd.rawValue) }
     }
 
-    #if os(Linux)
-        /// Flushes the whole file system holding `fd` (one call after writing thousands of files,
-        /// instead of an fsync each). Since Linux 5.8 it reports write-back errors.
-        public static func syncfs(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
-            _ = try checked(.syncfs, path, lost: { 0 }) { system_syncfs(fd.rawValue) }
-        }
-    #endif
+    /// Whether `syncfs` flushes the whole file system holding a descriptor (Linux). Where it
+    /// does not, it syncs only that file, and a caller syncs each file and directory instead.
+    public static var syncsWholeFileSystem: Bool { platformSyncsFileSystem }
+
+    /// Flushes the whole file system holding `fd` (one call after writing thousands of files,
+    /// instead of an fsync each). Since Linux 5.8 it reports write-back errors.
+    public static func syncfs(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
+        _ = try checked(.syncfs, path, lost: { 0 }) { system_syncfs(fd.rawValue) }
+    }
 
     /// Sets the file's length (cutting it, or extending it with zeros).
     public static func ftruncate(_ fd: FileDescriptor, to size: Int64, path: FilePath) throws(FileSystemError) {

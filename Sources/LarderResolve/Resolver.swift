@@ -5,12 +5,6 @@ import LarderFileSystem
 import LarderStore
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc  // clock_gettime
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// Resolves URLs to files of a sandbox, for the life of an app or a gateway. Takes no lock on
 /// the sandbox and never waits for a writer.
 ///

@@ -19,11 +19,7 @@ struct Extractor: ArchiveConsumer {
     init(root: FilePath) throws(FileSystemError) {
         self.root = root
         rootFD = try SystemCalls.open(root, .readOnly, options: [.directory, .noFollow])
-        #if os(Linux)
-            syncEachFile = false
-        #else
-            syncEachFile = true
-        #endif
+        syncEachFile = !SystemCalls.syncsWholeFileSystem
     }
 
     /// Closes the staging directory descriptor (and a file left open by a failed read).
@@ -74,13 +70,13 @@ struct Extractor: ArchiveConsumer {
     /// Makes everything written durable: one `syncfs` on Linux, else every directory synced
     /// (files were synced as they closed). An error here abandons the staged version.
     func makeDurable() throws(FileSystemError) {
-        #if os(Linux)
-            try SystemCalls.syncfs(rootFD, path: root)
-        #else
+        guard SystemCalls.syncsWholeFileSystem else {
             for dir in made.sorted(by: { $0.count > $1.count }) {
                 try AtomicFile.syncDirectory(dir.isEmpty ? root : root.appending(dir))
             }
-        #endif
+            return
+        }
+        try SystemCalls.syncfs(rootFD, path: root)
     }
 }
 

@@ -1,11 +1,6 @@
+import Foundation
 import LarderFileSystem
 import SystemPackage
-
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
 
 /// `<root>/generation`: the generation of the last state.json written, as one little-endian
 /// 64-bit word. The writer rewrites it in place (one aligned 8-byte `pwrite`) after every state

@@ -3,12 +3,6 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// A session's hold on a version: while it exists, `gc` (in any process) does not delete the
 /// version. A file under `pins/<id>/<version>/` named after the holder's pid and process start
 /// time, so that a pin held by a dead process — or by a new process that reused its pid —

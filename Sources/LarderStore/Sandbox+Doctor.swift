@@ -4,12 +4,6 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 extension Sandbox {
     // MARK: doctor
 

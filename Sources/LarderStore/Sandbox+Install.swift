@@ -4,12 +4,6 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 extension Sandbox {
     // MARK: install
 
@@ -226,9 +220,9 @@ extension Sandbox {
         }
         let dir = try io { () throws(FileSystemError) in try SystemCalls.open(tree, .readOnly, options: [.directory]) }
         defer { try? SystemCalls.close(dir, path: tree) }
-        #if os(Linux)
+        if SystemCalls.syncsWholeFileSystem {
             try io { () throws(FileSystemError) in try SystemCalls.syncfs(dir, path: tree) }
-        #else
+        } else {
             // Elsewhere: each file, then each directory (assembled trees are small updates).
             for f in list.files {
                 let path = tree.appending(f.path.string)
@@ -237,7 +231,7 @@ extension Sandbox {
                 try io { () throws(FileSystemError) in try SystemCalls.fsync(fd, path: path) }
             }
             try io { () throws(FileSystemError) in try SystemCalls.fsync(dir, path: tree) }
-        #endif
+        }
         let record = try place(tree: tree, id: list.id, version: list.version, list: list, trusted: false)
         if activate { try self.activate([(list.id, list.version)]) }
         return record

@@ -5,12 +5,6 @@ import LarderFileSystem
 import Logging
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// A sandbox opened for writing: holds the writer lock until `close()`, and has recovered from
 /// any interrupted operation when `open` returns.
 ///

@@ -1,13 +1,8 @@
+import Foundation
 import LarderCore
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
-/// The sandbox directory (see README, "Sandbox"):
+/// The sandbox directory (see docs/sandbox.md):
 ///
 /// ```
 /// <root>/.lock          writers take it (flock); readers never do

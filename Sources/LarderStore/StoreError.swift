@@ -73,7 +73,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .locked(let pid, let waited):
             "another writer holds the sandbox lock\(pid.map { " (pid \($0))" } ?? "") — gave up after \(waited) s"
         case .corruptState(let d):
-            "state.json cannot be read: \(d). It was left as it is; run `larder doctor --repair` to rebuild it from the verified versions on disk"
+            "state.json cannot be read: \(d.hasSuffix(".") ? String(d.dropLast()) : d). It was left as it is; run `larder doctor --repair` to rebuild it from the verified versions on disk"
         case .missingState:
             "state.json is missing but versions are on disk; run `larder doctor --repair` to rebuild it"
         case .badID(let s): "\(quoted(s)) is not a package id: expected [a-z0-9][a-z0-9._-]{0,63}"

@@ -3,12 +3,6 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// Checks an installed tree against its file list, file by file: every listed file present,
 /// a regular file of the listed size and SHA-256, and nothing else in the tree (no extra file,
 /// no link, no special file). Used by `doctor` and by the crash tests.

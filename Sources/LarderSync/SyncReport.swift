@@ -134,6 +134,9 @@ public struct SyncOptions: Sendable {
     public var channel: String?
     /// Retries, timeouts and rate floor of HTTP transfers.
     public var http = HTTPOptions()
+    /// The HTTP engine (`HTTPStack.platform` from the `Larder` module); the default, `.none`,
+    /// syncs from `file://` repositories only.
+    public var stack = HTTPStack.none
     /// Other versions gc keeps per package after the sync.
     public var retention = 1
     /// How long the sync waits for another writer's sandbox lock (another sync, an install)

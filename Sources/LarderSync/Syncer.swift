@@ -161,7 +161,7 @@ public struct Syncer: Sendable {
         http.allowInsecureHTTP = http.allowInsecureHTTP || config.allowInsecureHTTP
         // As many connections to the repository as transfers at once (HTTP/2 needs only one).
         http.connectionsPerHost = max(1, config.concurrency)
-        do { return try transport(for: base, options: http) } catch { throw .fetch(error) }
+        do { return try transport(for: base, options: http, stack: options.stack) } catch { throw .fetch(error) }
     }
 
     /// Syncs: lock, recover, fetch and verify the index, plan, fetch with bounded concurrency,

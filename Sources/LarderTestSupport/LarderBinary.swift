@@ -1,11 +1,5 @@
 import Foundation
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// The built `larder` executable, for tests that run the CLI as a user would.
 public enum LarderBinary {
     /// Where it is, or why it could not be found. Looked up once: `$LARDER_BIN`; next to the test

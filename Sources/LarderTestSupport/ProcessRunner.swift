@@ -1,11 +1,5 @@
 import Foundation
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// The outcome of one process run.
 public struct RunResult: CustomStringConvertible, Sendable {
     /// The exit status (-1 when the run was killed for taking too long).

@@ -1,4 +1,4 @@
-// The resolve benchmark (run by scripts/bench-resolve, release build): the cost of
+// The resolve benchmark (run by scripts/benchmarks/bench-resolve.sh, release build): the cost of
 // `Resolver.resolve` per URL over 10,000 files in 200 packages, next to baselines measured in the
 // same run on the same URLs:
 //   - parse+lookup: Foundation `URL(string:)`, its host and path, and one Dictionary lookup;
@@ -13,12 +13,6 @@ import LarderFileSystem
 import LarderResolve
 import LarderStore
 import SystemPackage
-
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
 
 let args = CommandLine.arguments
 guard args.count >= 2 else {

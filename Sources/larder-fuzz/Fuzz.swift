@@ -4,7 +4,7 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
-// The fuzz targets (scripts/fuzz). Built with `-sanitize=fuzzer,address -DLARDER_FUZZ`, libFuzzer
+// The fuzz targets (scripts/tools/fuzz.sh). Built with `-sanitize=fuzzer,address -DLARDER_FUZZ`, libFuzzer
 // calls `LLVMFuzzerTestOneInput` with each input, and `LARDER_FUZZ_TARGET` picks the target. In a
 // normal build the same targets run over files given on the command line (`larder-fuzz TARGET
 // FILE...`): scripts/test replays the committed seeds and any crash found this way.

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Larder
 import LarderFileSystem
 import Logging
 import SystemPackage
@@ -18,13 +19,57 @@ enum Entry {
             return handler
         }
         CrashPoint.installFromEnvironment()
+        // `larder --version` alone (see `LarderCommand`'s configuration for why not the root flag).
+        if CommandLine.arguments.dropFirst().elementsEqual(["--version"]) {
+            LarderCommand.ShowVersion.print()
+            return
+        }
+        if let unknown = UnknownCommand(CommandLine.arguments.dropFirst().first) {
+            for line in unknown.message { Output.diagnostic(line) }
+            exit(64)
+        }
         // The async `main` (the synchronous overload would refuse the async subcommands).
         let run: () async -> Void = LarderCommand.main
         await run()
     }
 }
 
-/// The fault scripts' seam (`scripts/crash-test`, `scripts/io-faults`); unset — as anywhere but
+/// A first argument that names no subcommand (ArgumentParser would report the option after it as
+/// unknown instead): the message names the command and the nearest one.
+struct UnknownCommand {
+    /// The lines to print.
+    let message: [String]
+
+    init?(_ argument: String?) {
+        guard let argument, !argument.hasPrefix("-") else { return nil }
+        let names =
+            LarderCommand.configuration.subcommands.compactMap { $0.configuration.commandName } + ["help"]
+        guard !names.contains(argument) else { return nil }
+        let nearest = names.map { ($0, Self.distance(argument, $0)) }.min { $0.1 < $1.1 }
+        var message = "Error: unknown command \(quoted(argument))."
+        if let (name, d) = nearest, d <= max(2, argument.count / 3) { message += " Did you mean '\(name)'?" }
+        self.message = [message, "See 'larder --help' for the commands."]
+    }
+
+    /// Levenshtein distance (a transposition costs 2; the names are short).
+    static func distance(_ a: String, _ b: String) -> Int {
+        let a = Array(a)
+        let b = Array(b)
+        var row = Array(0...b.count)
+        for i in 1...max(a.count, 1) where !a.isEmpty {
+            var previous = row[0]
+            row[0] = i
+            for j in stride(from: 1, through: b.count, by: 1) {
+                let kept = row[j]
+                row[j] = min(row[j] + 1, row[j - 1] + 1, previous + (a[i - 1] == b[j - 1] ? 0 : 1))
+                previous = kept
+            }
+        }
+        return row[b.count]
+    }
+}
+
+/// The fault scripts' seam (`scripts/integration/crash-test.py`, `scripts/integration/io-faults.py`); unset — as anywhere but
 /// in those scripts — it does nothing.
 ///
 /// - `LARDER_CRASH_AT=N` with `LARDER_CRASH_ROOT=DIR`: the process kills itself (SIGKILL) just

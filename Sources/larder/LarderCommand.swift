@@ -17,7 +17,8 @@ struct LarderCommand: AsyncParsableCommand {
             some packages failed and the others were applied.
             Results go to stdout (text, or a JSON document with --json); diagnostics to stderr.
             """,
-        // No root `--version` flag: `pack --version` is the package version, and ArgumentParser
+        // `larder --version` is answered by `Entry` (as `larder version`), not by ArgumentParser's
+        // root flag: `pack --version` is the package version, and with the root flag ArgumentParser
         // would answer a pack missing a required option with the tool's version and exit 0.
         subcommands: [
             Keygen.self, Pack.self, Revoke.self, RotateKey.self, Verify.self, Upload.self,
@@ -29,11 +30,25 @@ struct LarderCommand: AsyncParsableCommand {
 }
 
 extension LarderCommand {
-    /// `larder version`.
+    /// `larder version` (and `larder --version`).
     struct ShowVersion: ParsableCommand {
-        static let configuration = CommandConfiguration(commandName: "version", abstract: "Print larder's version.")
+        static let configuration = CommandConfiguration(
+            commandName: "version", abstract: "Print larder's version and the format versions it reads.",
+            discussion: """
+                Also `larder --version`. The first line is the package version; the second names \
+                the schemaVersion of each document this build reads and writes (index.json, \
+                files.json, delta manifests, state.json).
+                """)
 
-        func run() throws { Output.line(Larder.version) }
+        func run() throws { Self.print() }
+
+        /// Prints the two lines.
+        static func print() {
+            let formats = ["index.json", "files.json", "delta", "state.json"]
+                .map { "\($0) \(currentSchemaVersion)" }.joined(separator: ", ")
+            Output.line("larder \(Larder.version)")
+            Output.line("formats: \(formats)")
+        }
     }
 }
 

@@ -99,7 +99,8 @@ extension LarderCommand {
             var gateway = Gateway(
                 loader: loader, host: host, port: port,
                 forwarder: Forwarder(
-                    network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue), exchange: HTTPExchange()),
+                    network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue),
+                    exchange: HTTPStack.platform.makeExchange()),
                 log: { Output.line($0) })
             if pageHealth {
                 let recorder = StoreHealthRecorder(root: FilePath(root)) { result in

@@ -1,13 +1,8 @@
 import ArgumentParser
 import Foundation
 import Larder
+import LarderFileSystem
 import SystemPackage
-
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
 
 extension LarderCommand {
     struct Init: ParsableCommand {
@@ -54,6 +49,25 @@ extension LarderCommand {
                 throw Output.failure(command: "init", code: error.code, message: error.description, json: output.json)
             }
             try Output.emit(InitOutput(config: config, root: root), json: output.json)
+            for warning in warnings() { Output.diagnostic("larder init: warning: \(warning)") }
+        }
+
+        /// What was accepted but is probably a mistake: a private key given as a trusted key, or a
+        /// `file://` repository with no index (yet).
+        func warnings() -> [String] {
+            var found: [String] = []
+            for k in publicKeys where (try? PublisherKeys.loadPrivateKey(FilePath(k))) != nil {
+                found.append(
+                    "\(quoted(k)) is a private key: the sandbox keeps only its public half; give devices the .pub "
+                        + "file and keep the private key with the publisher")
+            }
+            if let url = URL(string: repo), url.isFileURL,
+                (try? SystemCalls.stat(FilePath(url.path).appending("index.json"))) == nil
+            {
+                found.append(
+                    "\(quoted(repo)) has no index.json (yet): a sync fails until a repository is published there")
+            }
+            return found
         }
     }
 }
@@ -88,6 +102,7 @@ struct SyncArguments: ParsableArguments {
 
     func options() throws -> SyncOptions {
         var o = SyncOptions()
+        o.stack = .platform
         guard attempts >= 1, stallTimeout > 0, minRate >= 0, rateWindow > 0, deadline > 0, lockTimeout >= 0 else {
             throw ValidationError("--attempts must be at least 1 and the times positive")
         }

@@ -17,7 +17,7 @@ extension LarderCommand {
                 under a temporary name, synced and renamed into place, and immutable files already \
                 there with the same length skipped. Refuses a repository with a pack or revoke under \
                 way or interrupted. For a bucket, upload with your tool in the same three steps \
-                (see the README's publishing section).
+                (see docs/publishing.md, "Upload order").
                 """)
 
         @Argument(help: "The repository directory (as `larder pack` writes it).") var repo: String

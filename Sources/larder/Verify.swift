@@ -105,7 +105,7 @@ extension LarderCommand {
             options.caFiles = caFiles + (ProcessInfo.processInfo.environment["LARDER_CA_FILE"].map { [$0] } ?? [])
             options.allowInsecureHTTP = allowHttp
             let transport: HTTPTransport
-            do { transport = try HTTPTransport(options: options) } catch {
+            do { transport = try HTTPTransport(options: options, stack: .platform) } catch {
                 throw Output.failure(command: "verify", code: error.code, message: "\(error)", json: output.json)
             }
             let scratch = FilePath(ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp").appending(

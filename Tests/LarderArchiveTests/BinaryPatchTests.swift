@@ -84,7 +84,7 @@ struct BinaryPatchTests {
         func run(_ args: [String]) throws {
             let p = Process()
             p.executableURL = URL(fileURLWithPath: tool)
-            p.arguments = ["-q", "-f"] + args
+            p.arguments = ["-qq", "-f"] + args
             try p.run()
             p.waitUntilExit()
             #expect(p.terminationStatus == 0, "zstd \(args)")

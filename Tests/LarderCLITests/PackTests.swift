@@ -122,13 +122,18 @@ struct PackTests {
         }
     }
 
-    /// `larder version`; there is deliberately no root `--version` flag (it shadowed
-    /// `pack --version` and turned a missing required option into exit 0).
-    @Test("larder version prints the build's version")
+    /// `larder version` and `larder --version` (answered before ArgumentParser, which keeps no
+    /// root flag: it shadowed `pack --version` and turned a missing required option into exit 0).
+    @Test("larder version and --version print the build's version and the format versions")
     func version() throws {
-        let r = try larder(["version"])
-        #expect(r.status == 0, "\(r)")
-        #expect(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "0.1.0")
-        #expect(try larder(["--version"]).status == 64)
+        for arguments in [["version"], ["--version"]] {
+            let r = try larder(arguments)
+            #expect(r.status == 0, "\(r)")
+            let lines = r.stdout.split(separator: "\n").map(String.init)
+            #expect(lines.first == "larder \(larderVersion)", "\(r)")
+            #expect(lines.dropFirst().first == "formats: index.json 1, files.json 1, delta 1, state.json 1", "\(r)")
+        }
+        // Not a root flag: with other arguments it is still a usage error.
+        #expect(try larder(["--version", "status"]).status == 64)
     }
 }

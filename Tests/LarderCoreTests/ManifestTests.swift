@@ -134,7 +134,7 @@ struct ManifestTests {
         #expect(try ManifestCoding.encode(manifest) == delta)
     }
 
-    /// Examples that only the JSON Schema refuses (scripts/check-manifests checks them): the
+    /// Examples that only the JSON Schema refuses (scripts/tools/check-manifests.py checks them): the
     /// Swift readers treat `null` like an absent optional member, as Codable does.
     static let schemaOnly: [String: String] = ["index-null-routes.json": "null read as absent"]
 

@@ -116,7 +116,7 @@ struct BrowserURLTests {
         #expect(BrowserURL.canonical("myapp://h/a\\..\\b") == "myapp://h/a\\..\\b")
         #expect(BrowserURL.canonical("https://b\u{FC}cher.example:8443/") == "https://xn--bcher-kva.example:8443/")
         #expect(BrowserURL.asciiHost("B\u{DC}cher.Example") == "xn--bcher-kva.example")
-        // A host that decodes to a control character (found by scripts/fuzz url) or a bracketed
+        // A host that decodes to a control character (found by scripts/tools/fuzz.sh url) or a bracketed
         // one is left as it is: no browser would request it, and reading it again changes nothing.
         for odd in ["https://[::t%1E", "https://a%00b.example/x", "https://a%20b.example/"] {
             let once = BrowserURL.canonical(odd) ?? odd

@@ -522,7 +522,7 @@ struct TwoSyncsTests {
 
         var patient = SyncOptions()
         // Long: under ThreadSanitizer, with the other suites running beside it on two cores, the
-        // first sync took over a minute to finish after its release (scripts/tsan-test).
+        // first sync took over a minute to finish after its release (scripts/integration/tsan-test.sh).
         patient.lockTimeout = 900
         let opts = patient
         let started = Date()

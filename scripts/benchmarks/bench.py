@@ -51,18 +51,19 @@ REPO = ls.CHECKOUT
 
 
 def urlsession_binary():
-    """larder built from this checkout with -DLARDER_URLSESSION (URLSession over FoundationNetworking
-    as the HTTP engine, as on Apple platforms), release, into .build-urlsession/ (git-ignored);
+    """larder built from this checkout with LARDER_URLSESSION=1 (Package.swift then links the
+    URLSession engine over FoundationNetworking, as on Apple platforms), release, into
+    .build-urlsession/ (git-ignored);
     LARDER_URLSESSION_BIN instead names one already built."""
     given = os.environ.get("LARDER_URLSESSION_BIN")
     if given:
         return given
     ls._common("ensure_packages", "libcurl4-openssl-dev")
     scratch = os.path.join(REPO, ".build-urlsession")
-    cmd = ["swift", "build", "-c", "release", "--static-swift-stdlib", "--product", "larder", "--scratch-path", scratch,
-           "-Xswiftc", "-DLARDER_URLSESSION"]
-    say("bench: building the URLSession variant (%s)" % " ".join(cmd))
-    if subprocess.run(cmd, cwd=REPO, stdout=sys.stderr).returncode != 0:
+    cmd = ["swift", "build", "-c", "release", "--static-swift-stdlib", "--product", "larder", "--scratch-path", scratch]
+    say("bench: building the URLSession variant (LARDER_URLSESSION=1 %s)" % " ".join(cmd))
+    env = dict(os.environ, LARDER_URLSESSION="1")
+    if subprocess.run(cmd, cwd=REPO, stdout=sys.stderr, env=env).returncode != 0:
         die("the URLSession build failed (its output is above)")
     return os.path.join(scratch, "release", "larder")
 

@@ -19,7 +19,7 @@ Rows (medians of RUNS, process start included on both sides):
   first sync, large  `larder sync --package large` into an empty sandbox; baselines `curl -o`
                      then `bsdtar -xf` of the same bundle, and `curl -o` alone; peak RSS
 Each row is measured for every engine built: the release `larder` (AsyncHTTPClient over NIO on
-Linux) and, unless --quick, the same source built with -DLARDER_URLSESSION (URLSession over
+Linux) and, unless --quick, the same source built with LARDER_URLSESSION=1 (URLSession over
 FoundationNetworking and libcurl) into .build-urlsession/.
 
 An emulated mobile link needs the kernel's netem qdisc; where `tc qdisc add ... netem` is

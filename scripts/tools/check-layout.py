@@ -79,8 +79,8 @@ def importers(modules):
     return found
 
 for modules, owners in ((["CArchive", "CZlib", "CZstd"], ["LarderArchive"]), (["Hummingbird", "HTTPTypes"], ["LarderGateway"]),
-                        (["AsyncHTTPClient", "NIOCore", "NIOHTTP1", "NIOPosix", "NIOSSL"], ["LarderFetch", "LarderGateway"]),
-                        (["FoundationNetworking"], ["LarderFetch"])):
+                        (["AsyncHTTPClient", "NIOCore", "NIOHTTP1", "NIOPosix", "NIOSSL"], ["LarderFetchNIO", "LarderGateway"]),
+                        (["FoundationNetworking"], ["LarderFetchURLSession"])):
     owner = " and ".join(owners)
     others = {k: v for k, v in importers(modules).items() if k not in owners}
     if others:
@@ -88,6 +88,32 @@ for modules, owners in ((["CArchive", "CZlib", "CZstd"], ["LarderArchive"]), (["
             problems.append(f"{k} imports {', '.join(sorted(v))}; only {owner} may")
     else:
         print(f"ok   only {owner} import{'s' if len(owners) == 1 else ''} {', '.join(modules)}")
+
+# Platform conditionals: each module asks which platform it is built for in one file at most, and
+# a ladder with more than one branch ends in `#error` for a platform it does not handle (a single
+# `#if canImport(WebKit)` or `#if os(Linux)` around glue that exists on one platform only needs none).
+PLATFORM = re.compile(r"^\s*#(?:if|elseif)\b.*\b(?:os\(|canImport\((?:Glibc|Darwin|Musl|WebKit|FoundationNetworking)\))", re.M)
+by_module = {}
+for root, _, files in os.walk("Sources"):
+    for f in sorted(files):
+        if f.endswith(".swift"):
+            path = os.path.join(root, f)
+            text = open(path, encoding="utf-8").read()
+            if PLATFORM.search(text):
+                by_module.setdefault(path.split(os.sep)[1], []).append((path, text))
+spread = False
+for module, found in sorted(by_module.items()):
+    if len(found) > 1:
+        spread = True
+        problems.append(f"{module}: platform conditionals in {len(found)} files ({', '.join(p for p, _ in found)}); "
+                        "gather them in one file")
+    for path, text in found:
+        ladders = len(re.findall(r"^\s*#elseif\b", text, re.M))
+        if ladders and "#error" not in text:
+            spread = True
+            problems.append(f"{path}: a platform ladder (#if … #elseif) with no #error for a platform not handled")
+if not spread:
+    print(f"ok   platform conditionals in one file per module ({len(by_module)} modules have any)")
 
 for p in problems:
     print(f"FAIL {p}")

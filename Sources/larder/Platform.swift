@@ -1,3 +1,5 @@
+// The command-line tool's platform settings: the only file of this target that asks which
+// platform it is built for.
 #if canImport(Glibc)
     import Glibc
 
@@ -27,10 +29,31 @@
             _ = mallopt(trimThreshold, 128 << 10)
         }
     }
-#else
+
+    /// The local time zone, pinned for the process (Linux, glibc). With `TZ` unset, glibc's `mktime`
+    /// checks `/etc/localtime` with a `stat` on every call, and libarchive calls it for every zip
+    /// entry it lists, twice (its central record and its local header) — per handle, so a bundle
+    /// read by several threads pays it once per thread. `TZ=:/etc/localtime` names the same file,
+    /// which glibc then reads once. Larder formats every date in UTC; the setting only saves the
+    /// calls. An app embedding the library keeps its own environment; a `TZ` already set is kept.
+    enum TimeZoneSetting {
+        /// Sets `TZ` when it is unset (before any other thread starts).
+        static func pin() {
+            if getenv("TZ") == nil { setenv("TZ", ":/etc/localtime", 0) }
+        }
+    }
+#elseif canImport(Darwin)
     /// Elsewhere the system allocator's defaults stay.
     enum Allocator {
         /// Nothing to do.
         static func tune() {}
     }
+
+    /// Elsewhere the time zone is left as it is.
+    enum TimeZoneSetting {
+        /// Nothing to do.
+        static func pin() {}
+    }
+#else
+    #error("larder: a platform with neither Glibc nor Darwin is not handled")
 #endif

@@ -3,7 +3,7 @@ import LarderCore
 import LarderResolve
 import LarderStore
 import LarderTestSupport
-import LarderWebKit
+import LarderWebView
 import Testing
 
 /// Records verdicts.
