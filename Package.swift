@@ -8,7 +8,7 @@ import PackageDescription
 //   LarderStore <- LarderResolve <- LarderGateway, LarderWebView <- LarderWebKit (WebKit's glue)
 //   all of them but LarderGateway <- Larder (façade: OfflinePackages) <- larder (CLI, with LarderGateway)
 // LarderFetch carries HTTP over an injected engine: LarderFetchNIO (AsyncHTTPClient) on Linux,
-// LarderFetchURLSession on Apple platforms, chosen in Sources/Larder/Platform.swift;
+// LarderFetchURLSession on Apple platforms, chosen in Sources/LarderSync/Platform.swift;
 // LarderCore is pure values and decisions (no I/O). LarderArchive is the only module that
 // imports C libraries (libarchive for zip, zlib for gzip objects); CLarderShim is one inline
 // atomic load for LarderResolve. LarderGateway (the `serve` HTTP gateway) is the only module on
@@ -17,7 +17,7 @@ import PackageDescription
 // affected: SwiftPM applies a target's settings to that target only).
 let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
 // The HTTP engine is URLSession on Apple platforms and AsyncHTTPClient on Linux
-// (Sources/Larder/Platform.swift); LARDER_URLSESSION=1 in the environment builds URLSession on
+// (Sources/LarderSync/Platform.swift); LARDER_URLSESSION=1 in the environment builds URLSession on
 // Linux too, for a side-by-side measurement (scripts/bench --net).
 let urlSessionEverywhere = Context.environment["LARDER_URLSESSION"] != nil
 let apple: [Platform] = [.macOS, .iOS, .tvOS, .watchOS, .visionOS, .macCatalyst]
@@ -105,7 +105,7 @@ let package = Package(
             swiftSettings: strict
         ),
         // Transfers with resume, retries and verification over an injected engine (HTTPStack);
-        // each engine is a target of its own, chosen in one place (Sources/Larder/Platform.swift).
+        // each engine is a target of its own, chosen in one place (Sources/LarderSync/Platform.swift).
         .target(
             name: "LarderFetch",
             dependencies: [
@@ -142,10 +142,12 @@ let package = Package(
             name: "LarderSync",
             dependencies: [
                 "LarderCore", "LarderFileSystem", "LarderArchive", "LarderStore", "LarderFetch",
+                .target(name: "LarderFetchNIO", condition: .when(platforms: [.linux])),
+                .target(name: "LarderFetchURLSession", condition: urlSessionEverywhere ? nil : .when(platforms: apple)),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            swiftSettings: strict
+            swiftSettings: strict + (urlSessionEverywhere ? [.define("LARDER_URLSESSION")] : [])
         ),
         .target(name: "CLarderShim"),
         .target(
@@ -178,11 +180,9 @@ let package = Package(
             dependencies: [
                 "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore", "LarderFetch",
                 "LarderSync", "LarderResolve", "LarderWebView",
-                .target(name: "LarderFetchNIO", condition: .when(platforms: [.linux])),
-                .target(name: "LarderFetchURLSession", condition: urlSessionEverywhere ? nil : .when(platforms: apple)),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            swiftSettings: strict + (urlSessionEverywhere ? [.define("LARDER_URLSESSION")] : [])
+            swiftSettings: strict
         ),
         // The resolve benchmark (scripts/benchmarks/bench-resolve.sh); not a product.
         // The README's Linux quick start (scripts/integration/quickstart.sh runs it).
@@ -206,7 +206,7 @@ let package = Package(
         .executableTarget(
             name: "larder-bench-scale",
             dependencies: [
-                "LarderCore", "LarderFileSystem", "LarderPublish", "LarderResolve", "LarderSync",
+                "LarderCore", "LarderFileSystem", "LarderPublish", "LarderResolve", "LarderStore", "LarderSync",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strict
@@ -226,6 +226,7 @@ let package = Package(
             name: "LarderTestSupport",
             dependencies: [
                 "LarderCore", "LarderFetch", "LarderPublish", "LarderStore", "LarderFileSystem",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strict

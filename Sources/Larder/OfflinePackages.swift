@@ -39,8 +39,7 @@ public final class OfflinePackages: Sendable {
         public var schemes: Set<String> = []
         /// What a request no package serves does: go to the network (https), or fail.
         public var network = NetworkMode.forward(scheme: "https")
-        /// Options of each sync (HTTP policy, retention, lock timeout); HTTP over the platform's
-        /// engine (`HTTPStack.platform`).
+        /// Options of each sync (HTTP policy and engine, retention, lock timeout).
         public var syncOptions = SyncOptions()
 
         /// A configuration with the defaults for everything but where and whom to trust.
@@ -48,7 +47,6 @@ public final class OfflinePackages: Sendable {
             self.root = root
             self.repository = repository
             self.trustedKeys = trustedKeys
-            syncOptions.stack = .platform
         }
     }
 
@@ -97,6 +95,8 @@ public final class OfflinePackages: Sendable {
     /// The page-health monitors of every web view (and of a gateway given it).
     public let pageHealth: PageHealthTracker
     private let hub = EventHub()
+    /// What this object's syncs and health writes hand its resolver (see `ServingHandoff`).
+    private let handoff = ServingHandoff()
     private let tasks = Locked<[Task<Void, Never>]>([])
     private let syncing = Locked(false)
 
@@ -113,13 +113,13 @@ public final class OfflinePackages: Sendable {
                 root: c.root, repository: c.repository, keys: c.trustedKeys, channel: c.channel,
                 appVersion: c.appVersion, allowInsecureHTTP: false)
         }
-        resolver = try Resolver(root: c.root, schemes: c.schemes)
-        loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: c.root))
+        resolver = try Resolver(root: c.root, schemes: c.schemes, handoff: handoff)
+        loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: c.root, handoff: handoff))
         forwarder = Forwarder(network: c.network, exchange: c.syncOptions.stack.makeExchange())
         let hub = self.hub
         pageHealth = PageHealthTracker(
             settings: c.pageHealth,
-            recorder: StoreHealthRecorder(root: c.root) { result in
+            recorder: StoreHealthRecorder(root: c.root, handoff: handoff) { result in
                 switch result {
                 case .success(let o): hub.publish(.pageHealth(o))
                 case .failure(let e): hub.publish(.storeFailed(e))
@@ -174,7 +174,9 @@ public final class OfflinePackages: Sendable {
         defer { syncing.withLock { $0 = false } }
         hub.publish(.syncStarted)
         do {
-            let report = try await Syncer(root: configuration.root, options: configuration.syncOptions).sync()
+            var options = configuration.syncOptions
+            options.handoff = handoff
+            let report = try await Syncer(root: configuration.root, options: options).sync()
             hub.publish(.synced(report))
             return report
         } catch {
@@ -197,6 +199,7 @@ public final class OfflinePackages: Sendable {
         do throws(StoreError) {
             var options = Sandbox.Options()
             options.lockTimeout = configuration.syncOptions.lockTimeout
+            options.handoff = handoff
             let sandbox = try Sandbox.open(configuration.root, options: options)
             defer { sandbox.close() }
             hub.publish(.launched(try sandbox.beginLaunch()))

@@ -14,82 +14,91 @@ extension Larder {
     /// then runs every check of `Verifier.verifyRepository` on that copy. What could not be
     /// fetched is a problem with the fetch error's code (`http-status`, `connection`, …) naming
     /// the path.
-    public static func verifyRemoteRepository(
+    package static func verifyRemoteRepository(
         _ base: URL, verifier: Verifier, transport: any Transport, scratch: FilePath
     ) async -> VerifyReport {
-        var problems: [VerifyProblem] = []
-        func fetchProblem(_ path: String, _ error: FetchError) {
-            problems.append(VerifyProblem(code: error.code, file: path, message: "\(error)"))
+        var copy = RemoteCopy(base: base, transport: transport, scratch: scratch)
+        let maxIndex = ManifestCoding.maxDocumentBytes
+        guard let sig = await copy.document(RepositoryLayout.signatureName, maxBytes: 1 << 16),
+            let index = await copy.document(RepositoryLayout.indexName, maxBytes: maxIndex)
+        else {
+            var report = VerifyReport(kind: "repository", path: base.absoluteString)
+            report.problems = copy.problems
+            return report
         }
-        func url(_ path: String) -> URL { base.appendingPathComponent(path) }
-        func document(_ path: String, maxBytes: Int) async -> Data? {
+        if let named = try? ManifestCoding.decode(SignatureFile.self, from: sig, document: "sig").index {
+            _ = await copy.document(RepositoryLayout.indexCopyPath(named.sha256), maxBytes: maxIndex)
+        }
+        if let decoded = try? ManifestCoding.decode(RepositoryIndex.self, from: index, document: "index") {
+            for entry in decoded.packages { await copy.package(entry) }
+            copy.problems += await download(copy.downloads, base: base, transport: transport, scratch: scratch)
+        }
+        var report = verifier.verifyRepository(scratch)
+        report.path = base.absoluteString
+        // A file that could not be fetched is reported once, as the fetch failure.
+        let failed = Set(copy.problems.compactMap(\.file))
+        report.problems.removeAll { p in p.file.map { failed.contains($0) } ?? false }
+        report.problems = copy.problems + report.problems
+        return report
+    }
+
+    /// The copy of a served repository being made: documents fetched at once, the larger files
+    /// listed for `download`, and what could not be fetched.
+    private struct RemoteCopy {
+        let base: URL
+        let transport: any Transport
+        let scratch: FilePath
+        var problems: [VerifyProblem] = []
+        /// Paths to download, each with its size limit.
+        var downloads: [(String, Int64)] = []
+        var seen = Set<String>()
+
+        /// Fetches a document into the copy; nil (and a problem) when it cannot be fetched.
+        mutating func document(_ path: String, maxBytes: Int) async -> Data? {
             do throws(FetchError) {
-                let doc = try await transport.document(url(path), etag: nil, maxBytes: maxBytes)
+                let doc = try await transport.document(base.appendingPathComponent(path), etag: nil, maxBytes: maxBytes)
                 let target = scratch.appending(path)
                 try? AtomicFile.makeDirectories(target.removingLastComponent())
                 try? AtomicFile.write(doc.data, to: target, durable: false)
                 return doc.data
             } catch {
-                fetchProblem(path, error)
+                problems.append(VerifyProblem(code: error.code, file: path, message: "\(error)"))
                 return nil
             }
         }
-        let maxIndex = ManifestCoding.maxDocumentBytes
-        guard let sig = await document(RepositoryLayout.signatureName, maxBytes: 1 << 16),
-            let index = await document(RepositoryLayout.indexName, maxBytes: maxIndex)
-        else {
-            var report = VerifyReport(kind: "repository", path: base.absoluteString)
-            report.problems = problems
-            return report
-        }
-        _ = index
-        if let named = try? ManifestCoding.decode(SignatureFile.self, from: sig, document: "sig").index {
-            _ = await document(RepositoryLayout.indexCopyPath(named.sha256), maxBytes: maxIndex)
-        }
-        if let decoded = try? ManifestCoding.decode(RepositoryIndex.self, from: index, document: "index") {
-            var downloads: [(String, Int64)] = []
-            var seen = Set<String>()
-            for entry in decoded.packages {
-                downloads.append((entry.bundle.path, entry.bundle.size))
-                guard let listBytes = await document(entry.files.path, maxBytes: maxIndex),
-                    let list = try? ManifestCoding.decode(FileList.self, from: listBytes, document: "files.json")
-                else { continue }
-                for file in list.files {
-                    let path = RepositoryLayout.objectPath(file.sha256)
-                    // An object is gzip: never larger than its content by more than gzip's framing.
-                    if seen.insert(path).inserted { downloads.append((path, file.size + file.size / 100 + 1024)) }
-                }
-                if let gz = entry.filesGzip { downloads.append((gz.path, gz.size)) }
-                // Each delta: its manifest, the base's list, every patch and every base content's object.
-                for ref in entry.deltas ?? [] {
-                    guard
-                        let gz = await document(
-                            ref.manifest.path, maxBytes: Int(min(ref.manifest.size, Int64(maxIndex)))),
-                        let json = try? Gzip.inflated(gz, limit: Int64(maxIndex)),
-                        let manifest = try? ManifestCoding.decode(DeltaManifest.self, from: json, document: "delta")
-                    else { continue }
-                    let baseList = RepositoryLayout.fileListPath(entry.id, ref.from)
-                    if seen.insert(baseList).inserted { _ = await document(baseList, maxBytes: maxIndex) }
-                    for patch in manifest.patches {
-                        if seen.insert(patch.patch.path).inserted {
-                            downloads.append((patch.patch.path, patch.patch.size))
-                        }
-                        let base = RepositoryLayout.objectPath(patch.base)
-                        if seen.insert(base).inserted {
-                            downloads.append((base, Int64(BinaryPatch.maxFileSize) + (1 << 20)))
-                        }
-                    }
-                }
+
+        /// A package: its bundle, its list (fetched now) and every object it names, its gzipped
+        /// list, and its deltas.
+        mutating func package(_ entry: PackageEntry) async {
+            let maxIndex = ManifestCoding.maxDocumentBytes
+            downloads.append((entry.bundle.path, entry.bundle.size))
+            guard let listBytes = await document(entry.files.path, maxBytes: maxIndex),
+                let list = try? ManifestCoding.decode(FileList.self, from: listBytes, document: "files.json")
+            else { return }
+            for file in list.files {
+                let path = RepositoryLayout.objectPath(file.sha256)
+                // An object is gzip: never larger than its content by more than gzip's framing.
+                if seen.insert(path).inserted { downloads.append((path, file.size + file.size / 100 + 1024)) }
             }
-            problems += await download(downloads, base: base, transport: transport, scratch: scratch)
+            if let gz = entry.filesGzip { downloads.append((gz.path, gz.size)) }
+            for ref in entry.deltas ?? [] { await delta(ref, of: entry) }
         }
-        var report = verifier.verifyRepository(scratch)
-        report.path = base.absoluteString
-        // A file that could not be fetched is reported once, as the fetch failure.
-        let failed = Set(problems.compactMap(\.file))
-        report.problems.removeAll { p in p.file.map { failed.contains($0) } ?? false }
-        report.problems = problems + report.problems
-        return report
+
+        /// A delta: its manifest, the base's list, every patch and every base content's object.
+        mutating func delta(_ ref: DeltaRef, of entry: PackageEntry) async {
+            let maxIndex = ManifestCoding.maxDocumentBytes
+            guard let gz = await document(ref.manifest.path, maxBytes: Int(min(ref.manifest.size, Int64(maxIndex)))),
+                let json = try? Gzip.inflated(gz, limit: Int64(maxIndex)),
+                let manifest = try? ManifestCoding.decode(DeltaManifest.self, from: json, document: "delta")
+            else { return }
+            let baseList = RepositoryLayout.fileListPath(entry.id, ref.from)
+            if seen.insert(baseList).inserted { _ = await document(baseList, maxBytes: maxIndex) }
+            for patch in manifest.patches {
+                if seen.insert(patch.patch.path).inserted { downloads.append((patch.patch.path, patch.patch.size)) }
+                let base = RepositoryLayout.objectPath(patch.base)
+                if seen.insert(base).inserted { downloads.append((base, Int64(BinaryPatch.maxFileSize) + (1 << 20))) }
+            }
+        }
     }
 
     /// Downloads `files` (path, size limit) four at a time; the failures as problems.

@@ -2,7 +2,7 @@ import CZstd
 import Foundation
 
 /// Why a patch could not be made or applied.
-public enum PatchError: Error, Sendable, Equatable, CustomStringConvertible {
+package enum PatchError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A file is larger than patches are made for (`BinaryPatch.maxFileSize`).
     case tooLarge(Int64)
     /// libzstd refused (its message).
@@ -15,7 +15,7 @@ public enum PatchError: Error, Sendable, Equatable, CustomStringConvertible {
     case output(String)
 
     /// What went wrong, for a person.
-    public var description: String {
+    package var description: String {
         switch self {
         case .tooLarge(let n): "a file of \(n) bytes is larger than patches are made for (\(BinaryPatch.maxFileSize))"
         case .zstd(let m): "zstd: \(m)"
@@ -29,9 +29,9 @@ public enum PatchError: Error, Sendable, Equatable, CustomStringConvertible {
 /// Binary patches with zstd's patch-from mode: the base content is the compression's prefix
 /// (a dictionary of raw bytes), so a target that is a small edit of its base compresses to the
 /// edit. What `zstd --patch-from=BASE TARGET` makes, through libzstd.
-public enum BinaryPatch {
+package enum BinaryPatch {
     /// The largest base or target patched (64 MiB; larger files are fetched as objects).
-    public static let maxFileSize: Int64 = 64 << 20
+    package static let maxFileSize: Int64 = 64 << 20
 
     /// The window a patch of a base and a target of these sizes needs (log2): both must fit.
     static func windowLog(_ base: Int, _ target: Int) -> Int32 {
@@ -43,7 +43,7 @@ public enum BinaryPatch {
 
     /// A patch turning `base` into `target` (zstd level `level`, long-distance matching, a
     /// window that covers both). Deterministic for the same inputs and libzstd version.
-    public static func make(base: Data, target: Data, level: Int32 = 19) throws(PatchError) -> Data {
+    package static func make(base: Data, target: Data, level: Int32 = 19) throws(PatchError) -> Data {
         do { return try makeUntyped(base: base, target: target, level: level) } catch let e as PatchError {
             throw e
         } catch {
@@ -78,7 +78,7 @@ public enum BinaryPatch {
     /// memory holds the base, the patch and one chunk, never the whole result. Throws when the
     /// result would pass `limit` bytes, when the patch is damaged or truncated (its frame
     /// checksum is checked), or when `write` throws.
-    public static func apply(
+    package static func apply(
         patch: Data, base: Data, limit: Int64, write sink: (UnsafeRawBufferPointer) throws -> Void
     ) throws(PatchError) {
         do { try applyUntyped(patch: patch, base: base, limit: limit, sink: sink) } catch let e as PatchError {
@@ -128,7 +128,7 @@ public enum BinaryPatch {
     }
 
     /// Applies a patch and returns the whole result (for small files and tests).
-    public static func apply(patch: Data, base: Data, limit: Int64) throws(PatchError) -> Data {
+    package static func apply(patch: Data, base: Data, limit: Int64) throws(PatchError) -> Data {
         var out = Data()
         try apply(patch: patch, base: base, limit: limit) { out.append(contentsOf: $0) }
         return out

@@ -13,19 +13,19 @@ import SystemPackage
 /// directory, it does not inflate it). Every rule is still checked, and a refused archive gives
 /// the error a read on one thread gives (see `ZipReader.readConcurrently`). Planning costs one
 /// pass over the headers and each worker one more, which pays on larger archives only.
-public struct ReadParallelism: Sendable, Equatable {
+package struct ReadParallelism: Sendable, Equatable {
     /// The most worker threads (1: one thread inflates).
-    public var maxWorkers: Int
+    package var maxWorkers: Int
     /// The smallest archive, in bytes on disk, read by several workers.
-    public var minimumArchiveBytes: Int64
+    package var minimumArchiveBytes: Int64
     /// The most entries an archive read by several workers may hold. Every libarchive handle
     /// keeps its own copy of the central directory (a few hundred bytes per entry), and a shared
     /// read opens one per worker plus one for the pass over the headers: a 21,488-entry bundle
     /// read by two workers peaked at 65 MiB against 52 on one thread.
-    public var maximumEntries: Int
+    package var maximumEntries: Int
 
     /// Creates a policy.
-    public init(maxWorkers: Int, minimumArchiveBytes: Int64, maximumEntries: Int = .max) {
+    package init(maxWorkers: Int, minimumArchiveBytes: Int64, maximumEntries: Int = .max) {
         self.maxWorkers = maxWorkers
         self.minimumArchiveBytes = minimumArchiveBytes
         self.maximumEntries = maximumEntries
@@ -35,12 +35,12 @@ public struct ReadParallelism: Sendable, Equatable {
     /// 400 KB bundle installs as fast either way; a 1.2 MB one 8 % faster, a 2.4 MB one 13 %)
     /// and of at most 4,096 entries (the memory bound above; beyond it the read is on one thread,
     /// which installs the 21,488-file tree in about 0.64× bsdtar's time all the same).
-    public static let automatic = ReadParallelism(
+    package static let automatic = ReadParallelism(
         maxWorkers: min(max(ProcessInfo.processInfo.activeProcessorCount, 1), 4), minimumArchiveBytes: 512 << 10,
         maximumEntries: 4096)
 
     /// One thread inflates (`ZipReader.parallelHashing` may still hash on a second).
-    public static let sequential = ReadParallelism(maxWorkers: 1, minimumArchiveBytes: .max)
+    package static let sequential = ReadParallelism(maxWorkers: 1, minimumArchiveBytes: .max)
 
     /// How many workers read an archive of `bytes` bytes holding `entries` entries (1: the read
     /// on one thread).
@@ -58,7 +58,7 @@ public struct ReadParallelism: Sendable, Equatable {
 /// run at once, so what they share (a destination directory) must bear that: two workers may
 /// create the same parent directory at the same moment, for instance. Names are validated and
 /// claimed before any worker starts, so no two workers are ever given the same path.
-public protocol ConcurrentArchiveConsumer: ArchiveConsumer, Sendable {
+package protocol ConcurrentArchiveConsumer: ArchiveConsumer, Sendable {
     /// A consumer for one more thread, handing entries to where this one does.
     func makeWorker() -> Self
     /// Takes back a worker made by `makeWorker()` once its thread is done with it; after a
@@ -68,9 +68,9 @@ public protocol ConcurrentArchiveConsumer: ArchiveConsumer, Sendable {
 
 extension ValidatingConsumer: ConcurrentArchiveConsumer {
     /// Another consumer that keeps nothing.
-    public func makeWorker() -> ValidatingConsumer { self }
+    package func makeWorker() -> ValidatingConsumer { self }
     /// Nothing to take back.
-    public mutating func absorb(_ worker: ValidatingConsumer) {}
+    package mutating func absorb(_ worker: ValidatingConsumer) {}
 }
 
 extension ZipReader {

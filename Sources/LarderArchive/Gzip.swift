@@ -5,7 +5,7 @@ import LarderFileSystem
 import SystemPackage
 
 /// Errors of the gzip codec used for repository objects.
-public enum GzipError: Error, Sendable, Equatable, CustomStringConvertible {
+package enum GzipError: Error, Sendable, Equatable, CustomStringConvertible {
     /// zlib refused the stream.
     case zlib(code: Int32, message: String)
     /// The inflated content is longer than allowed.
@@ -18,7 +18,7 @@ public enum GzipError: Error, Sendable, Equatable, CustomStringConvertible {
     case io(FileSystemError)
 
     /// What is wrong with the stream (or the file error), for an error message.
-    public var description: String {
+    package var description: String {
         switch self {
         case .zlib(let c, let m): "not a valid gzip stream (zlib \(c): \(m))"
         case .tooLarge(let l): "inflates to more than \(l) bytes"
@@ -31,13 +31,13 @@ public enum GzipError: Error, Sendable, Equatable, CustomStringConvertible {
 
 /// gzip (RFC 1952) through zlib: a fixed header (no name, mtime 0), level 9, so the same
 /// content gives the same object bytes with the same zlib.
-public enum Gzip {
+package enum Gzip {
     private static let chunk = 256 << 10
 
     /// Compresses the file at `source` into `output` atomically; returns the size and SHA-256 of
     /// the content read (so the caller can check it is what it expected) and the compressed size.
     @discardableResult
-    public static func compressFile(
+    package static func compressFile(
         _ source: FilePath, to output: FilePath
     ) throws(GzipError) -> (size: Int64, sha256: SHA256Digest, compressedSize: Int64) {
         var produced: Int64 = 0
@@ -97,16 +97,16 @@ public enum Gzip {
     }
 
     /// Inflates a gzip stream fed in chunks, handing the inflated bytes to a closure.
-    public final class Inflater {
+    package final class Inflater {
         private var stream = z_stream()
         private var out: [UInt8]
         private var ended = false
         /// Inflated bytes so far.
-        public private(set) var produced: Int64 = 0
+        package private(set) var produced: Int64 = 0
         private let limit: Int64
 
         /// Starts a gzip-only inflater that refuses to produce more than `limit` bytes.
-        public init(limit: Int64) throws(GzipError) {
+        package init(limit: Int64) throws(GzipError) {
             self.limit = limit
             // Room for the whole content when it is small (one object among hundreds), never more
             // than 256 KiB; one byte more than the limit lets an overlong stream show itself.
@@ -118,11 +118,11 @@ public enum Gzip {
         deinit { inflateEnd(&stream) }
 
         /// Whether the gzip trailer has been read.
-        public var isFinished: Bool { ended }
+        package var isFinished: Bool { ended }
 
         /// Feeds compressed bytes; `sink` receives inflated chunks. Call `drain` after the last
         /// feed so that output zlib still holds is delivered.
-        public func feed(_ input: UnsafeRawBufferPointer, _ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
+        package func feed(_ input: UnsafeRawBufferPointer, _ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
             guard input.count > 0 else { return }
             if ended { throw GzipError.trailingData }
             stream.next_in = UnsafeMutablePointer(mutating: input.baseAddress?.assumingMemoryBound(to: UInt8.self))
@@ -133,7 +133,7 @@ public enum Gzip {
 
         /// Delivers output zlib still holds after the last input (a full output buffer can end
         /// exactly where more output is pending).
-        public func drain(_ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
+        package func drain(_ sink: (UnsafeRawBufferPointer) throws -> Void) throws {
             guard !ended else { return }
             stream.avail_in = 0
             try pump(sink)
@@ -170,7 +170,7 @@ public enum Gzip {
     }
 
     /// Inflates the gzip file at `path`, returning the size and SHA-256 of its content.
-    public static func digestOfInflated(_ path: FilePath, limit: Int64) throws -> (size: Int64, sha256: SHA256Digest) {
+    package static func digestOfInflated(_ path: FilePath, limit: Int64) throws -> (size: Int64, sha256: SHA256Digest) {
         let fd = try SystemCalls.open(path, .readOnly)
         defer { try? SystemCalls.close(fd, path: path) }
         let inflater = try Inflater(limit: limit)
@@ -190,7 +190,7 @@ public enum Gzip {
 
     /// Inflates the gzip file at `path` into memory (at most `limit` bytes): a base content for
     /// a patch, a compressed file list.
-    public static func inflated(file path: FilePath, limit: Int64) throws -> Data {
+    package static func inflated(file path: FilePath, limit: Int64) throws -> Data {
         try inflated(
             AtomicFile.read(path, limit: Int(min(limit + limit / 64 + 4096, Int64(Int.max / 2)))), limit: limit)
     }
@@ -198,7 +198,7 @@ public enum Gzip {
     /// Inflates gzip bytes (at most `limit` bytes out); a stream that is not complete is refused.
     /// `exact`: the limit is the content's signed size, so the output is sized once instead of
     /// grown by doubling (a 20,000-file list: 1.2 MB less at the peak of its decoding).
-    public static func inflated(_ gz: Data, limit: Int64, exact: Bool = false) throws -> Data {
+    package static func inflated(_ gz: Data, limit: Int64, exact: Bool = false) throws -> Data {
         let inflater = try Inflater(limit: limit)
         var out = Data()
         if exact { out.reserveCapacity(Int(min(limit, Int64(ManifestCoding.maxDocumentBytes)))) }
@@ -210,7 +210,7 @@ public enum Gzip {
 
     /// Compresses bytes as `compressFile` does (level 9, no name, mtime 0): the same bytes give
     /// the same gzip.
-    public static func compress(_ data: Data) throws -> Data {
+    package static func compress(_ data: Data) throws -> Data {
         var stream = z_stream()
         var r = deflateInit2_(
             &stream, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY, zlibVersion(), Int32(MemoryLayout<z_stream>.size))

@@ -40,6 +40,16 @@ enum ZipStructure {
         let localOffset: UInt64
     }
 
+    /// Where the end records put the central directory.
+    private struct Directory {
+        /// The entries the end record counts.
+        var entries: UInt64
+        var size: UInt64
+        var offset: UInt64
+        /// Where the directory must end: the end record, or the zip64 end record.
+        var end: UInt64
+    }
+
     /// Checks the archive open as `fd` (from `path`) of `size` bytes; returns the entries'
     /// uncompressed sizes as the central directory states them, in the order of their local
     /// headers (the order a streaming reader meets them).
@@ -47,7 +57,22 @@ enum ZipStructure {
     static func check(fd: FileDescriptor, size: Int64, path: FilePath) throws(Problem) -> [UInt64] {
         let file = UInt64(size)
         guard file >= 22 else { throw Problem(code: "archive-truncated", message: "too short to be a zip archive") }
-        // The end record: the last 22 bytes plus at most a 65,535-byte comment.
+        let directory = try findDirectory(fd, file: file, path)
+        let centrals = try readCentralDirectory(fd, directory, path)
+        var walk = LocalHeaderWalk(fd: fd, path: path, directoryOffset: directory.offset, file: file)
+        for (index, c) in centrals.sorted(by: { $0.localOffset < $1.localOffset }).enumerated() {
+            try walk.check(c, first: index == 0)
+        }
+        try walk.finish(empty: centrals.isEmpty)
+        return walk.sizes
+    }
+
+    /// Step 1: the end record (the last 22 bytes plus at most a 65,535-byte comment), the zip64
+    /// end record it may point at, and the refusals of an archive with more than one end record
+    /// or bytes before or after the archive proper.
+    private static func findDirectory(_ fd: FileDescriptor, file: UInt64, _ path: FilePath) throws(Problem)
+        -> Directory
+    {
         let tailLength = min(file, 22 + 65_535)
         let tailStart = file - tailLength
         let tail = try bytes(fd, at: tailStart, count: Int(tailLength), path)
@@ -66,64 +91,76 @@ enum ZipStructure {
             throw Problem(code: "archive-trailing-data", message: "data follows the end of central directory record")
         }
         let eocdOffset = tailStart + UInt64(eocd)
-        var entries = UInt64(le16(tail, eocd + 10))
-        var cdSize = UInt64(le32(tail, eocd + 12))
-        var cdOffset = UInt64(le32(tail, eocd + 16))
-        var cdEnd = eocdOffset
-        // Zip64: a locator just before the end record points at the zip64 end record.
-        if eocdOffset >= 20 {
-            let loc = try bytes(fd, at: eocdOffset - 20, count: 20, path)
-            if loc[0] == 0x50, loc[1] == 0x4B, loc[2] == 0x06, loc[3] == 0x07 {
-                let z64 = le64(loc, 8)
-                guard add(z64, 56) <= eocdOffset - 20 else {
-                    throw Problem(code: "archive-bad-end-record", message: "the zip64 end record is out of bounds")
-                }
-                let rec = try bytes(fd, at: z64, count: 56, path)
-                guard rec[0] == 0x50, rec[1] == 0x4B, rec[2] == 0x06, rec[3] == 0x06 else {
-                    throw Problem(
-                        code: "archive-bad-end-record",
-                        message: "the zip64 locator does not point at a zip64 end record")
-                }
-                guard add(add(z64, 12), le64(rec, 4)) == eocdOffset - 20 else {
-                    throw Problem(
-                        code: "archive-trailing-data", message: "data between the zip64 end record and its locator")
-                }
-                entries = le64(rec, 32)
-                cdSize = le64(rec, 40)
-                cdOffset = le64(rec, 48)
-                cdEnd = z64
-            }
-        }
+        var directory = Directory(
+            entries: UInt64(le16(tail, eocd + 10)), size: UInt64(le32(tail, eocd + 12)),
+            offset: UInt64(le32(tail, eocd + 16)), end: eocdOffset)
+        if eocdOffset >= 20 { try readZip64EndRecord(fd, before: eocdOffset, into: &directory, path) }
         // A second end record: inside the comment (readers that search back from the end take
         // the last signature they meet), one whose comment also reaches the end, or one in the
         // directory or after it. Two readers may pick different ones. A signature inside an
         // entry's data (before the directory; every byte there is accounted for below) is data:
         // an archive stored in the archive, as a web app may ship one.
         let others = candidates.filter {
-            $0 != eocd && ($0 > eocd || exact.contains($0) || tailStart + UInt64($0) >= cdOffset)
+            $0 != eocd && ($0 > eocd || exact.contains($0) || tailStart + UInt64($0) >= directory.offset)
         }
         if others.contains(where: { plausibleEndRecord(tail, $0, tailStart: tailStart) }) {
             throw Problem(
                 code: "archive-several-end-records", message: "more than one end of central directory record")
         }
-        if add(cdOffset, cdSize) < cdEnd {
+        try checkDirectoryBounds(directory)
+        return directory
+    }
+
+    /// Zip64: a locator just before the end record points at the zip64 end record, whose counts
+    /// and offsets replace the end record's.
+    private static func readZip64EndRecord(
+        _ fd: FileDescriptor, before eocdOffset: UInt64, into directory: inout Directory, _ path: FilePath
+    ) throws(Problem) {
+        let loc = try bytes(fd, at: eocdOffset - 20, count: 20, path)
+        guard loc[0] == 0x50, loc[1] == 0x4B, loc[2] == 0x06, loc[3] == 0x07 else { return }
+        let z64 = le64(loc, 8)
+        guard add(z64, 56) <= eocdOffset - 20 else {
+            throw Problem(code: "archive-bad-end-record", message: "the zip64 end record is out of bounds")
+        }
+        let rec = try bytes(fd, at: z64, count: 56, path)
+        guard rec[0] == 0x50, rec[1] == 0x4B, rec[2] == 0x06, rec[3] == 0x06 else {
+            throw Problem(
+                code: "archive-bad-end-record", message: "the zip64 locator does not point at a zip64 end record")
+        }
+        guard add(add(z64, 12), le64(rec, 4)) == eocdOffset - 20 else {
+            throw Problem(code: "archive-trailing-data", message: "data between the zip64 end record and its locator")
+        }
+        directory = Directory(entries: le64(rec, 32), size: le64(rec, 40), offset: le64(rec, 48), end: z64)
+    }
+
+    /// The central directory must end where the end record starts, with nothing before the
+    /// archive, and stay within the limits.
+    private static func checkDirectoryBounds(_ d: Directory) throws(Problem) {
+        if add(d.offset, d.size) < d.end {
             // Offsets count from the start of the zip proper: whatever precedes it (a
             // self-extractor stub, junk) shifts everything by the gap.
             throw Problem(
-                code: "archive-leading-data", message: "\(cdEnd - cdOffset - cdSize) bytes precede the archive")
+                code: "archive-leading-data", message: "\(d.end - d.offset - d.size) bytes precede the archive")
         }
-        guard cdOffset <= cdEnd, add(cdOffset, cdSize) == cdEnd else {
+        guard d.offset <= d.end, add(d.offset, d.size) == d.end else {
             throw Problem(
                 code: "archive-bad-central-directory",
                 message: "the central directory does not end where the end record starts")
         }
-        guard cdSize <= 64 << 20, entries <= 1_000_000 else {
+        guard d.size <= 64 << 20, d.entries <= 1_000_000 else {
             throw Problem(code: "limit-entries", message: "the central directory is too large")
         }
-        let cd = try bytes(fd, at: cdOffset, count: Int(cdSize), path)
+    }
+
+    /// Step 2: every central record, each well formed and of a kind some reader would not act on
+    /// differently, as many as the end record counts.
+    private static func readCentralDirectory(_ fd: FileDescriptor, _ d: Directory, _ path: FilePath) throws(Problem)
+        -> [Central]
+    {
+        let cd = try bytes(fd, at: d.offset, count: Int(d.size), path)
         var centrals: [Central] = []
         // Each central record takes at least 46 bytes, whatever the end record claims.
-        centrals.reserveCapacity(min(Int(entries), cd.count / 46))
+        centrals.reserveCapacity(min(Int(d.entries), cd.count / 46))
         var p = 0
         while p < cd.count {
             guard p + 46 <= cd.count, le32(cd, p) == 0x0201_4B50 else {
@@ -138,71 +175,79 @@ enum ZipStructure {
             }
             let name = cd[(p + 46)..<(p + 46 + nameLength)]
             try checkKind(name, madeBy: le16(cd, p + 4), attributes: le32(cd, p + 38))
-            var compressed = UInt64(le32(cd, p + 20))
-            var uncompressed = UInt64(le32(cd, p + 24))
-            var offset = UInt64(le32(cd, p + 42))
-            // Zip64 extended information (header 0x0001): the fields saturated above, in order.
-            var e = p + 46 + nameLength
-            let extraEnd = e + extraLength
-            while e + 4 <= extraEnd {
-                let id = le16(cd, e)
-                let len = Int(le16(cd, e + 2))
-                guard e + 4 + len <= extraEnd else { break }
-                if id == 0x0001 {
-                    var q = e + 4
-                    if uncompressed == 0xFFFF_FFFF, q + 8 <= e + 4 + len {
-                        uncompressed = le64(cd, q)
-                        q += 8
-                    }
-                    if compressed == 0xFFFF_FFFF, q + 8 <= e + 4 + len {
-                        compressed = le64(cd, q)
-                        q += 8
-                    }
-                    if offset == 0xFFFF_FFFF, q + 8 <= e + 4 + len { offset = le64(cd, q) }
-                }
-                e += 4 + len
-            }
+            var fields = (
+                compressed: UInt64(le32(cd, p + 20)), uncompressed: UInt64(le32(cd, p + 24)),
+                offset: UInt64(le32(cd, p + 42))
+            )
+            readZip64Extra(cd, from: p + 46 + nameLength, length: extraLength, into: &fields)
             centrals.append(
                 Central(
                     name: name, method: le16(cd, p + 10), flags: le16(cd, p + 8), crc: le32(cd, p + 16),
-                    compressedSize: compressed,
-                    uncompressedSize: uncompressed, localOffset: offset))
+                    compressedSize: fields.compressed, uncompressedSize: fields.uncompressed,
+                    localOffset: fields.offset))
             p += 46 + nameLength + extraLength + commentLength
         }
-        guard UInt64(centrals.count) == entries else {
+        guard UInt64(centrals.count) == d.entries else {
             throw Problem(
                 code: "archive-bad-central-directory",
-                message: "the end record counts \(entries) entries, the directory holds \(centrals.count)")
+                message: "the end record counts \(d.entries) entries, the directory holds \(centrals.count)")
         }
-        // Local headers in file order: the first at offset 0, each matching its central entry,
-        // none overlapping the previous entry's data.
+        return centrals
+    }
+
+    /// Zip64 extended information (header 0x0001): the fields saturated in the central record,
+    /// in order.
+    private static func readZip64Extra(
+        _ cd: [UInt8], from start: Int, length: Int,
+        into fields: inout (compressed: UInt64, uncompressed: UInt64, offset: UInt64)
+    ) {
+        var e = start
+        let extraEnd = e + length
+        while e + 4 <= extraEnd {
+            let id = le16(cd, e)
+            let len = Int(le16(cd, e + 2))
+            guard e + 4 + len <= extraEnd else { break }
+            if id == 0x0001 {
+                var q = e + 4
+                if fields.uncompressed == 0xFFFF_FFFF, q + 8 <= e + 4 + len {
+                    fields.uncompressed = le64(cd, q)
+                    q += 8
+                }
+                if fields.compressed == 0xFFFF_FFFF, q + 8 <= e + 4 + len {
+                    fields.compressed = le64(cd, q)
+                    q += 8
+                }
+                if fields.offset == 0xFFFF_FFFF, q + 8 <= e + 4 + len { fields.offset = le64(cd, q) }
+            }
+            e += 4 + len
+        }
+    }
+
+    /// Step 3: the local headers in file order: the first at offset 0, each matching its central
+    /// entry, none overlapping the previous entry's data, and no byte between entries that no
+    /// entry accounts for.
+    private struct LocalHeaderWalk {
+        let fd: FileDescriptor
+        let path: FilePath
+        let directoryOffset: UInt64
+        var window: Window
         var previousEnd: UInt64 = 0
         var previousSlack: UInt64 = 0
         var previousName = ""
+        /// The entries' uncompressed sizes, in the order walked.
         var sizes: [UInt64] = []
-        sizes.reserveCapacity(centrals.count)
-        var window = Window(fileSize: file)
-        for (index, c) in centrals.sorted(by: { $0.localOffset < $1.localOffset }).enumerated() {
+
+        init(fd: FileDescriptor, path: FilePath, directoryOffset: UInt64, file: UInt64) {
+            self.fd = fd
+            self.path = path
+            self.directoryOffset = directoryOffset
+            window = Window(fileSize: file)
+        }
+
+        /// Checks the entry whose central record is `c`, the next in file order.
+        mutating func check(_ c: Central, first: Bool) throws(Problem) {
             let display = String(decoding: c.name, as: UTF8.self)
-            if index == 0, c.localOffset != 0 {
-                throw Problem(code: "archive-leading-data", message: "\(c.localOffset) bytes precede the first entry")
-            }
-            guard c.localOffset >= previousEnd else {
-                throw Problem(
-                    code: "archive-overlapping-entries",
-                    message: "entry \(quoted(display)) overlaps the data of \(quoted(previousName))")
-            }
-            if index > 0, c.localOffset - previousEnd > previousSlack {
-                throw Problem(
-                    code: "archive-gap",
-                    message:
-                        "\(c.localOffset - previousEnd) unlisted bytes between \(quoted(previousName)) and \(quoted(display))"
-                )
-            }
-            guard add(c.localOffset, 30) <= cdOffset else {
-                throw Problem(
-                    code: "archive-bad-local-header", message: "entry \(quoted(display)) points past the entries")
-            }
+            try checkPlacement(c, first: first, display)
             let head = try window.bytes(fd, at: c.localOffset, count: 30, path)
             guard le32(head, 0) == 0x0403_4B50 else {
                 throw Problem(
@@ -223,8 +268,52 @@ enum ZipStructure {
                 )
             }
             var end = add(add(add(c.localOffset, 30 + UInt64(nameLength)), extraLength), c.compressedSize)
-            // The CRC-32 and sizes a reader of local headers uses must be the central ones: in the
-            // local header, or after the data when bit 3 defers them to a data descriptor.
+            try checkChecksums(c, head: head, dataEnd: end, display)
+            // A data descriptor follows: 12 bytes at least (no signature, 32-bit sizes), 24 at
+            // most (signature, 64-bit sizes). Nothing else may lie between entries: a reader that
+            // walks local headers (a streaming one) would find an entry hidden there.
+            let slack: UInt64 = c.flags & 0x0008 != 0 ? 12 : 0
+            if slack > 0 { end = add(end, 12) }
+            guard end <= directoryOffset else {
+                throw Problem(
+                    code: "archive-overlapping-entries",
+                    message: "the data of \(quoted(display)) runs into the central directory")
+            }
+            previousEnd = end
+            previousSlack = slack
+            previousName = display
+            sizes.append(c.uncompressedSize)
+        }
+
+        /// The entry starts where the previous one's data (and descriptor) ended, and before the
+        /// central directory.
+        private func checkPlacement(_ c: Central, first: Bool, _ display: String) throws(Problem) {
+            if first, c.localOffset != 0 {
+                throw Problem(code: "archive-leading-data", message: "\(c.localOffset) bytes precede the first entry")
+            }
+            guard c.localOffset >= previousEnd else {
+                throw Problem(
+                    code: "archive-overlapping-entries",
+                    message: "entry \(quoted(display)) overlaps the data of \(quoted(previousName))")
+            }
+            if !first, c.localOffset - previousEnd > previousSlack {
+                throw Problem(
+                    code: "archive-gap",
+                    message:
+                        "\(c.localOffset - previousEnd) unlisted bytes between \(quoted(previousName)) and \(quoted(display))"
+                )
+            }
+            guard add(c.localOffset, 30) <= directoryOffset else {
+                throw Problem(
+                    code: "archive-bad-local-header", message: "entry \(quoted(display)) points past the entries")
+            }
+        }
+
+        /// The CRC-32 and sizes a reader of local headers uses must be the central ones: in the
+        /// local header, or after the data when bit 3 defers them to a data descriptor.
+        private mutating func checkChecksums(_ c: Central, head: [UInt8], dataEnd end: UInt64, _ display: String)
+            throws(Problem)
+        {
             let agree: Bool
             if c.flags & 0x0008 == 0 {
                 let sizesAgree =
@@ -232,7 +321,7 @@ enum ZipStructure {
                     && (le32(head, 22) == 0xFFFF_FFFF || UInt64(le32(head, 22)) == c.uncompressedSize)
                 agree = le32(head, 14) == c.crc && sizesAgree
             } else {
-                guard add(end, 12) <= cdOffset else {
+                guard add(end, 12) <= directoryOffset else {
                     throw Problem(
                         code: "archive-overlapping-entries",
                         message: "the data of \(quoted(display)) runs into the central directory")
@@ -247,29 +336,18 @@ enum ZipStructure {
                         "the CRC-32 or sizes of \(quoted(display)) in its local header or data descriptor disagree with the central directory"
                 )
             }
-            // A data descriptor follows: 12 bytes at least (no signature, 32-bit sizes), 24 at
-            // most (signature, 64-bit sizes). Nothing else may lie between entries: a reader that
-            // walks local headers (a streaming one) would find an entry hidden there.
-            let slack: UInt64 = c.flags & 0x0008 != 0 ? 12 : 0
-            if slack > 0 { end = add(end, 12) }
-            guard end <= cdOffset else {
+        }
+
+        /// After the last entry: nothing but its descriptor before the central directory.
+        func finish(empty: Bool) throws(Problem) {
+            if !empty, directoryOffset - previousEnd > previousSlack {
                 throw Problem(
-                    code: "archive-overlapping-entries",
-                    message: "the data of \(quoted(display)) runs into the central directory")
+                    code: "archive-gap",
+                    message:
+                        "\(directoryOffset - previousEnd) unlisted bytes between \(quoted(previousName)) and the central directory"
+                )
             }
-            previousEnd = end
-            previousSlack = slack
-            previousName = display
-            sizes.append(c.uncompressedSize)
         }
-        if !centrals.isEmpty, cdOffset - previousEnd > previousSlack {
-            throw Problem(
-                code: "archive-gap",
-                message:
-                    "\(cdOffset - previousEnd) unlisted bytes between \(quoted(previousName)) and the central directory"
-            )
-        }
-        return sizes
     }
 
     /// Refuses what the central record says of an entry that some reader would act on: a NUL in

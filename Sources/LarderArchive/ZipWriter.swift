@@ -14,7 +14,7 @@ import SystemPackage
 /// the process's local time zone (so bytes would differ between zones) and into an extended
 /// timestamp. With none set it writes the zip epoch, 1980-01-01 00:00:00, and no extended field,
 /// whatever the zone — without the process's `TZ` being touched.
-public enum ZipWriter {
+package enum ZipWriter {
     /// Extensions whose contents are already compressed; deflating them again wastes time.
     static let storedExtensions: Set<String> = [
         "png", "jpg", "jpeg", "gif", "webp", "avif", "woff", "woff2", "mp3", "mp4", "m4a", "webm", "ogg", "zip", "gz",
@@ -24,7 +24,7 @@ public enum ZipWriter {
     /// Writes `files` (archive path, source file) to `output` atomically and returns each file's
     /// size and SHA-256, computed from the bytes written. A source that changes size while being
     /// read fails the write.
-    public static func write(
+    package static func write(
         _ files: [(path: RelativePath, source: FilePath)], to output: FilePath
     ) throws(ArchiveError) -> [FileEntry] {
         var entries: [FileEntry] = []
@@ -68,14 +68,7 @@ public enum ZipWriter {
             let src = try SystemCalls.open(source, .readOnly, options: [.noFollow])
             defer { try? SystemCalls.close(src, path: source) }
             let size = try SystemCalls.fstat(src, path: source).size
-            archive_entry_clear(entry)
-            archive_entry_set_pathname_utf8(entry, path.string)
-            archive_entry_set_filetype(entry, LA.regular)
-            archive_entry_set_perm(entry, 0o644)
-            archive_entry_set_size(entry, size)
-            archive_entry_unset_mtime(entry)
-            archive_entry_set_uid(entry, 0)
-            archive_entry_set_gid(entry, 0)
+            setHeader(entry, path: path, size: size)
             if storedExtensions.contains(path.pathExtension) {
                 try check(archive_write_zip_set_compression_store(a), path.string)
             } else {
@@ -104,6 +97,18 @@ public enum ZipWriter {
         }
         try check(archive_write_close(a), nil)
         return written
+    }
+
+    /// The header every entry gets, whoever packs: a regular file, mode 0644, owner 0, no time.
+    private static func setHeader(_ entry: OpaquePointer, path: RelativePath, size: Int64) {
+        archive_entry_clear(entry)
+        archive_entry_set_pathname_utf8(entry, path.string)
+        archive_entry_set_filetype(entry, LA.regular)
+        archive_entry_set_perm(entry, 0o644)
+        archive_entry_set_size(entry, size)
+        archive_entry_unset_mtime(entry)
+        archive_entry_set_uid(entry, 0)
+        archive_entry_set_gid(entry, 0)
     }
 }
 

@@ -11,10 +11,10 @@ import Foundation
 /// and their `%2e` spellings) removed as the standard's path state does: an empty segment is a
 /// segment (`/foo/bar//..` is `/foo/bar/`), and `..` at the root stays at the root. Percent-decoding
 /// and the rest are the lookup's business, as they are a server's.
-public enum BrowserURL {
+package enum BrowserURL {
     /// The canonical form of `url`, or nil when it is already canonical (the common case, found
     /// in one pass over its bytes without allocating).
-    public static func canonical(_ url: String) -> String? {
+    package static func canonical(_ url: String) -> String? {
         var u = url
         return u.withUTF8 { needsWork($0) } ? rewrite(url) : nil
     }
@@ -104,7 +104,7 @@ public enum BrowserURL {
     }
 
     /// The ASCII (IDNA, lower-case) form of a host name, or nil when it has none.
-    public static func asciiHost(_ host: String) -> String? {
+    package static func asciiHost(_ host: String) -> String? {
         if !host.utf8.contains(where: { $0 >= 0x80 }) { return host.lowercased() }
         var c = URLComponents()
         c.scheme = "https"
@@ -117,7 +117,7 @@ public enum BrowserURL {
     /// The WHATWG path state's treatment of `.` and `..` segments (also spelled with `%2e`) on a
     /// path that starts with `/`: a final `.` or `..` leaves a trailing `/`; `..` pops the previous
     /// segment, an empty one included, and at the root stays there.
-    public static func removeDotSegments(_ path: String) -> String {
+    package static func removeDotSegments(_ path: String) -> String {
         var out: [Substring] = []
         let segments = path.dropFirst().split(separator: "/", omittingEmptySubsequences: false)
         for (i, s) in segments.enumerated() {

@@ -2,18 +2,18 @@ import Foundation
 
 /// A content of the new version made from a content the old version holds: the patch that
 /// turns the base into the target.
-public struct PatchRef: Codable, Sendable, Equatable {
+package struct PatchRef: Codable, Sendable, Equatable {
     /// SHA-256 of the content the patch makes.
-    public var target: SHA256Digest
+    package var target: SHA256Digest
     /// Its size in bytes.
-    public var size: Int64
+    package var size: Int64
     /// SHA-256 of the content of the old version the patch applies to.
-    public var base: SHA256Digest
+    package var base: SHA256Digest
     /// The patch (`patches/<aa>/<sha256>`, zstd patch-from), its size and SHA-256.
-    public var patch: BlobRef
+    package var patch: BlobRef
 
     /// Creates one.
-    public init(target: SHA256Digest, size: Int64, base: SHA256Digest, patch: BlobRef) {
+    package init(target: SHA256Digest, size: Int64, base: SHA256Digest, patch: BlobRef) {
         self.target = target
         self.size = size
         self.base = base
@@ -26,28 +26,28 @@ public struct PatchRef: Codable, Sendable, Equatable {
 /// signed one instead of downloading it), the patches that make contents `from` lacks out of
 /// contents it holds, and the contents left to fetch as objects. Every other content of `to` is
 /// one `from` holds already: it is linked.
-public struct DeltaManifest: Codable, Sendable, Equatable {
+package struct DeltaManifest: Codable, Sendable, Equatable {
     /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// The package.
-    public var id: PackageID
+    package var id: PackageID
     /// The version the delta starts from.
-    public var from: SemanticVersion
+    package var from: SemanticVersion
     /// The version it leads to.
-    public var to: SemanticVersion
+    package var to: SemanticVersion
     /// `to`'s file list as the index names it: the list rebuilt from `from`'s must be these bytes.
-    public var files: BlobRef
+    package var files: BlobRef
     /// Paths of `from` that `to` does not have (dropped).
-    public var remove: [RelativePath]
+    package var remove: [RelativePath]
     /// Entries of `to`'s list that are new or differ from `from`'s, exactly as `to`'s list has them.
-    public var upsert: [FileEntry]
+    package var upsert: [FileEntry]
     /// Contents of `to` that `from` lacks, each made by a patch from a content `from` holds.
-    public var patches: [PatchRef]
+    package var patches: [PatchRef]
     /// Contents of `to` that `from` lacks and no patch makes: fetched as objects.
-    public var objects: [SHA256Digest]
+    package var objects: [SHA256Digest]
 
     /// Creates one.
-    public init(
+    package init(
         schemaVersion: Int = currentSchemaVersion, id: PackageID, from: SemanticVersion, to: SemanticVersion,
         files: BlobRef, remove: [RelativePath], upsert: [FileEntry], patches: [PatchRef], objects: [SHA256Digest]
     ) {
@@ -63,7 +63,7 @@ public struct DeltaManifest: Codable, Sendable, Equatable {
     }
 
     /// The list changes from `old` to `new`: what `new` drops and what it adds or changes.
-    public static func changes(from old: FileList, to new: FileList) -> (remove: [RelativePath], upsert: [FileEntry]) {
+    package static func changes(from old: FileList, to new: FileList) -> (remove: [RelativePath], upsert: [FileEntry]) {
         let before = Dictionary(old.files.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
         let after = Set(new.files.map(\.path))
         let remove = old.files.map(\.path).filter { !after.contains($0) }
@@ -73,7 +73,7 @@ public struct DeltaManifest: Codable, Sendable, Equatable {
 
     /// `to`'s file list built from `from`'s: drop `remove` and the paths `upsert` replaces, add
     /// `upsert`. The caller checks the encoded result against `files` (size and SHA-256).
-    public func rebuild(from list: FileList) -> Result<FileList, DeltaError> {
+    package func rebuild(from list: FileList) -> Result<FileList, DeltaError> {
         guard list.id == id, list.version == from else {
             return .failure(DeltaError("the manifest is from \(id)@\(from), the list is \(list.id)@\(list.version)"))
         }
@@ -88,7 +88,7 @@ public struct DeltaManifest: Codable, Sendable, Equatable {
 
     /// Checks that every content of `list` (the rebuilt target) is one `from` holds, a patch's
     /// target or an object, and that each patch's base is one `from` holds.
-    public func covers(_ list: FileList, holding old: Set<SHA256Digest>) -> DeltaError? {
+    package func covers(_ list: FileList, holding old: Set<SHA256Digest>) -> DeltaError? {
         let patched = Set(patches.map(\.target))
         let fetched = Set(objects)
         for f in list.files where !old.contains(f.sha256) && !patched.contains(f.sha256) && !fetched.contains(f.sha256)
@@ -104,19 +104,19 @@ public struct DeltaManifest: Codable, Sendable, Equatable {
 }
 
 /// Why a delta manifest cannot be used.
-public struct DeltaError: Error, Sendable, Equatable, CustomStringConvertible {
+package struct DeltaError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What was wrong.
-    public let description: String
+    package let description: String
     /// Creates one.
-    public init(_ description: String) { self.description = description }
+    package init(_ description: String) { self.description = description }
 }
 
 /// How the publisher finds, for a content the base version lacks, a content of the base version
 /// to patch from: a bundler renames chunks on every build (`app.3f2a9c.js` → `app.9c1e07.js`),
 /// so the same path is not enough.
-public enum BaseSelection {
+package enum BaseSelection {
     /// Which rule proposed a base.
-    public enum Rule: String, Codable, Sendable, CaseIterable {
+    package enum Rule: String, Codable, Sendable, CaseIterable {
         /// The same path, with other content.
         case samePath = "same-path"
         /// The same path once hash-like parts of the file name are masked.
@@ -127,7 +127,7 @@ public enum BaseSelection {
 
     /// Up to `limit` distinct base contents for `target`, each with the rule that proposed it, in
     /// the order to try them: same path, masked path (nearest size first), then size and type.
-    public static func candidates(for target: FileEntry, in base: FileList, limit: Int = 3) -> [(FileEntry, Rule)] {
+    package static func candidates(for target: FileEntry, in base: FileList, limit: Int = 3) -> [(FileEntry, Rule)] {
         var out: [(FileEntry, Rule)] = []
         var seen: Set<SHA256Digest> = [target.sha256]
         func add(_ f: FileEntry, _ r: Rule) {
@@ -156,7 +156,7 @@ public enum BaseSelection {
     /// The path with each hash-like part of its file name replaced by `*`: a part (between `.`,
     /// `-`, `_` or `~`) of 6 or more characters that is hexadecimal with a digit, or of 8 or more
     /// letters, digits, `-` or `_` mixing digits or cases — what bundlers put in chunk names.
-    public static func masked(_ path: String) -> String {
+    package static func masked(_ path: String) -> String {
         let slash = path.lastIndex(of: "/")
         let dir = slash.map { String(path[...$0]) } ?? ""
         let name = slash.map { String(path[path.index(after: $0)...]) } ?? path

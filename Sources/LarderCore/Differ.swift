@@ -1,16 +1,16 @@
 import Foundation
 
 /// What the device brings to planning: who it is and what it runs.
-public struct ClientContext: Sendable, Equatable {
+package struct ClientContext: Sendable, Equatable {
     /// The app's own version, compared with `minClientVersion`.
-    public var appVersion: SemanticVersion
+    package var appVersion: SemanticVersion
     /// A random id made once per sandbox; it decides rollout buckets.
-    public var deviceID: String
+    package var deviceID: String
     /// The release channel this device follows.
-    public var channel: String
+    package var channel: String
 
     /// Creates a context.
-    public init(appVersion: SemanticVersion, deviceID: String, channel: String = Channel.default) {
+    package init(appVersion: SemanticVersion, deviceID: String, channel: String = Channel.default) {
         self.appVersion = appVersion
         self.deviceID = deviceID
         self.channel = channel
@@ -20,7 +20,7 @@ public struct ClientContext: Sendable, Equatable {
 extension Rollout {
     /// The device's bucket for this release, 0..<100: the first 8 bytes of
     /// SHA-256(deviceID ‖ 0 ‖ id ‖ 0 ‖ version ‖ 0 ‖ salt), big-endian, modulo 100.
-    public static func bucket(deviceID: String, id: PackageID, version: SemanticVersion, salt: String) -> Int {
+    package static func bucket(deviceID: String, id: PackageID, version: SemanticVersion, salt: String) -> Int {
         var input = Data(deviceID.utf8)
         for part in [id.rawValue, version.description, salt] {
             input.append(0)
@@ -33,13 +33,13 @@ extension Rollout {
     }
 
     /// Whether the device is in this release's rollout.
-    public func includes(deviceID: String, id: PackageID, version: SemanticVersion) -> Bool {
+    package func includes(deviceID: String, id: PackageID, version: SemanticVersion) -> Bool {
         percent >= 100 || Rollout.bucket(deviceID: deviceID, id: id, version: version, salt: salt) < percent
     }
 }
 
 /// How a version's files would be fetched.
-public enum FetchMethod: String, Codable, Sendable, Equatable, CaseIterable {
+package enum FetchMethod: String, Codable, Sendable, Equatable, CaseIterable {
     /// Only the contents the sandbox lacks, one object each.
     case objects
     /// The whole bundle.
@@ -51,16 +51,16 @@ public enum FetchMethod: String, Codable, Sendable, Equatable, CaseIterable {
 }
 
 /// One way of fetching a version and what it would cost, as the plan shows all of them.
-public struct FetchAlternative: Codable, Sendable, Equatable {
+package struct FetchAlternative: Codable, Sendable, Equatable {
     /// How.
-    public var method: FetchMethod
+    package var method: FetchMethod
     /// Bytes to download.
-    public var bytes: Int64
+    package var bytes: Int64
     /// HTTP requests.
-    public var requests: Int
+    package var requests: Int
 
     /// Creates one.
-    public init(method: FetchMethod, bytes: Int64, requests: Int) {
+    package init(method: FetchMethod, bytes: Int64, requests: Int) {
         self.method = method
         self.bytes = bytes
         self.requests = requests
@@ -68,23 +68,23 @@ public struct FetchAlternative: Codable, Sendable, Equatable {
 }
 
 /// The cost of getting a version one way, compared by `Differ.choose`.
-public struct FetchCost: Codable, Sendable, Equatable {
+package struct FetchCost: Codable, Sendable, Equatable {
     /// How the files would come: the missing objects, a delta, the whole bundle, or nothing to fetch.
-    public var method: FetchMethod
+    package var method: FetchMethod
     /// Bytes to download: the objects' compressed sizes where the file list gives them (else
     /// the contents' sizes, an upper bound), the patches', or the bundle's.
-    public var bytes: Int64
+    package var bytes: Int64
     /// HTTP requests.
-    public var requests: Int
+    package var requests: Int
     /// Files already in the sandbox (linked or copied instead of fetched).
-    public var reused: Int
+    package var reused: Int
     /// The full bundle's size, for comparison.
-    public var bundleBytes: Int64
+    package var bundleBytes: Int64
     /// Every way that was weighed (objects, delta when there is one, bundle), for the plan to show.
-    public var alternatives: [FetchAlternative]?
+    package var alternatives: [FetchAlternative]?
 
     /// Creates a cost.
-    public init(
+    package init(
         method: FetchMethod, bytes: Int64, requests: Int, reused: Int, bundleBytes: Int64,
         alternatives: [FetchAlternative]? = nil
     ) {
@@ -98,7 +98,7 @@ public struct FetchCost: Codable, Sendable, Equatable {
 }
 
 /// Why a package is left as it is.
-public enum SkipReason: String, Codable, Sendable, Equatable {
+package enum SkipReason: String, Codable, Sendable, Equatable {
     case unchanged
     case notInRollout = "not-in-rollout"
     case clientTooOld = "client-too-old"
@@ -111,55 +111,55 @@ public enum SkipReason: String, Codable, Sendable, Equatable {
 }
 
 /// One step of a plan.
-public struct PlanAction: Codable, Sendable, Equatable {
+package struct PlanAction: Codable, Sendable, Equatable {
     /// `install`, `update`, `rollback`, `remove` or `skip`.
-    public var kind: Kind
+    package var kind: Kind
     /// The package the action is about.
-    public var id: PackageID
+    package var id: PackageID
     /// The version active now (for update, rollback, remove, skip).
-    public var from: SemanticVersion?
+    package var from: SemanticVersion?
     /// The version the action leads to (install, update, rollback), or the index's version (skip).
-    public var to: SemanticVersion?
+    package var to: SemanticVersion?
     /// How the files would be fetched (install, update).
-    public var cost: FetchCost?
+    package var cost: FetchCost?
     /// Why the package is left as it is (set for `skip` only).
-    public var skip: SkipReason?
+    package var skip: SkipReason?
     /// Why, in a sentence.
-    public var reason: String
+    package var reason: String
     /// Packages that must be activated together with this one (its dependency group).
-    public var group: [PackageID]
+    package var group: [PackageID]
 
     /// The kinds of action.
-    public enum Kind: String, Codable, Sendable, Equatable, CaseIterable {
+    package enum Kind: String, Codable, Sendable, Equatable, CaseIterable {
         case install, update, rollback, remove, skip
     }
 }
 
 /// The ordered result of planning.
-public struct Plan: Codable, Sendable, Equatable {
+package struct Plan: Codable, Sendable, Equatable {
     /// Every action, skips included, in the stable order `Differ.plan` gives them.
-    public var actions: [PlanAction]
+    package var actions: [PlanAction]
 
     /// Creates a plan.
-    public init(actions: [PlanAction]) { self.actions = actions }
+    package init(actions: [PlanAction]) { self.actions = actions }
 
     /// Actions that change something.
-    public var changes: [PlanAction] { actions.filter { $0.kind != .skip } }
+    package var changes: [PlanAction] { actions.filter { $0.kind != .skip } }
 }
 
 /// Plans a sync: pure, no I/O. Given the verified index, the sandbox state, the device context
 /// and the file lists already fetched, it decides per package what to do and why.
-public enum Differ {
+package enum Differ {
     /// Weight of one HTTP request in bytes when comparing fetch methods: a request costs a
     /// round trip and headers, so many small objects can lose to one bundle.
-    public static let requestWeight: Int64 = 16 << 10
+    package static let requestWeight: Int64 = 16 << 10
 
     /// The plan, in a stable order: removals, rollbacks, then installs and updates in dependency
     /// order, then skips. `fileLists` holds the file list of each candidate release (fetched and
     /// verified against the index by the caller); a candidate without one is skipped with
     /// `file-list-needed` so the caller can fetch it and plan again. `localContents` are the
     /// SHA-256s of every file already in the sandbox.
-    public static func plan(
+    package static func plan(
         index: RepositoryIndex, state: SandboxState, context: ClientContext,
         fileLists: [PackageID: FileList] = [:], localContents: Set<SHA256Digest> = [],
         deltas: [PackageID: DeltaManifest] = [:]
@@ -339,7 +339,7 @@ public enum Differ {
     /// delta (a patch for each missing content it patches from a content held here, an object for
     /// the rest) and the bundle, each request weighing `requestWeight` bytes. Ties go to the
     /// delta, then objects.
-    public static func choose(
+    package static func choose(
         list: FileList, bundleSize: Int64, localContents: Set<SHA256Digest>, delta: DeltaManifest? = nil
     ) -> FetchCost {
         var missing: [SHA256Digest: FileEntry] = [:]

@@ -2,7 +2,7 @@ import Foundation
 
 /// Why a fetched index was not accepted. Pure values: the sync maps each to its error and exit
 /// code.
-public enum IndexRefusal: Error, Sendable, Equatable, CustomStringConvertible {
+package enum IndexRefusal: Error, Sendable, Equatable, CustomStringConvertible {
     /// The signature file is unreadable, or no trusted key signed these exact bytes.
     case signature(SigningError)
     /// The signed bytes are not a valid index.
@@ -20,7 +20,7 @@ public enum IndexRefusal: Error, Sendable, Equatable, CustomStringConvertible {
     case torn(String)
 
     /// What was wrong, for a person.
-    public var description: String {
+    package var description: String {
         switch self {
         case .signature(let e): "\(e)"
         case .manifest(let e): "\(e)"
@@ -34,42 +34,42 @@ public enum IndexRefusal: Error, Sendable, Equatable, CustomStringConvertible {
 }
 
 /// An index that passed every trust rule.
-public struct AcceptedIndexDecision: Sendable, Equatable {
+package struct AcceptedIndexDecision: Sendable, Equatable {
     /// The decoded index.
-    public let index: RepositoryIndex
+    package let index: RepositoryIndex
     /// SHA-256 of the exact bytes verified.
-    public let digest: SHA256Digest
+    package let digest: SHA256Digest
     /// Whether the bytes are new to this sandbox (not a 304, not the bytes already accepted):
     /// only fresh bytes are recorded, and only they may rotate keys.
-    public let fresh: Bool
+    package let fresh: Bool
     /// The keys trusted from now on, when a fresh index names keys other than the trusted ones.
-    public let rotatedKeys: [KeyFile]?
+    package let rotatedKeys: [KeyFile]?
 }
 
 /// The trust rules a fetched index must pass before anything acts on it (TUF-style): a
 /// signature by a trusted key over the exact bytes, checked before anything is decoded; a serial
 /// that never goes down and is never reused with other bytes; an expiry in the future; and key
 /// rotation only by an index the current keys signed. Pure: no I/O, no clock of its own.
-public enum IndexAcceptance {
+package enum IndexAcceptance {
     /// What a sync knows when it decides.
-    public struct Input: Sendable {
+    package struct Input: Sendable {
         /// The index bytes: fetched, or the cached copy after a 304.
-        public var bytes: Data
+        package var bytes: Data
         /// The signature file's bytes.
-        public var signature: Data
+        package var signature: Data
         /// The server answered 304 to the conditional GET (the bytes are the cached copy).
-        public var notModified: Bool
+        package var notModified: Bool
         /// The keys the sandbox trusts, as configured (compared with the keys an index names).
-        public var trustedKeys: [KeyFile]
+        package var trustedKeys: [KeyFile]
         /// The same keys, parsed (the caller reports an unusable configured key its own way).
-        public var trusted: [PublicKey]
+        package var trusted: [PublicKey]
         /// The last index the sandbox accepted.
-        public var accepted: AcceptedIndex?
+        package var accepted: AcceptedIndex?
         /// The time to check expiry against.
-        public var now: Date
+        package var now: Date
 
         /// Creates an input.
-        public init(
+        package init(
             bytes: Data, signature: Data, notModified: Bool, trustedKeys: [KeyFile], trusted: [PublicKey],
             accepted: AcceptedIndex?, now: Date
         ) {
@@ -84,14 +84,14 @@ public enum IndexAcceptance {
     }
 
     /// Whether fetched bytes are new to the sandbox (so the signature must be fetched too).
-    public static func isFresh(bytes: Data, notModified: Bool, accepted: AcceptedIndex?) -> Bool {
+    package static func isFresh(bytes: Data, notModified: Bool, accepted: AcceptedIndex?) -> Bool {
         guard !notModified else { return false }
         if let acc = accepted, SHA256Digest.of(bytes) == acc.sha256 { return false }
         return true
     }
 
     /// The public keys of key files, refusing any that cannot be used.
-    public static func publicKeys(_ files: [KeyFile], document: String) throws(SigningError) -> [PublicKey] {
+    package static func publicKeys(_ files: [KeyFile], document: String) throws(SigningError) -> [PublicKey] {
         var out: [PublicKey] = []
         for k in files {
             let data: Data
@@ -110,7 +110,7 @@ public enum IndexAcceptance {
 
     /// Applies every rule, in order: signature file, the index it names, signature, schema,
     /// serial, expiry, rotation.
-    public static func decide(_ input: Input) throws(IndexRefusal) -> AcceptedIndexDecision {
+    package static func decide(_ input: Input) throws(IndexRefusal) -> AcceptedIndexDecision {
         let signatures: SignatureFile
         do {
             signatures = try ManifestCoding.decode(

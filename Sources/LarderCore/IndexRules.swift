@@ -15,9 +15,9 @@ public struct IndexIssue: Sendable, Equatable, CustomStringConvertible {
 
 /// The rules an index must follow beyond its JSON schema. Pure; used by `pack` before it signs
 /// and by `verify` on what it reads.
-public enum IndexRules {
+package enum IndexRules {
     /// Every rule the index breaks, in a stable order.
-    public static func issues(_ index: RepositoryIndex) -> [IndexIssue] {
+    package static func issues(_ index: RepositoryIndex) -> [IndexIssue] {
         var out: [IndexIssue] = []
         var seen: Set<String> = []
         var routeOwner: [RoutePrefix: PackageID] = [:]
@@ -50,20 +50,7 @@ public enum IndexRules {
             for b in p.policy.bypass where !b.hasPrefix("/") {
                 add("bad-policy", "bypass prefix \(quoted(b)) must start with /")
             }
-            for r in p.routes {
-                guard let prefix = RoutePrefix(r) else {
-                    add("bad-route", "route \(quoted(r)): \(RoutePrefix.problem(r) ?? "invalid")")
-                    continue
-                }
-                if prefix.description != r {
-                    add("route-not-normalised", "route \(quoted(r)) should be written \(prefix) (pack writes it so)")
-                }
-                if let owner = routeOwner[prefix], owner != p.id {
-                    add("route-conflict", "route \(prefix) is also claimed by \(owner)")
-                } else {
-                    routeOwner[prefix] = p.id
-                }
-            }
+            checkRoutes(p, owners: &routeOwner, add)
             for d in p.dependencies where !ids.contains(d.id) {
                 add("missing-dependency", "depends on \(d.id) (\(d.range)), which the index does not list")
             }
@@ -78,5 +65,26 @@ public enum IndexRules {
             }
         }
         return out
+    }
+
+    /// Each route of `p` well formed, written as pack normalises it, and claimed by no other
+    /// package (`owners`: the first claimant of each prefix).
+    private static func checkRoutes(
+        _ p: PackageEntry, owners routeOwner: inout [RoutePrefix: PackageID], _ add: (String, String) -> Void
+    ) {
+        for r in p.routes {
+            guard let prefix = RoutePrefix(r) else {
+                add("bad-route", "route \(quoted(r)): \(RoutePrefix.problem(r) ?? "invalid")")
+                continue
+            }
+            if prefix.description != r {
+                add("route-not-normalised", "route \(quoted(r)) should be written \(prefix) (pack writes it so)")
+            }
+            if let owner = routeOwner[prefix], owner != p.id {
+                add("route-conflict", "route \(prefix) is also claimed by \(owner)")
+            } else {
+                routeOwner[prefix] = p.id
+            }
+        }
     }
 }

@@ -25,14 +25,14 @@ public enum ManifestError: Error, Sendable, Equatable, CustomStringConvertible {
 /// The one JSON dialect of every Larder document: sorted keys, two-space indentation, no escaped
 /// slashes, RFC 3339 dates in UTC with whole seconds, trailing newline. The same value always
 /// encodes to the same bytes.
-public enum ManifestCoding {
+package enum ManifestCoding {
     /// Largest document readers accept: an index of about 17,000 packages (≈ 900 bytes each), or
     /// the file list of a version at the 50,000-file limit (≈ 170 bytes a file).
-    public static let maxDocumentBytes = 16 << 20
+    package static let maxDocumentBytes = 16 << 20
 
     /// Encodes `value` canonically; `compact` leaves out the indentation and line breaks (but not
     /// the final newline), for the device's `state.json`, which every change rewrites.
-    public static func encode<T: Encodable>(_ value: T, compact: Bool = false) throws -> Data {
+    package static func encode<T: Encodable>(_ value: T, compact: Bool = false) throws -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting =
             compact ? [.sortedKeys, .withoutEscapingSlashes] : [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
@@ -47,7 +47,7 @@ public enum ManifestCoding {
 
     /// Decodes a document, turning decoder errors into `ManifestError.malformed` that names the
     /// field, and refusing other schema versions.
-    public static func decode<T: Decodable>(_ type: T.Type, from data: Data, document: String) throws(ManifestError)
+    package static func decode<T: Decodable>(_ type: T.Type, from data: Data, document: String) throws(ManifestError)
         -> T
     {
         guard data.count <= maxDocumentBytes else {
@@ -124,7 +124,7 @@ public enum ManifestCoding {
     /// the milliseconds are dropped, as `ISO8601DateFormatter` does. Computed directly —
     /// a formatter per date made encoding a large `state.json` spend most of its time building
     /// formatters — and equal, byte for byte, to `ISO8601DateFormatter`'s output (a test checks).
-    public static func formatRFC3339(_ date: Date) -> String {
+    package static func formatRFC3339(_ date: Date) -> String {
         let millis = (date.timeIntervalSince1970 * 1000).rounded()
         let seconds = Int64((millis / 1000).rounded(.down))
         let days = seconds >= 0 ? seconds / 86_400 : -((-seconds + 86_399) / 86_400)
@@ -160,7 +160,7 @@ public enum ManifestCoding {
     /// Parses RFC 3339 with or without fractional seconds, any offset. The form Larder writes
     /// (`YYYY-MM-DDTHH:MM:SSZ`, in range) is read directly; anything else goes to
     /// `ISO8601DateFormatter`, so every input gets the same answer as before.
-    public static func parseRFC3339(_ text: String) -> Date? {
+    package static func parseRFC3339(_ text: String) -> Date? {
         if let d = parseCanonical(text) { return d }
         let f = ISO8601DateFormatter()
         f.formatOptions = [.withInternetDateTime]
@@ -237,7 +237,7 @@ public enum ManifestCoding {
 
 /// A document that carries its `schemaVersion` (decoded with the rest, so `ManifestCoding.decode`
 /// checks it without a second pass over the bytes).
-public protocol SchemaVersioned {
+package protocol SchemaVersioned {
     /// The document's format version.
     var schemaVersion: Int { get }
 }

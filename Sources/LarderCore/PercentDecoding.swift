@@ -1,9 +1,9 @@
 /// Strict percent-decoding, once: every `%` must start two hex digits, and the result must be
 /// UTF-8. `refuse` sees each byte an escape produced and may name a reason to refuse it (the
 /// resolver refuses encoded `/`, `\` and NUL; literal ones are the caller's business).
-public enum PercentDecoding {
+package enum PercentDecoding {
     /// The decoded text, or why it was refused.
-    public static func decode(_ text: String, refuse: (UInt8) -> String? = { _ in nil }) -> Result<String, Refusal> {
+    package static func decode(_ text: String, refuse: (UInt8) -> String? = { _ in nil }) -> Result<String, Refusal> {
         let u = Array(text.utf8)
         var out: [UInt8] = []
         out.reserveCapacity(u.count)
@@ -29,9 +29,9 @@ public enum PercentDecoding {
     }
 
     /// Why a text was refused.
-    public struct Refusal: Error, Equatable, Sendable {
+    package struct Refusal: Error, Equatable, Sendable {
         /// What was wrong, as a noun phrase for a sentence (`a bad percent escape`, `an encoded slash`).
-        public let message: String
+        package let message: String
     }
 
     private static func hex(_ c: UInt8) -> UInt8? {

@@ -8,7 +8,7 @@
 /// paragraph separators, and the quote and backslash themselves. Escapes are written `\u{1B}`
 /// (Swift's own spelling), so the message can be read back unambiguously. Bytes that were not
 /// UTF-8 arrive here already as U+FFFD.
-public func quoted(_ value: some CustomStringConvertible) -> String {
+package func quoted(_ value: some CustomStringConvertible) -> String {
     let text = value.description
     var out = "\""
     out.reserveCapacity(text.utf8.count + 2)
@@ -24,9 +24,9 @@ public func quoted(_ value: some CustomStringConvertible) -> String {
 }
 
 /// The character classes `quoted(_:)` escapes, shared with the CLI's last line of defence.
-public enum Quoting {
+package enum Quoting {
     /// Whether `scalar` must not reach a terminal or a log as itself.
-    public static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
+    package static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0x00...0x1F, 0x7F...0x9F: true
         // Bidirectional embeddings, overrides and isolates; LRM, RLM, ALM.
@@ -41,7 +41,7 @@ public enum Quoting {
     /// `needsEscape` names except the tab is written `\u{…}`. The CLI passes every line it
     /// prints through this, so that no message, whatever it embeds, can move the cursor, retitle
     /// the window or hide text.
-    public static func sanitizeLine(_ line: String) -> String {
+    package static func sanitizeLine(_ line: String) -> String {
         guard line.unicodeScalars.contains(where: { $0 != "\t" && needsEscape($0) }) else { return line }
         var out = ""
         out.reserveCapacity(line.utf8.count + 8)

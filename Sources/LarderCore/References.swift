@@ -2,9 +2,9 @@
 /// resolves them inside a package, so that `verify` can report links to files a bundle lacks.
 /// A scan, not a full HTML parser: comments and `<script>` bodies are skipped; attribute values
 /// may be quoted or bare.
-public enum References {
+package enum References {
     /// The raw reference texts in an HTML document.
-    public static func inHTML(_ text: String) -> [String] {
+    package static func inHTML(_ text: String) -> [String] {
         let bytes = Array(text.utf8)
         var refs: [String] = []
         var i = 0
@@ -105,7 +105,7 @@ public enum References {
     private static func isSpace(_ c: UInt8) -> Bool { c == 0x20 || c == 0x09 || c == 0x0A || c == 0x0D || c == 0x0C }
 
     /// `url(...)` and `@import "…"` targets in CSS text.
-    public static func inCSS(_ text: String) -> [String] {
+    package static func inCSS(_ text: String) -> [String] {
         var out: [String] = []
         let b = Array(text.utf8)
         let n = b.count
@@ -163,7 +163,7 @@ public enum References {
     }
 
     /// How a reference resolves inside a package.
-    public enum Target: Equatable, Sendable {
+    package enum Target: Equatable, Sendable {
         /// Not checked: external (`http:`, `data:`, `larder:` …), protocol-relative, a fragment, empty,
         /// or a template placeholder.
         case external
@@ -177,7 +177,7 @@ public enum References {
 
     /// Resolves `reference` found in the file at `from`. Root-relative references (`/x`) are
     /// resolved against the package root.
-    public static func resolve(_ reference: String, from: RelativePath) -> Target {
+    package static func resolve(_ reference: String, from: RelativePath) -> Target {
         var ref = Substring(reference.trimmingSpaces)
         if ref.isEmpty || ref.hasPrefix("#") || ref.hasPrefix("//") { return .external }
         if ref.contains("{{") || ref.contains("${") || ref.contains("<%") { return .external }

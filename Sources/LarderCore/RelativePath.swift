@@ -64,7 +64,7 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
 
     /// Validates raw name bytes as found in an archive; a trailing `/` (directory marker) is
     /// removed first.
-    public static func validate(bytes: [UInt8], limits: TreeLimits = .standard) -> Result<RelativePath, PathProblem> {
+    package static func validate(bytes: [UInt8], limits: TreeLimits = .standard) -> Result<RelativePath, PathProblem> {
         var raw = bytes
         while raw.last == UInt8(ascii: "/"), raw.count > 1 { raw.removeLast() }
         guard let text = String(validating: raw, as: UTF8.self) else { return .failure(.notUTF8) }
@@ -72,7 +72,7 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
     }
 
     /// Validates a path string.
-    public static func validate(_ text: String, limits: TreeLimits = .standard) -> Result<RelativePath, PathProblem> {
+    package static func validate(_ text: String, limits: TreeLimits = .standard) -> Result<RelativePath, PathProblem> {
         let u = Array(text.utf8)
         if u.isEmpty { return .failure(.empty) }
         if u.contains(0) { return .failure(.nul) }

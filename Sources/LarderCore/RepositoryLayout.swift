@@ -1,80 +1,80 @@
 import SystemPackage
 
 /// Where each document of a repository lives, relative to its root (see manifests/README.md).
-public struct RepositoryLayout: Sendable {
+package struct RepositoryLayout: Sendable {
     /// The repository root directory.
-    public let root: FilePath
+    package let root: FilePath
 
     /// A layout rooted at `root`.
-    public init(root: FilePath) { self.root = root }
+    package init(root: FilePath) { self.root = root }
 
     /// File name of the signed index at the repository root.
-    public static let indexName = "index.json"
+    package static let indexName = "index.json"
     /// File name of the index's detached signatures, next to the index.
-    public static let signatureName = "index.json.sig"
+    package static let signatureName = "index.json.sig"
     /// Suffix of the index and signature a publication writes before renaming them into place.
-    public static let pendingSuffix = ".pending"
+    package static let pendingSuffix = ".pending"
 
     /// The signed index, `<root>/index.json`.
-    public var index: FilePath { root.appending(Self.indexName) }
+    package var index: FilePath { root.appending(Self.indexName) }
     /// The index's signatures, `<root>/index.json.sig`.
-    public var signature: FilePath { root.appending(Self.signatureName) }
+    package var signature: FilePath { root.appending(Self.signatureName) }
     /// The next index while a publication is under way, `<root>/index.json.pending`.
-    public var pendingIndex: FilePath { root.appending(Self.indexName + Self.pendingSuffix) }
+    package var pendingIndex: FilePath { root.appending(Self.indexName + Self.pendingSuffix) }
     /// The next signatures while a publication is under way, `<root>/index.json.sig.pending`.
-    public var pendingSignature: FilePath { root.appending(Self.signatureName + Self.pendingSuffix) }
+    package var pendingSignature: FilePath { root.appending(Self.signatureName + Self.pendingSuffix) }
     /// The directory of package versions (bundles and file lists), `<root>/packages`.
-    public var packages: FilePath { root.appending("packages") }
+    package var packages: FilePath { root.appending("packages") }
     /// The objects, one gzip-compressed file per content named by its SHA-256, `<root>/objects`.
-    public var objects: FilePath { root.appending("objects") }
+    package var objects: FilePath { root.appending("objects") }
 
     /// Every published index under its SHA-256, immutable (`<root>/indexes`): the copy a
     /// device fetches when the signature it got names another index than `index.json` gave it.
-    public var indexes: FilePath { root.appending("indexes") }
+    package var indexes: FilePath { root.appending("indexes") }
 
     /// `indexes/<sha256>.json` relative to the root.
-    public static func indexCopyPath(_ digest: SHA256Digest) -> String { "indexes/\(digest.hex).json" }
+    package static func indexCopyPath(_ digest: SHA256Digest) -> String { "indexes/\(digest.hex).json" }
 
     /// `packages/<id>/<version>` relative to the root.
-    public static func versionPath(_ id: PackageID, _ version: SemanticVersion) -> String {
+    package static func versionPath(_ id: PackageID, _ version: SemanticVersion) -> String {
         "packages/\(id)/\(version)"
     }
 
     /// `packages/<id>/<version>/bundle.zip` relative to the root.
-    public static func bundlePath(_ id: PackageID, _ version: SemanticVersion) -> String {
+    package static func bundlePath(_ id: PackageID, _ version: SemanticVersion) -> String {
         versionPath(id, version) + "/bundle.zip"
     }
 
     /// `packages/<id>/<version>/files.json` relative to the root.
-    public static func fileListPath(_ id: PackageID, _ version: SemanticVersion) -> String {
+    package static func fileListPath(_ id: PackageID, _ version: SemanticVersion) -> String {
         versionPath(id, version) + "/files.json"
     }
 
     /// `packages/<id>/<version>/files.json.gz` relative to the root: the file list, gzipped.
-    public static func fileListGzipPath(_ id: PackageID, _ version: SemanticVersion) -> String {
+    package static func fileListGzipPath(_ id: PackageID, _ version: SemanticVersion) -> String {
         fileListPath(id, version) + ".gz"
     }
 
     /// `packages/<id>/<to>/deltas/<from>.json.gz` relative to the root: a delta manifest, gzipped.
-    public static func deltaPath(_ id: PackageID, from: SemanticVersion, to: SemanticVersion) -> String {
+    package static func deltaPath(_ id: PackageID, from: SemanticVersion, to: SemanticVersion) -> String {
         versionPath(id, to) + "/deltas/\(from).json.gz"
     }
 
     /// `patches/<aa>/<sha256>` relative to the root: a binary patch, named by its own SHA-256.
-    public static func patchPath(_ digest: SHA256Digest) -> String {
+    package static func patchPath(_ digest: SHA256Digest) -> String {
         let hex = digest.hex
         return "patches/\(hex.prefix(2))/\(hex)"
     }
 
     /// `objects/<aa>/<sha256>` relative to the root.
-    public static func objectPath(_ digest: SHA256Digest) -> String {
+    package static func objectPath(_ digest: SHA256Digest) -> String {
         let hex = digest.hex
         return "objects/\(hex.prefix(2))/\(hex)"
     }
 
     /// A repository-relative path made absolute. The relative paths come from this layout or
     /// from a verified index; `verify` checks index paths against the layout before use.
-    public func resolve(_ relative: String) -> FilePath {
+    package func resolve(_ relative: String) -> FilePath {
         root.appending(relative)
     }
 }

@@ -1,34 +1,34 @@
 /// The head of a response the resource loader sends for a local file, decided from the request
 /// alone (pure, no I/O): status, headers, and which bytes of the file form the body.
-public struct ResponsePlan: Sendable, Equatable {
+package struct ResponsePlan: Sendable, Equatable {
     /// The HTTP status: 200, 206, 304, 405 or 416.
-    public var status: Int
+    package var status: Int
     /// Header name → value, in a stable order.
-    public var headers: [(String, String)]
+    package var headers: [(String, String)]
     /// The byte range of the file to send (empty for HEAD, 304 and 416).
-    public var body: Range<Int64>
+    package var body: Range<Int64>
 
     /// Equal when status, body range and headers (names, values and order) are.
-    public static func == (l: ResponsePlan, r: ResponsePlan) -> Bool {
+    package static func == (l: ResponsePlan, r: ResponsePlan) -> Bool {
         l.status == r.status && l.body == r.body
             && l.headers.map { "\($0.0): \($0.1)" } == r.headers.map { "\($0.0): \($0.1)" }
     }
 
     /// The value of a header (case-insensitive name).
-    public func header(_ name: String) -> String? {
+    package func header(_ name: String) -> String? {
         headers.first { $0.0.lowercased() == name.lowercased() }?.1
     }
 }
 
 /// How the loader answers requests for local files.
-public enum ResponsePlanner {
+package enum ResponsePlanner {
     /// Decides the response to `method` with the request's `Range` and `If-None-Match` for `file`:
     /// GET or HEAD only (405 otherwise); If-None-Match matching the ETag (or `*`) → 304; one
     /// satisfiable byte range (`a-b`, `a-`, `-n`) → 206 with Content-Range; unsatisfiable → 416
     /// with `Content-Range: bytes */LENGTH`; several ranges or a malformed header → the whole file
     /// (RFC 9110 lets a server ignore Range). `cors` adds `Access-Control-Allow-Origin: *` for
     /// custom-scheme fetches.
-    public static func plan(
+    package static func plan(
         method: String, range: String?, ifNoneMatch: String?, file: LocalFile, cacheControl: String = "no-cache",
         cors: Bool = false
     ) -> ResponsePlan {

@@ -1,156 +1,5 @@
 import Foundation
 
-/// What a URL resolves to.
-public enum Resolution: Sendable, Equatable {
-    /// Served from the sandbox.
-    case local(LocalFile)
-    /// Let the request go to the network.
-    case passthrough(reason: String)
-    /// Inside a package's routes, no such file, and the policy forbids the network.
-    case notFound(reason: String)
-}
-
-/// A file that serves a URL.
-///
-/// Its values live in one shared immutable object, so that a copy (every resolution returns
-/// one) retains one reference rather than each string and array; setting a value gives the file
-/// an object of its own.
-public struct LocalFile: Sendable, Equatable {
-    /// The shared values.
-    private var storage: Storage
-
-    /// The package that serves the file.
-    public var package: PackageID {
-        get { storage.fields.package }
-        set { update { $0.package = newValue } }
-    }
-    /// The version of the package the file belongs to.
-    public var version: SemanticVersion {
-        get { storage.fields.version }
-        set { update { $0.version = newValue } }
-    }
-    /// The path inside the package.
-    public var path: RelativePath {
-        get { storage.fields.path }
-        set { update { $0.path = newValue } }
-    }
-    /// The Content-Type to send: the file list's `mime`, else the type for the path's extension.
-    public var mime: String {
-        get { storage.fields.mime }
-        set { update { $0.mime = newValue } }
-    }
-    /// The file's size in bytes, from its file list.
-    public var length: Int64 {
-        get { storage.fields.length }
-        set { update { $0.length = newValue } }
-    }
-    /// The file's SHA-256 from its file list (quoted for the header).
-    public var etag: String {
-        get { storage.fields.etag }
-        set { update { $0.etag = newValue } }
-    }
-
-    /// Creates one (the route table makes them from file lists; tests and fuzzers make their own).
-    public init(
-        package: PackageID, version: SemanticVersion, path: RelativePath, mime: String, length: Int64, etag: String
-    ) {
-        storage = Storage(
-            Fields(package: package, version: version, path: path, mime: mime, length: length, etag: etag))
-    }
-
-    /// Whether both name the same file with the same values.
-    public static func == (a: LocalFile, b: LocalFile) -> Bool {
-        a.storage === b.storage || a.storage.fields == b.storage.fields
-    }
-
-    /// Replaces the shared values with changed ones of this file's own.
-    private mutating func update(_ change: (inout Fields) -> Void) {
-        var fields = storage.fields
-        change(&fields)
-        storage = Storage(fields)
-    }
-
-    /// The values of a file.
-    private struct Fields: Sendable, Equatable {
-        var package: PackageID
-        var version: SemanticVersion
-        var path: RelativePath
-        var mime: String
-        var length: Int64
-        var etag: String
-    }
-
-    /// One immutable set of values, shared by copies of a file.
-    private final class Storage: Sendable {
-        let fields: Fields
-
-        init(_ fields: Fields) { self.fields = fields }
-    }
-}
-
-extension LocalFile: CustomReflectable {
-    /// The values as the fields they were before they were shared (for `dump`, test messages
-    /// and `String(describing:)`).
-    public var customMirror: Mirror {
-        Mirror(
-            self,
-            children: [
-                "package": package, "version": version, "path": path, "mime": mime, "length": length, "etag": etag,
-            ], displayStyle: .struct)
-    }
-}
-
-/// One installed package as the resolver sees it: its active version's files and the serving
-/// settings the index gave it. Every answer is computed here, once per snapshot (type, ETag), so
-/// a lookup is one dictionary access.
-public struct RoutedPackage: Sendable {
-    /// The package's id, also the host of its `larder://` URLs.
-    public var id: PackageID
-    /// The version whose files `files` holds (the active one, or one a session pinned).
-    public var version: SemanticVersion
-    /// The route prefixes the index gave the package; the table matches the http(s) ones by prefix.
-    public var routes: [RoutePrefix]
-    /// The file served for a directory URL, relative to the directory (`index.html` by default).
-    public var entry: String
-    /// Whether an extension-less path with no file of its own is answered with the root entry file.
-    public var spaFallback: Bool
-    /// What a path with no file does (not found or pass through), and the prefixes that always pass through.
-    public var policy: Policy
-    /// Path inside the package → the answer for it.
-    public var files: [String: LocalFile] {
-        get { indexedFiles.files }
-        set { indexedFiles = newValue.isEmpty ? .empty : IndexedFiles(newValue) }
-    }
-    /// `files` with their index by path bytes (for the fast path), always set together.
-    private(set) var indexedFiles = IndexedFiles.empty
-
-    /// Creates one from a file list and the index's settings.
-    public init(list: FileList, routes: [RoutePrefix], entry: String, spaFallback: Bool, policy: Policy) {
-        id = list.id
-        version = list.version
-        self.routes = routes
-        self.entry = entry
-        self.spaFallback = spaFallback
-        self.policy = policy
-        files = Self.table(list.id, list.version, list.files.lazy.map { ($0.path, $0.size, $0.sha256.hex, $0.mime) })
-    }
-
-    /// Path → answer for the files of one version (path, size, SHA-256 in hex, listed media
-    /// type); the first entry of a path wins.
-    static func table<S: Collection>(_ id: PackageID, _ version: SemanticVersion, _ entries: S)
-        -> [String: LocalFile] where S.Element == (RelativePath, Int64, String, String?)
-    {
-        var files: [String: LocalFile] = [:]
-        files.reserveCapacity(entries.count)
-        for (path, size, hex, mime) in entries where files[path.string] == nil {
-            files[path.string] = LocalFile(
-                package: id, version: version, path: path, mime: mime ?? MediaTypes.type(for: path), length: size,
-                etag: "\"\(hex)\"")
-        }
-        return files
-    }
-}
-
 /// An immutable URL → file table, built once per sandbox state. Matching and normalisation are
 /// pure and make no system call: `larder://<id>/<path>` always, the app's other custom schemes,
 /// and http(s) prefixes the index declares (longest prefix wins, host case-insensitive, default
@@ -162,7 +11,7 @@ public struct RoutedPackage: Sendable {
 /// route) costs one scan of the URL's bytes and three or four lookups on borrowed bytes (the
 /// host, the first path segment's prefixes, the file), allocates nothing, and retains the file
 /// it returns once; every other URL takes the general path, which answers the same for those.
-public struct RouteTable: Sendable {
+package struct RouteTable: Sendable {
     /// An http(s) origin (host lower case, default port as 0) → its route prefixes.
     let origins: [Origin: OriginRoutes]
     /// Custom schemes that map `scheme://<id>/<path>` like `larder:`.
@@ -184,7 +33,7 @@ public struct RouteTable: Sendable {
     }
 
     /// Builds a table; `schemes` are extra custom schemes the app registers (lower case).
-    public init(packages: [RoutedPackage], schemes: Set<String> = []) {
+    package init(packages: [RoutedPackage], schemes: Set<String> = []) {
         let byID = Dictionary(packages.map { ($0.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
         var origins: [Origin: OriginRoutes] = [:]
         var seen = Set<String>()
@@ -220,7 +69,7 @@ public struct RouteTable: Sendable {
     /// versions). When each package given replaces one with the same routes, only those packages
     /// change: the routes' origins and byte tables are shared with this table, and no route is
     /// indexed again. Otherwise the table is built again.
-    public func replacing(_ changed: [RoutedPackage]) -> RouteTable {
+    package func replacing(_ changed: [RoutedPackage]) -> RouteTable {
         if changed.allSatisfy({ stored($0.id.rawValue)?.routes == $0.routes }), let fast = fast.replacing(changed) {
             return RouteTable(keeping: self, fast: fast)
         }
@@ -241,13 +90,13 @@ public struct RouteTable: Sendable {
     }
 
     /// How many packages the table holds.
-    public var count: Int { fast.refs.count }
+    package var count: Int { fast.refs.count }
 
     /// The package with this id, if the table has it.
-    public func package(_ id: PackageID) -> RoutedPackage? { stored(id.rawValue) }
+    package func package(_ id: PackageID) -> RoutedPackage? { stored(id.rawValue) }
 
     /// Every package in the table, by id.
-    public var allPackages: [RoutedPackage] { fast.slots.keys.sorted().compactMap { stored($0) } }
+    package var allPackages: [RoutedPackage] { fast.slots.keys.sorted().compactMap { stored($0) } }
 
     /// Resolves a URL string. Works on the URL's UTF-8 bytes in place. The common case (an http(s)
     /// URL already in canonical form naming a file under a route) takes `fastResolve`, which
@@ -256,7 +105,7 @@ public struct RouteTable: Sendable {
     ///
     /// The URL is read as a browser would request it (`BrowserURL`): `http://h/app/x//..` is
     /// `/app/x/`, `https://bücher.example/` is `https://xn--bcher-kva.example/`.
-    public func resolve(_ url: String) -> Resolution {
+    package func resolve(_ url: String) -> Resolution {
         if let r = url.utf8.withContiguousStorageIfAvailable({ fastResolve($0) }) {
             return r ?? resolveGeneral(url)
         }
@@ -295,7 +144,7 @@ public struct RouteTable: Sendable {
 
     /// Which package of the table a URL routes to (by scheme and host, or by the longest route
     /// prefix), without looking its path up; nil when no package of the table takes it.
-    public func routedPackage(_ url: String) -> PackageID? {
+    package func routedPackage(_ url: String) -> PackageID? {
         func id(_ b: UnsafeBufferPointer<UInt8>) -> PackageID? {
             if case .package(let p, _) = match(bytes: b) { return p.id }
             return nil
@@ -487,7 +336,7 @@ public struct RouteTable: Sendable {
     /// first http(s) route with `<rest>` (path and query) after it — so a `local-then-network`
     /// package loaded through a custom scheme reaches its own origin for what it lacks. Nil when
     /// the URL is not of that form, names no package here, or the package has no http(s) route.
-    public func networkURL(forCustom url: String) -> String? {
+    package func networkURL(forCustom url: String) -> String? {
         guard let sep = url.range(of: "://") else { return nil }
         let scheme = url[..<sep.lowerBound].lowercased()
         guard scheme != "http", scheme != "https" else { return nil }
@@ -573,25 +422,5 @@ public struct RouteTable: Sendable {
         let trailing = text.hasSuffix("/") || text.hasSuffix("/.") || text.hasSuffix("/..") || text.isEmpty
         let joined = out.joined(separator: "/")
         return .success(trailing && !joined.isEmpty ? joined + "/" : joined)
-    }
-}
-
-/// Content types by extension, covering what web pages load; text types carry `charset=utf-8`.
-public enum MediaTypes {
-    static let table: [String: String] = [
-        "html": "text/html; charset=utf-8", "htm": "text/html; charset=utf-8", "css": "text/css; charset=utf-8",
-        "js": "text/javascript; charset=utf-8", "mjs": "text/javascript; charset=utf-8",
-        "json": "application/json; charset=utf-8", "map": "application/json; charset=utf-8",
-        "webmanifest": "application/manifest+json; charset=utf-8", "txt": "text/plain; charset=utf-8",
-        "xml": "application/xml; charset=utf-8", "svg": "image/svg+xml; charset=utf-8", "wasm": "application/wasm",
-        "png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp",
-        "avif": "image/avif", "ico": "image/x-icon", "woff": "font/woff", "woff2": "font/woff2", "ttf": "font/ttf",
-        "otf": "font/otf", "mp4": "video/mp4", "webm": "video/webm", "mp3": "audio/mpeg", "m4a": "audio/mp4",
-        "ogg": "audio/ogg", "wav": "audio/wav", "pdf": "application/pdf",
-    ]
-
-    /// The type for a path (by its extension), `application/octet-stream` when unknown.
-    public static func type(for path: RelativePath) -> String {
-        table[path.pathExtension] ?? "application/octet-stream"
     }
 }

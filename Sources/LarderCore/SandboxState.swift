@@ -60,18 +60,18 @@ public struct HistoryEntry: Codable, Sendable, Equatable {
 
 /// A version present in the sandbox (its tree under `packages/<id>/<version>/`, its verified
 /// file list under `lists/<id>/<version>.json`).
-public struct InstalledVersion: Codable, Sendable, Equatable {
+package struct InstalledVersion: Codable, Sendable, Equatable {
     /// The version on disk.
-    public var version: SemanticVersion
+    package var version: SemanticVersion
     /// The number of files in its verified file list.
-    public var fileCount: Int
+    package var fileCount: Int
     /// Sum of the file sizes.
-    public var size: Int64
+    package var size: Int64
     /// When it was placed on disk (or, for a tree found only on disk, when `doctor` recorded it).
-    public var installedAt: Date
+    package var installedAt: Date
 
     /// Creates a record.
-    public init(version: SemanticVersion, fileCount: Int, size: Int64, installedAt: Date) {
+    package init(version: SemanticVersion, fileCount: Int, size: Int64, installedAt: Date) {
         self.version = version
         self.fileCount = fileCount
         self.size = size
@@ -114,41 +114,41 @@ public struct HealthPolicy: Sendable, Equatable, Codable {
 }
 
 /// Everything the sandbox knows about one package.
-public struct PackageState: Codable, Sendable, Equatable {
+package struct PackageState: Codable, Sendable, Equatable {
     /// The version served; nil before the first activation, or after its tree went missing.
-    public var active: SemanticVersion?
+    package var active: SemanticVersion?
     /// The last known good version, restored by a rollback.
-    public var fallback: SemanticVersion?
+    package var fallback: SemanticVersion?
     /// Whether the active version is still pending or confirmed (a new package starts `confirmed`).
-    public var health: Health
+    package var health: Health
     /// Failures reported since the active version was activated.
-    public var failures: Int
+    package var failures: Int
     /// Launches since the active version was activated.
-    public var launches: Int
+    package var launches: Int
     /// Versions on disk, in installation order.
-    public var versions: [InstalledVersion]
+    package var versions: [InstalledVersion]
     /// Versions rolled back off or revoked; `install` refuses them without `force`.
-    public var failed: [FailedVersion]
+    package var failed: [FailedVersion]
     /// The most recent state changes, oldest first (bounded by `historyLimit`).
-    public var history: [HistoryEntry]
+    package var history: [HistoryEntry]
     /// Grows by one every time the active version changes (absent in states written before it
     /// existed: read it through `activationNumber`). A page-health verdict names the activation it
     /// watched, so it is never applied to another.
-    public var activation: UInt64?
+    package var activation: UInt64?
 
     /// The number of the current activation (0 before the first).
-    public var activationNumber: UInt64 { activation ?? 0 }
+    package var activationNumber: UInt64 { activation ?? 0 }
 
     /// The current activation of the active version, for a page-health verdict; nil when none is active.
-    public func activationRef(_ id: PackageID) -> ActivationRef? {
+    package func activationRef(_ id: PackageID) -> ActivationRef? {
         active.map { ActivationRef(package: id, version: $0, number: activationNumber) }
     }
 
     /// How many history entries are kept per package.
-    public static let historyLimit = 100
+    package static let historyLimit = 100
 
     /// An empty package.
-    public init() {
+    package init() {
         active = nil
         fallback = nil
         health = .confirmed
@@ -160,13 +160,13 @@ public struct PackageState: Codable, Sendable, Equatable {
     }
 
     /// Whether `version` is on disk.
-    public func has(_ version: SemanticVersion) -> Bool { versions.contains { $0.version == version } }
+    package func has(_ version: SemanticVersion) -> Bool { versions.contains { $0.version == version } }
 
     /// Whether `version` was rolled back off.
-    public func hasFailed(_ version: SemanticVersion) -> Bool { failed.contains { $0.version == version } }
+    package func hasFailed(_ version: SemanticVersion) -> Bool { failed.contains { $0.version == version } }
 
     /// Appends to the history, dropping the oldest entries past the limit.
-    public mutating func record(_ entry: HistoryEntry) {
+    package mutating func record(_ entry: HistoryEntry) {
         history.append(entry)
         if history.count > Self.historyLimit { history.removeFirst(history.count - Self.historyLimit) }
     }
@@ -174,7 +174,7 @@ public struct PackageState: Codable, Sendable, Equatable {
     /// Makes `version` (already on disk) active and pending. The previous active version becomes
     /// the fallback — unless it was never confirmed and a fallback exists already, in which case
     /// that last known good version stays the fallback.
-    public mutating func activate(
+    package mutating func activate(
         _ version: SemanticVersion, event: HistoryEvent = .activate, reason: String? = nil, at: Date
     ) {
         let previous = active
@@ -189,7 +189,7 @@ public struct PackageState: Codable, Sendable, Equatable {
     }
 
     /// The app says the active version works.
-    public mutating func confirm(at: Date) {
+    package mutating func confirm(at: Date) {
         guard let v = active else { return }
         health = .confirmed
         failures = 0
@@ -200,7 +200,9 @@ public struct PackageState: Codable, Sendable, Equatable {
     /// Rolls back to `target` (the fallback unless named), recording the version left as
     /// failed with `reason`. Returns the version rolled back from.
     @discardableResult
-    public mutating func rollBack(to target: SemanticVersion, reason: String, event: HistoryEvent = .rollback, at: Date)
+    package mutating func rollBack(
+        to target: SemanticVersion, reason: String, event: HistoryEvent = .rollback, at: Date
+    )
         -> SemanticVersion?
     {
         let from = active
@@ -219,7 +221,7 @@ public struct PackageState: Codable, Sendable, Equatable {
 
     /// Counts a failure of the active version; a pending version that reaches the policy's
     /// limit and has a fallback is rolled back. Returns the version rolled back to, if any.
-    public mutating func recordFailure(_ reason: String, policy: HealthPolicy, at: Date) -> SemanticVersion? {
+    package mutating func recordFailure(_ reason: String, policy: HealthPolicy, at: Date) -> SemanticVersion? {
         guard let v = active else { return nil }
         failures += 1
         record(HistoryEntry(event: .failure, version: v, reason: reason, at: at))
@@ -233,7 +235,7 @@ public struct PackageState: Codable, Sendable, Equatable {
     /// for a pending version with a fallback, rolls back at once — a page that failed its health
     /// check is decisive, unlike a missing file counted against `maxFailures`. Returns the
     /// version rolled back to, if any.
-    public mutating func recordPageHealth(_ verdict: HealthVerdict, at: Date) -> SemanticVersion? {
+    package mutating func recordPageHealth(_ verdict: HealthVerdict, at: Date) -> SemanticVersion? {
         guard let v = active else { return nil }
         switch verdict {
         case .healthy:
@@ -250,7 +252,7 @@ public struct PackageState: Codable, Sendable, Equatable {
 
     /// Counts a launch; a pending version launched more than the policy allows without a
     /// confirmation, and that has a fallback, is rolled back. Returns the version rolled back to.
-    public mutating func recordLaunch(policy: HealthPolicy, at: Date) -> SemanticVersion? {
+    package mutating func recordLaunch(policy: HealthPolicy, at: Date) -> SemanticVersion? {
         guard active != nil, health == .pending else { return nil }
         launches += 1
         guard launches > policy.maxUnconfirmedLaunches, let target = fallback else { return nil }
@@ -260,20 +262,20 @@ public struct PackageState: Codable, Sendable, Equatable {
 }
 
 /// The last index this sandbox accepted, recorded durably before anything is acted on.
-public struct AcceptedIndex: Codable, Sendable, Equatable {
+package struct AcceptedIndex: Codable, Sendable, Equatable {
     /// Never lower in a later index (rollback attack); equal only with identical bytes.
-    public var serial: UInt64
+    package var serial: UInt64
     /// SHA-256 of the exact bytes accepted.
-    public var sha256: SHA256Digest
+    package var sha256: SHA256Digest
     /// When the accepted index expires, as it declares (signed).
-    public var expires: Date
+    package var expires: Date
     /// The server's ETag, for the next conditional GET.
-    public var etag: String?
+    package var etag: String?
     /// When this sandbox accepted it, by the sync's clock.
-    public var acceptedAt: Date
+    package var acceptedAt: Date
 
     /// Creates a record.
-    public init(serial: UInt64, sha256: SHA256Digest, expires: Date, etag: String?, acceptedAt: Date) {
+    package init(serial: UInt64, sha256: SHA256Digest, expires: Date, etag: String?, acceptedAt: Date) {
         self.serial = serial
         self.sha256 = sha256
         self.expires = expires
@@ -283,18 +285,18 @@ public struct AcceptedIndex: Codable, Sendable, Equatable {
 }
 
 /// `state.json`: the sandbox's single source of truth, replaced atomically.
-public struct SandboxState: Codable, Sendable, Equatable {
+package struct SandboxState: Codable, Sendable, Equatable {
     /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// Grows with every write, so readers notice a change cheaply.
-    public var generation: UInt64
+    package var generation: UInt64
     /// Each package's state, keyed by package id text (read it through `subscript(id:)`).
-    public var packages: [String: PackageState]
+    package var packages: [String: PackageState]
     /// The last accepted index (absent before the first sync).
-    public var index: AcceptedIndex?
+    package var index: AcceptedIndex?
 
     /// An empty sandbox.
-    public init() {
+    package init() {
         schemaVersion = currentSchemaVersion
         generation = 0
         packages = [:]
@@ -302,7 +304,7 @@ public struct SandboxState: Codable, Sendable, Equatable {
     }
 
     /// The state of `id` (empty when unknown).
-    public subscript(id: PackageID) -> PackageState {
+    package subscript(id: PackageID) -> PackageState {
         get { packages[id.rawValue] ?? PackageState() }
         set { packages[id.rawValue] = newValue }
     }

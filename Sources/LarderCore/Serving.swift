@@ -4,29 +4,29 @@ import Foundation
 /// a directory URL gets (entry, SPA fallback) and what a missing file does (policy). Decoded on
 /// its own, so that building a resolver snapshot does not decode every digest, rollout and
 /// dependency of an index with a thousand packages.
-public struct ServingSettings: Decodable, Sendable, Equatable {
+package struct ServingSettings: Decodable, Sendable, Equatable {
     /// The package.
-    public var id: PackageID
+    package var id: PackageID
     /// The channel of the entry (a device serves with its own channel's entries).
-    public var channel: String
+    package var channel: String
     /// URL prefixes the package serves, as the index spells them.
-    public var routes: [String]
+    package var routes: [String]
     /// The file served for directory URLs.
-    public var entry: String
+    package var entry: String
     /// Whether an extension-less path with no file gets the entry file.
-    public var spaFallback: Bool
+    package var spaFallback: Bool
     /// What a path with no file does.
-    public var policy: Policy
+    package var policy: Policy
 
     /// The settings of an entry.
-    public init(_ e: PackageEntry) {
+    package init(_ e: PackageEntry) {
         self.init(
             id: e.id, channel: e.channel, routes: e.routes, entry: e.entry, spaFallback: e.spaFallback,
             policy: e.policy)
     }
 
     /// Settings as given; the defaults are those of a package the index does not describe.
-    public init(
+    package init(
         id: PackageID, channel: String = Channel.default, routes: [String] = [], entry: String = "index.html",
         spaFallback: Bool = false, policy: Policy = Policy()
     ) {
@@ -48,7 +48,7 @@ public struct ServingSettings: Decodable, Sendable, Equatable {
     }
 
     /// Decodes the fields with `PackageEntry`'s defaults for those absent.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         id = try c.decode(PackageID.self, forKey: .id)
         channel = try c.decodeIfPresent(String.self, forKey: .channel) ?? Channel.default
@@ -61,32 +61,32 @@ public struct ServingSettings: Decodable, Sendable, Equatable {
 
 /// An index as the resolver reads it: each entry's serving settings only. The index was verified
 /// when the sync accepted it; this reads the device's cached copy.
-public struct ServingIndex: Decodable, Sendable, SchemaVersioned {
+package struct ServingIndex: Decodable, Sendable, SchemaVersioned {
     /// The document's format version.
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// The serving settings of every entry, every channel.
-    public var packages: [ServingSettings]
+    package var packages: [ServingSettings]
 }
 
 /// A file list as the resolver reads it: every path validated as a `FileList` validates it (a
 /// damaged list never sends a read outside its tree), sizes and media types checked, and each
 /// digest checked as 64 lowercase hex digits but kept as text — the resolver only quotes it.
-public struct ServingList: Decodable, Sendable, SchemaVersioned {
+package struct ServingList: Decodable, Sendable, SchemaVersioned {
     /// One file.
-    public struct File: Decodable, Sendable {
+    package struct File: Decodable, Sendable {
         /// The path inside the package.
-        public var path: RelativePath
+        package var path: RelativePath
         /// Its size.
-        public var size: Int64
+        package var size: Int64
         /// Its SHA-256, 64 lowercase hex digits.
-        public var sha256: String
+        package var sha256: String
         /// The media type the list gives, if any.
-        public var mime: String?
+        package var mime: String?
 
         enum CodingKeys: String, CodingKey { case path, size, sha256, mime }
 
         /// Decodes with the checks of `FileEntry`, the digest left as text.
-        public init(from decoder: Decoder) throws {
+        package init(from decoder: Decoder) throws {
             let c = try decoder.container(keyedBy: CodingKeys.self)
             path = try c.decode(RelativePath.self, forKey: .path)
             size = try c.decode(Int64.self, forKey: .size)
@@ -103,19 +103,19 @@ public struct ServingList: Decodable, Sendable, SchemaVersioned {
     }
 
     /// The document's format version.
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// The package.
-    public var id: PackageID
+    package var id: PackageID
     /// The version listed.
-    public var version: SemanticVersion
+    package var version: SemanticVersion
     /// Its files.
-    public var files: [File]
+    package var files: [File]
 }
 
 extension RoutedPackage {
     /// A package routed by its settings whose files are not read (yet): enough to tell which
     /// package a URL routes to (`RouteTable.routedPackage`), not to answer it.
-    public init(id: PackageID, version: SemanticVersion, settings s: ServingSettings?) {
+    package init(id: PackageID, version: SemanticVersion, settings s: ServingSettings?) {
         self.id = id
         self.version = version
         routes = (s?.routes ?? []).compactMap(RoutePrefix.init)
@@ -126,7 +126,7 @@ extension RoutedPackage {
     }
 
     /// Creates one from a file list read for serving and the settings it is served with.
-    public init(list: ServingList, settings s: ServingSettings?) {
+    package init(list: ServingList, settings s: ServingSettings?) {
         self.init(id: list.id, version: list.version, settings: s)
         files = Self.table(list.id, list.version, list.files.lazy.map { ($0.path, $0.size, $0.sha256, $0.mime) })
     }

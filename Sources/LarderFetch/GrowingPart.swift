@@ -10,7 +10,7 @@ import SystemPackage
 /// reader can only move forward: when the transport has to start the file over after bytes were
 /// read (the server ignored the Range, the content failed its hash), the reader is told the
 /// stream is abandoned, and the caller falls back to reading the complete file.
-public final class GrowingPart: @unchecked Sendable {
+package final class GrowingPart: @unchecked Sendable {
     // @unchecked: `available`, `consumed` and `phase` are guarded by `condition`; `fd` and
     // `offset` are used only by the one reading thread.
     enum Phase: Equatable {
@@ -21,13 +21,13 @@ public final class GrowingPart: @unchecked Sendable {
     }
 
     /// Why the stream ended without the complete archive.
-    public struct Abandoned: Error, CustomStringConvertible {
+    package struct Abandoned: Error, CustomStringConvertible {
         /// Why: the transfer's failure, a restart, or a read error naming the path.
-        public let description: String
+        package let description: String
     }
 
     /// The part file followed.
-    public let path: FilePath
+    package let path: FilePath
     private let condition = NSCondition()
     private var available: Int64 = 0
     private var consumed: Int64 = 0
@@ -36,7 +36,7 @@ public final class GrowingPart: @unchecked Sendable {
     private var offset: Int64 = 0
 
     /// Follows the part file at `path` (which the transport creates).
-    public init(_ path: FilePath) {
+    package init(_ path: FilePath) {
         self.path = path
     }
 
@@ -47,12 +47,12 @@ public final class GrowingPart: @unchecked Sendable {
     // MARK: the transport's side
 
     /// The file holds `bytes` valid bytes from its start.
-    public func advance(to bytes: Int64) {
+    package func advance(to bytes: Int64) {
         update { if $0.phase == .running { $0.available = max($0.available, bytes) } }
     }
 
     /// The file was cut back to empty; a reader that has already read from it cannot go on.
-    public func restart() {
+    package func restart() {
         update {
             if $0.consumed > 0, $0.phase == .running { $0.phase = .restarted }
             if $0.phase == .running { $0.available = 0 }
@@ -60,12 +60,12 @@ public final class GrowingPart: @unchecked Sendable {
     }
 
     /// The file is complete: its size and SHA-256 are the expected ones.
-    public func completed() {
+    package func completed() {
         update { if $0.phase == .running { $0.phase = .complete } }
     }
 
     /// The transfer gave up.
-    public func fail(_ reason: String) {
+    package func fail(_ reason: String) {
         update { if $0.phase == .running || $0.phase == .complete { $0.phase = .failed(reason) } }
     }
 
@@ -85,7 +85,7 @@ public final class GrowingPart: @unchecked Sendable {
     // MARK: the reader's side
 
     /// Reads the next bytes, waiting for them: 0 at the end, `Abandoned` if the transfer failed or restarted.
-    public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+    package func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let base = buffer.baseAddress else { return 0 }
         condition.lock()
         while available <= offset, phase == .running { condition.wait() }
@@ -136,7 +136,7 @@ public final class GrowingPart: @unchecked Sendable {
     }
 
     /// Waits for the transfer to end: the path when the file is complete, else throws `Abandoned`.
-    public func complete() throws -> FilePath {
+    package func complete() throws -> FilePath {
         condition.lock()
         while phase == .running { condition.wait() }
         let state = phase

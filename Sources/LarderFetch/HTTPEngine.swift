@@ -24,8 +24,8 @@ package protocol HTTPEngine: Sendable {
 /// The HTTP engine a process uses: what carries a sync's and a verify's transfers, and what
 /// forwards a page's passthrough requests. Engines live in targets of their own
 /// (`LarderFetchNIO`: AsyncHTTPClient; `LarderFetchURLSession`: URLSession); which one a
-/// platform uses is chosen in one place, `HTTPStack.platform` in the `Larder` module, and passed
-/// to what makes transports (`SyncOptions.stack`, `HTTPTransport(options:stack:)`).
+/// platform uses is chosen in one place, `HTTPStack.platform` in LarderSync, and passed to what
+/// makes transports (`SyncOptions.stack`, `HTTPTransport(options:stack:)`).
 public struct HTTPStack: Sendable {
     /// The engine's name, for logs and reports.
     public let name: String

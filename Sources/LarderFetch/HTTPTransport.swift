@@ -40,13 +40,13 @@ public struct HTTPOptions: Sendable {
 /// while streaming, a hard stop at the declared size, and a redirect policy: at most
 /// `maxRedirects`, same host only, never from https to http. One transport is one client: its
 /// requests share connections (keep-alive, TLS sessions, HTTP/2 where the server offers it).
-public final class HTTPTransport: Transport, Sendable {
+package final class HTTPTransport: Transport, Sendable {
     let options: HTTPOptions
     let engine: any HTTPEngine
 
-    /// Creates a transport over `stack`'s engine (the platform's: `HTTPStack.platform`, in the
-    /// `Larder` module); fails when a CA file cannot be read.
-    public init(options: HTTPOptions = HTTPOptions(), stack: HTTPStack) throws(FetchError) {
+    /// Creates a transport over `stack`'s engine (the platform's: `HTTPStack.platform`, in
+    /// LarderSync); fails when a CA file cannot be read.
+    package init(options: HTTPOptions = HTTPOptions(), stack: HTTPStack) throws(FetchError) {
         self.options = options
         self.engine = try stack.makeEngine(options)
     }
@@ -69,7 +69,7 @@ public final class HTTPTransport: Transport, Sendable {
     }
 
     /// GETs a document whole (with If-None-Match for `etag`), retrying 429, 5xx and lost connections.
-    public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
+    package func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
         try checkScheme(url)
         var attempt = 0
         while true {
@@ -91,7 +91,7 @@ public final class HTTPTransport: Transport, Sendable {
     }
 
     /// GETs into `part`, resuming with Range and If-Range and retrying within `deadline`, then verifies it.
-    public func download(
+    package func download(
         _ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?
     ) async throws(FetchError) {
         try checkScheme(url)

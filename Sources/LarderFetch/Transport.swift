@@ -70,16 +70,16 @@ public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
 }
 
 /// A small document fetched whole (index, signature, file list).
-public struct FetchedDocument: Sendable, Equatable {
+package struct FetchedDocument: Sendable, Equatable {
     /// The body; empty when `notModified`.
-    public var data: Data
+    package var data: Data
     /// The ETag to send next time (`file://`: the quoted SHA-256 of the bytes); nil when there is none.
-    public var etag: String?
+    package var etag: String?
     /// The server answered 304 to our If-None-Match.
-    public var notModified: Bool
+    package var notModified: Bool
 
     /// Creates a document.
-    public init(data: Data, etag: String?, notModified: Bool) {
+    package init(data: Data, etag: String?, notModified: Bool) {
         self.data = data
         self.etag = etag
         self.notModified = notModified
@@ -87,16 +87,16 @@ public struct FetchedDocument: Sendable, Equatable {
 }
 
 /// What a download must be.
-public struct Expectation: Sendable, Equatable {
+package struct Expectation: Sendable, Equatable {
     /// Exact size when declared; reading stops there.
-    public var size: Int64?
+    package var size: Int64?
     /// Upper bound when the size is not declared (objects).
-    public var limit: Int64
+    package var limit: Int64
     /// The content's SHA-256, checked when the download ends; nil to skip the check (objects).
-    public var sha256: SHA256Digest?
+    package var sha256: SHA256Digest?
 
     /// Creates an expectation.
-    public init(size: Int64?, limit: Int64, sha256: SHA256Digest?) {
+    package init(size: Int64?, limit: Int64, sha256: SHA256Digest?) {
         self.size = size
         self.limit = limit
         self.sha256 = sha256
@@ -104,11 +104,11 @@ public struct Expectation: Sendable, Equatable {
 }
 
 /// Byte progress of one transfer.
-public typealias ProgressHandler = @Sendable (_ bytes: Int64) -> Void
+package typealias ProgressHandler = @Sendable (_ bytes: Int64) -> Void
 
 /// The one seam between sync and the network (or offline media). Implementations: HTTP(S)
 /// through URLSession, and `file://` repositories; tests inject faults through real servers.
-public protocol Transport: Sendable {
+package protocol Transport: Sendable {
     /// Fetches a small document, conditionally when `etag` is given.
     func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument
 
@@ -124,7 +124,7 @@ public protocol Transport: Sendable {
 
 extension Transport {
     /// Downloads with nobody following the file.
-    public func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?)
+    package func download(_ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?)
         async throws(FetchError)
     {
         try await download(url, to: part, expecting: expecting, progress: progress, watch: nil)
@@ -132,7 +132,7 @@ extension Transport {
 }
 
 /// Picks the transport for a repository URL: `file://` read directly, http(s) over `stack`.
-public func transport(for url: URL, options: HTTPOptions = HTTPOptions(), stack: HTTPStack) throws(FetchError)
+package func transport(for url: URL, options: HTTPOptions = HTTPOptions(), stack: HTTPStack) throws(FetchError)
     -> any Transport
 {
     switch url.scheme?.lowercased() {
@@ -144,12 +144,12 @@ public func transport(for url: URL, options: HTTPOptions = HTTPOptions(), stack:
 
 /// `file://` repositories (offline media, a mounted share): the same contract, no network.
 /// ETags are the SHA-256 of the document, so a no-change sync reads the index once.
-public struct FileTransport: Transport {
+package struct FileTransport: Transport {
     /// Creates one.
-    public init() {}
+    package init() {}
 
     /// Reads the file at the URL's path whole; `notModified` when `etag` is still its ETag.
-    public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
+    package func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
         let path = FilePath(url.path)
         guard let status = try? SystemCalls.stat(path), status.kind == .regular else {
             throw .status(url: url.absoluteString, code: 404)
@@ -166,7 +166,7 @@ public struct FileTransport: Transport {
     }
 
     /// Copies the file at the URL's path into `part`, after the bytes `part` already holds, then verifies it.
-    public func download(
+    package func download(
         _ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?
     ) async throws(FetchError) {
         let source = FilePath(url.path)

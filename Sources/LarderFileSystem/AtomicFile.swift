@@ -3,14 +3,14 @@ import SystemPackage
 
 /// Durable file operations: every replacement is write-temp → fsync → rename → fsync(directory),
 /// so a crash leaves either the old bytes or the new ones, never a mix.
-public enum AtomicFile {
+package enum AtomicFile {
     /// Flushes a descriptor to stable storage (`F_FULLFSYNC` where the platform has it).
-    public static func sync(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
+    package static func sync(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
         try SystemCalls.fsync(fd, path: path)
     }
 
     /// Flushes a directory's entries (after a rename or create inside it).
-    public static func syncDirectory(_ dir: FilePath) throws(FileSystemError) {
+    package static func syncDirectory(_ dir: FilePath) throws(FileSystemError) {
         let fd = try SystemCalls.open(dir, .readOnly, options: [.directory])
         defer { try? SystemCalls.close(fd, path: dir) }
         try SystemCalls.fsync(fd, path: dir)
@@ -19,7 +19,7 @@ public enum AtomicFile {
     /// Atomically replaces (or creates) `path` with `data`, with the given permissions.
     /// `durable: false` skips both fsyncs: for a cache whose loss or damage costs only work (a
     /// crash may leave the old bytes, the new ones, or a damaged file that the reader refuses).
-    public static func write(
+    package static func write(
         _ data: Data, to path: FilePath, permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
         durable: Bool = true
     ) throws(FileSystemError) {
@@ -34,7 +34,7 @@ public enum AtomicFile {
     /// synced. If anything fails the temporary file is removed and `path` is untouched. `body`'s
     /// own errors are rethrown as they are; the file-system steps' errors are turned into the
     /// same type by `wrap`, so no error is ever generalised away.
-    public static func replace<E: Error>(
+    package static func replace<E: Error>(
         _ path: FilePath, permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead],
         durable: Bool = true, wrapping wrap: (FileSystemError) -> E,
         _ body: (FileDescriptor, FilePath) throws(E) -> Void
@@ -75,14 +75,14 @@ public enum AtomicFile {
 
     /// Creates `path` and its missing parents (mode 0755), syncing each parent that gained an
     /// entry.
-    public static func makeDirectories(_ path: FilePath) throws(FileSystemError) {
+    package static func makeDirectories(_ path: FilePath) throws(FileSystemError) {
         try makeDirectories([path])
     }
 
     /// Creates every path of `paths` with its missing parents, as `makeDirectories(_:)` does,
     /// and syncs each directory that gained an entry once, after all are made (a new sandbox's
     /// six directories cost one directory sync, not six).
-    public static func makeDirectories(_ paths: [FilePath]) throws(FileSystemError) {
+    package static func makeDirectories(_ paths: [FilePath]) throws(FileSystemError) {
         var parents: [FilePath] = []
         for path in paths {
             // Existing parents may be symlinks to directories (a symlinked root): they are followed.
@@ -96,22 +96,22 @@ public enum AtomicFile {
     }
 
     /// Whether `path` is a directory (not following a final symlink).
-    public static func isDirectory(_ path: FilePath) -> Bool {
+    package static func isDirectory(_ path: FilePath) -> Bool {
         (try? SystemCalls.lstat(path))?.kind == .directory
     }
 
     /// Whether `path` is a directory, following symlinks.
-    public static func isDirectoryFollowingLinks(_ path: FilePath) -> Bool {
+    package static func isDirectoryFollowingLinks(_ path: FilePath) -> Bool {
         (try? SystemCalls.stat(path))?.kind == .directory
     }
 
     /// Whether anything exists at `path` (not following a final symlink).
-    public static func exists(_ path: FilePath) -> Bool {
+    package static func exists(_ path: FilePath) -> Bool {
         (try? SystemCalls.lstat(path)) != nil
     }
 
     /// Reads a whole file (for small documents: indexes, file lists, keys).
-    public static func read(_ path: FilePath, limit: Int = 64 << 20) throws(FileSystemError) -> Data {
+    package static func read(_ path: FilePath, limit: Int = 64 << 20) throws(FileSystemError) -> Data {
         let fd = try SystemCalls.open(path, .readOnly)
         defer { try? SystemCalls.close(fd, path: path) }
         var out = Data()
@@ -129,7 +129,7 @@ public enum AtomicFile {
 extension AtomicFile {
     /// Flushes the whole file system holding `fd` (one call after writing thousands of files,
     /// instead of an fsync each). Since Linux 5.8 it reports write-back errors.
-    public static func syncFileSystem(_ fd: Int32, path: FilePath) throws(FileSystemError) {
+    package static func syncFileSystem(_ fd: Int32, path: FilePath) throws(FileSystemError) {
         try SystemCalls.syncfs(FileDescriptor(rawValue: fd), path: path)
     }
 }

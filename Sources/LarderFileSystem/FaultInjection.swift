@@ -8,7 +8,7 @@ import SystemPackage
 /// `FileSystemError` it throws (except `open` with `.exclusiveCreate`, reported as `create`).
 /// The `…at` variants count as their plain kind (`openat` is `.open`, `mkdirat` is `.mkdir`,
 /// `unlinkat` is `.unlink` or `.rmdir`, `fstatat` without following links is `.lstat`).
-public enum SystemCall: String, Sendable, Hashable, CaseIterable {
+package enum SystemCall: String, Sendable, Hashable, CaseIterable {
     /// `open(2)` / `openat(2)`.
     case open
     /// `close(2)`.
@@ -61,11 +61,11 @@ public enum SystemCall: String, Sendable, Hashable, CaseIterable {
     case utimens = "utimensat"
 
     /// The kinds a `Fault.loseWrite` may target: writes and flushes.
-    public static let losable: Set<SystemCall> = [.write, .pwrite, .fsync, .fdatasync, .syncfs]
+    package static let losable: Set<SystemCall> = [.write, .pwrite, .fsync, .fdatasync, .syncfs]
 
     /// The kinds that can change what is on disk (and `open`, which may create): the points at
     /// which a crash leaves a different disk state. A `Fault.crash` counts these.
-    public static let changing: Set<SystemCall> = [
+    package static let changing: Set<SystemCall> = [
         .open, .write, .pwrite, .fsync, .fdatasync, .syncfs, .ftruncate, .rename, .link, .unlink, .mkdir, .rmdir,
         .utimens,
     ]
@@ -73,9 +73,9 @@ public enum SystemCall: String, Sendable, Hashable, CaseIterable {
 
 /// A fault to inject into the funnel: the `nth` call of a kind (and the `times - 1` after it)
 /// fails with an errno, or loses its write, instead of doing what it was asked.
-public struct Fault: Sendable, Equatable, CustomStringConvertible {
+package struct Fault: Sendable, Equatable, CustomStringConvertible {
     /// What a hit call does.
-    public enum Effect: Sendable, Equatable {
+    package enum Effect: Sendable, Equatable {
         /// The call is not made; it fails with this errno (`.interrupted` is retried as a real
         /// `EINTR` would be, and counts as a further call).
         case fail(Errno)
@@ -89,28 +89,28 @@ public struct Fault: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// The kind of call it targets.
-    public var kind: SystemCall
+    package var kind: SystemCall
     /// For a crash: every kind it counts (`SystemCall.changing`), instead of `kind` alone.
-    public var kinds: Set<SystemCall>? = nil
+    package var kinds: Set<SystemCall>? = nil
     /// The first call it hits, counting from 1 the calls of `kind` on paths under the scope's
     /// root (retries after `EINTR` count).
-    public var nth: Int
+    package var nth: Int
     /// How many consecutive calls it hits, from the `nth` (`Int.max`: every one after it).
-    public var times: Int
+    package var times: Int
     /// What the hit calls do.
-    public var effect: Effect
+    package var effect: Effect
     /// Whether a hit call names itself on stderr (`larder: fault injected: …`), as a crash
     /// always does: for the CLI's fault seam, whose scripts need to know that the fault hit.
-    public var announced = false
+    package var announced = false
 
     /// The `nth` call of `kind` (and `times - 1` more) fails with `errno`.
-    public static func fail(kind: SystemCall, nth: Int = 1, times: Int = 1, errno: Errno) -> Fault {
+    package static func fail(kind: SystemCall, nth: Int = 1, times: Int = 1, errno: Errno) -> Fault {
         precondition(nth >= 1 && times >= 1, "a fault hits from the first call on, at least once")
         return Fault(kind: kind, nth: nth, times: times, effect: .fail(errno))
     }
 
     /// The `nth` write or flush of `kind` (and `times - 1` more) reports success and does nothing.
-    public static func loseWrite(kind: SystemCall = .write, nth: Int = 1, times: Int = 1) -> Fault {
+    package static func loseWrite(kind: SystemCall = .write, nth: Int = 1, times: Int = 1) -> Fault {
         precondition(SystemCall.losable.contains(kind), "only writes and flushes can be lost, not \(kind)")
         precondition(nth >= 1 && times >= 1, "a fault hits from the first call on, at least once")
         return Fault(kind: kind, nth: nth, times: times, effect: .loseWrite)
@@ -118,7 +118,7 @@ public struct Fault: Sendable, Equatable, CustomStringConvertible {
 
     /// The process dies (SIGKILL) just before the `nth` call that can change the disk
     /// (`SystemCall.changing`, counted together) on a path under the scope's root.
-    public static func crash(nth: Int) -> Fault {
+    package static func crash(nth: Int) -> Fault {
         precondition(nth >= 1, "a crash hits from the first call on")
         return Fault(kind: .open, kinds: SystemCall.changing, nth: nth, times: 1, effect: .crash)
     }
@@ -130,7 +130,7 @@ public struct Fault: Sendable, Equatable, CustomStringConvertible {
     func hits(_ n: Int) -> Bool { n >= nth && n - nth < times }
 
     /// For example `write #3 fails with ENOSPC`.
-    public var description: String {
+    package var description: String {
         let which = times == 1 ? "#\(nth)" : times == .max ? "#\(nth) onwards" : "#\(nth)…#\(nth + times - 1)"
         switch effect {
         case .fail(let e): return "\(kind.rawValue) \(which) fails with errno \(e.rawValue) (\(e))"
@@ -144,11 +144,11 @@ public struct Fault: Sendable, Equatable, CustomStringConvertible {
 ///
 /// Hold it for as long as the faults should apply: `remove()` (or the scope's deallocation)
 /// takes them out. `FaultInjector.withFaults` does both for a block.
-public final class FaultScope: Sendable {
+package final class FaultScope: Sendable {
     /// The directory whose paths (and the paths below it) the faults apply to.
-    public let root: FilePath
+    package let root: FilePath
     /// The faults, in the order given.
-    public let faults: [Fault]
+    package let faults: [Fault]
     let id: Int
 
     init(root: FilePath, faults: [Fault], id: Int) {
@@ -158,10 +158,10 @@ public final class FaultScope: Sendable {
     }
 
     /// How many calls each fault has hit so far (in the order of `faults`); kept after `remove()`.
-    public var hits: [Int] { faultTable?.hits(id) ?? faults.map { _ in 0 } }
+    package var hits: [Int] { faultTable?.hits(id) ?? faults.map { _ in 0 } }
 
     /// Takes the faults out (idempotent); `hits` stays readable.
-    public func remove() { faultTable?.remove(id) }
+    package func remove() { faultTable?.remove(id) }
 
     deinit { faultTable?.forget(id) }
 }
@@ -182,9 +182,9 @@ public final class FaultScope: Sendable {
 ///
 /// **Platforms.** It uses `Synchronization` (`Atomic`, `Mutex`), which Apple ships from macOS 15
 /// and iOS 18: on older Apple systems no fault is ever injected and `install` stops the process.
-public enum FaultInjector {
+package enum FaultInjector {
     /// Installs `faults` for paths under `root` until the returned scope is removed (or freed).
-    public static func install(_ faults: [Fault], under root: FilePath) -> FaultScope {
+    package static func install(_ faults: [Fault], under root: FilePath) -> FaultScope {
         guard let table = faultTable else {
             preconditionFailure("fault injection needs Synchronization (macOS 15, iOS 18 or later)")
         }
@@ -192,12 +192,12 @@ public enum FaultInjector {
     }
 
     /// Installs `faults` for paths under `root` until the returned scope is removed (or freed).
-    public static func install(_ faults: Fault..., under root: FilePath) -> FaultScope {
+    package static func install(_ faults: Fault..., under root: FilePath) -> FaultScope {
         install(faults, under: root)
     }
 
     /// Runs `body` with `faults` installed for paths under `root`, and removes them after.
-    public static func withFaults<R, E: Error>(
+    package static func withFaults<R, E: Error>(
         _ faults: Fault..., under root: FilePath, _ body: (FaultScope) throws(E) -> R
     ) throws(E) -> R {
         let scope = install(faults, under: root)
@@ -206,7 +206,7 @@ public enum FaultInjector {
     }
 
     /// Runs `body` with `faults` installed for paths under `root`, and removes them after.
-    public static func withFaults<R, E: Error>(
+    package static func withFaults<R, E: Error>(
         _ faults: Fault..., under root: FilePath, isolation: isolated (any Actor)? = #isolation,
         _ body: (FaultScope) async throws(E) -> R
     ) async throws(E) -> R {

@@ -3,20 +3,20 @@ import SystemPackage
 /// Which file a path names, as far as a reader can tell without reading it: device, inode, size
 /// and modification time. Files Larder rewrites (state.json, the accepted index) are replaced by
 /// rename, so any new version of them is a new inode: an equal identity means the same file.
-public struct FileIdentity: Codable, Sendable, Equatable {
+package struct FileIdentity: Codable, Sendable, Equatable {
     /// The device the file is on.
-    public let device: UInt64
+    package let device: UInt64
     /// Its inode number.
-    public let inode: UInt64
+    package let inode: UInt64
     /// Its size in bytes.
-    public let size: Int64
+    package let size: Int64
     /// Its modification time: whole seconds since 1970, and nanoseconds into that second.
-    public let seconds: Int64
+    package let seconds: Int64
     /// See `seconds`.
-    public let nanoseconds: Int64
+    package let nanoseconds: Int64
 
     /// The identity of the file at `path` (following links); nil when it cannot be stat'ed.
-    public init?(_ path: FilePath) {
+    package init?(_ path: FilePath) {
         guard let st = try? SystemCalls.stat(path) else { return nil }
         device = st.device
         inode = st.inode

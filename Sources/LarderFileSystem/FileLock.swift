@@ -2,7 +2,7 @@ import Foundation
 import SystemPackage
 
 /// Why a lock could not be taken.
-public enum FileLockError: Error, Sendable, Equatable {
+package enum FileLockError: Error, Sendable, Equatable {
     /// Another process holds it (its pid when it wrote one).
     case locked(holderPID: Int32?, waitedSeconds: Double)
     /// Opening or locking the lock file failed.
@@ -13,12 +13,12 @@ public enum FileLockError: Error, Sendable, Equatable {
 /// writer polls until `timeout`, then fails naming the holder. Released on `unlock()` or when the
 /// process dies (the kernel drops flocks with the descriptor). Used for the sandbox
 /// (`<root>/.lock`) and for publishing into a repository.
-public final class FileLock {
+package final class FileLock {
     private var fd: FileDescriptor?
     private let path: FilePath
 
     /// Takes the lock at `path`, waiting up to `timeout` seconds.
-    public init(path: FilePath, timeout: Double) throws(FileLockError) {
+    package init(path: FilePath, timeout: Double) throws(FileLockError) {
         self.path = path
         let f: FileDescriptor
         do {
@@ -59,7 +59,7 @@ public final class FileLock {
     }
 
     /// Releases the lock (idempotent).
-    public func unlock() {
+    package func unlock() {
         guard let f = fd else { return }
         try? SystemCalls.ftruncate(f, to: 0, path: path)
         _ = try? SystemCalls.flock(f, .unlock, path: path)

@@ -2,7 +2,7 @@ import Foundation
 import SystemPackage
 
 /// What kind of file a path names.
-public enum FileKind: Sendable, Hashable {
+package enum FileKind: Sendable, Hashable {
     /// A regular file.
     case regular
     /// A directory.
@@ -22,43 +22,43 @@ public enum FileKind: Sendable, Hashable {
 }
 
 /// A point in file time: seconds and nanoseconds since 1970.
-public struct FileTime: Sendable, Hashable, Comparable {
+package struct FileTime: Sendable, Hashable, Comparable {
     /// Whole seconds since 1970-01-01T00:00:00Z.
-    public var seconds: Int64
+    package var seconds: Int64
     /// Nanoseconds into that second.
-    public var nanoseconds: Int32
+    package var nanoseconds: Int32
 
     /// Creates a time.
-    public init(seconds: Int64, nanoseconds: Int32 = 0) {
+    package init(seconds: Int64, nanoseconds: Int32 = 0) {
         self.seconds = seconds
         self.nanoseconds = nanoseconds
     }
 
     /// Earlier first.
-    public static func < (l: FileTime, r: FileTime) -> Bool {
+    package static func < (l: FileTime, r: FileTime) -> Bool {
         (l.seconds, l.nanoseconds) < (r.seconds, r.nanoseconds)
     }
 }
 
 /// What `stat`, `lstat` and `fstat` report, in the fields Larder uses.
-public struct FileStatus: Sendable, Hashable {
+package struct FileStatus: Sendable, Hashable {
     /// The type of file.
-    public var kind: FileKind
+    package var kind: FileKind
     /// The permission bits (and set-id and sticky bits), without the type.
-    public var permissions: FilePermissions
+    package var permissions: FilePermissions
     /// Length in bytes.
-    public var size: Int64
+    package var size: Int64
     /// The device holding it.
-    public var device: UInt64
+    package var device: UInt64
     /// Its inode number on that device.
-    public var inode: UInt64
+    package var inode: UInt64
     /// How many names it has.
-    public var linkCount: UInt64
+    package var linkCount: UInt64
     /// When its content last changed.
-    public var modificationTime: FileTime
+    package var modificationTime: FileTime
 
     /// Creates a status (for tests and fakes; the funnel fills it from the system).
-    public init(
+    package init(
         kind: FileKind, permissions: FilePermissions, size: Int64, device: UInt64, inode: UInt64, linkCount: UInt64,
         modificationTime: FileTime
     ) {
@@ -78,17 +78,17 @@ public struct FileStatus: Sendable, Hashable {
 }
 
 /// A name found in a directory (never `.` or `..`), with its bytes exactly as on disk.
-public struct DirectoryEntry: Sendable, Hashable {
+package struct DirectoryEntry: Sendable, Hashable {
     /// The name as a path component (any bytes but `/` and NUL).
-    public var name: FilePath.Component
+    package var name: FilePath.Component
 
     /// Creates an entry.
-    public init(name: FilePath.Component) {
+    package init(name: FilePath.Component) {
         self.name = name
     }
 
     /// The name's bytes as stored (which need not be UTF-8).
-    public var bytes: [UInt8] {
+    package var bytes: [UInt8] {
         name.withPlatformString { p in
             var out: [UInt8] = []
             var i = 0
@@ -101,11 +101,11 @@ public struct DirectoryEntry: Sendable, Hashable {
     }
 
     /// The name as a string (bytes that are not UTF-8 are repaired, so it may name nothing).
-    public var string: String { name.string }
+    package var string: String { name.string }
 }
 
 /// What `flock` does.
-public enum LockOperation: Sendable, Hashable {
+package enum LockOperation: Sendable, Hashable {
     /// Takes a shared lock.
     case shared
     /// Takes an exclusive lock.
@@ -123,11 +123,11 @@ public enum LockOperation: Sendable, Hashable {
 /// opened with, which names it in errors and matches it against fault scopes. Every descriptor
 /// is opened close-on-exec. Short reads and writes are the callers' business, except in
 /// `writeAll` and the whole-file helpers.
-public enum SystemCalls {
+package enum SystemCalls {
     // MARK: descriptors
 
     /// Opens `path` (close-on-exec); a failure to create with `.exclusiveCreate` is `create`.
-    public static func open(
+    package static func open(
         _ path: FilePath, _ mode: FileDescriptor.AccessMode, options: FileDescriptor.OpenOptions = [],
         permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead]
     ) throws(FileSystemError) -> FileDescriptor {
@@ -141,7 +141,7 @@ public enum SystemCalls {
     /// Opens `name` relative to the directory open as `directory` (`openat`), which was opened as
     /// `directoryPath`; a relative name never escapes through a link when `.noFollow` is given
     /// for its last component and its parents were created by the caller.
-    public static func open(
+    package static func open(
         _ name: FilePath, in directory: FileDescriptor, directoryPath: FilePath, _ mode: FileDescriptor.AccessMode,
         options: FileDescriptor.OpenOptions = [],
         permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead]
@@ -157,7 +157,7 @@ public enum SystemCalls {
 
     /// Closes a descriptor. Not retried on `EINTR`, which counts as closed: Linux has released
     /// the descriptor by then, and a retry could close one another thread just opened.
-    public static func close(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
+    package static func close(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
         do {
             _ = try checked(.close, path, retryOnInterrupt: false) { system_close(fd.rawValue) }
         } catch  where error.errno == .interrupted {
@@ -166,21 +166,21 @@ public enum SystemCalls {
     }
 
     /// Reads at most `buffer.count` bytes at the file offset; 0 at the end of the file.
-    public static func read(
+    package static func read(
         _ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, path: FilePath
     ) throws(FileSystemError) -> Int {
         try checked(.read, path) { system_read(fd.rawValue, buffer) }
     }
 
     /// Reads at most `buffer.count` bytes at `offset` (the file offset does not move); 0 at the end.
-    public static func pread(
+    package static func pread(
         _ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64, path: FilePath
     ) throws(FileSystemError) -> Int {
         try checked(.pread, path) { system_pread(fd.rawValue, buffer, offset) }
     }
 
     /// Reads at most `buffer.count` bytes at the file offset into `buffer` from its start; 0 at the end.
-    public static func read(
+    package static func read(
         _ fd: FileDescriptor, into buffer: inout [UInt8], path: FilePath
     ) throws(FileSystemError) -> Int {
         try buffer.withUnsafeMutableBytes { raw in
@@ -189,7 +189,7 @@ public enum SystemCalls {
     }
 
     /// Reads at most `buffer.count` bytes at `offset` into `buffer` from its start; 0 at the end.
-    public static func pread(
+    package static func pread(
         _ fd: FileDescriptor, into buffer: inout [UInt8], at offset: Int64, path: FilePath
     ) throws(FileSystemError) -> Int {
         try buffer.withUnsafeMutableBytes { raw in
@@ -198,7 +198,7 @@ public enum SystemCalls {
     }
 
     /// Writes at most `bytes.count` bytes at the file offset; returns how many were written.
-    public static func write(
+    package static func write(
         _ fd: FileDescriptor, _ bytes: UnsafeRawBufferPointer, path: FilePath
     ) throws(FileSystemError) -> Int {
         try checked(
@@ -212,14 +212,14 @@ public enum SystemCalls {
     }
 
     /// Writes at most `bytes.count` bytes at `offset` (the file offset does not move).
-    public static func pwrite(
+    package static func pwrite(
         _ fd: FileDescriptor, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: FilePath
     ) throws(FileSystemError) -> Int {
         try checked(.pwrite, path, lost: { bytes.count }) { system_pwrite(fd.rawValue, bytes, offset) }
     }
 
     /// Writes all of `bytes` at the file offset, as many `write` calls as it takes.
-    public static func writeAll(
+    package static func writeAll(
         _ fd: FileDescriptor, _ bytes: UnsafeRawBufferPointer, path: FilePath
     ) throws(FileSystemError) {
         var done = 0
@@ -232,7 +232,7 @@ public enum SystemCalls {
     }
 
     /// Writes all of `bytes` (a `Data`, an array…) at the file offset.
-    public static func writeAll(
+    package static func writeAll(
         _ fd: FileDescriptor, contentsOf bytes: some ContiguousBytes, path: FilePath
     ) throws(FileSystemError) {
         try bytes.withUnsafeBytes { raw in
@@ -241,7 +241,7 @@ public enum SystemCalls {
     }
 
     /// Writes all of `bytes` at `offset`, as many `pwrite` calls as it takes.
-    public static func writeAll(
+    package static func writeAll(
         _ fd: FileDescriptor, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: FilePath
     ) throws(FileSystemError) {
         var done = 0
@@ -254,7 +254,7 @@ public enum SystemCalls {
     }
 
     /// Writes all of `bytes` (a `Data`, an array…) at `offset`.
-    public static func writeAll(
+    package static func writeAll(
         _ fd: FileDescriptor, contentsOf bytes: some ContiguousBytes, at offset: Int64, path: FilePath
     ) throws(FileSystemError) {
         try bytes.withUnsafeBytes { raw in
@@ -264,41 +264,41 @@ public enum SystemCalls {
 
     /// Moves the file offset; returns the new one.
     @discardableResult
-    public static func seek(
+    package static func seek(
         _ fd: FileDescriptor, to offset: Int64, from origin: FileDescriptor.SeekOrigin = .start, path: FilePath
     ) throws(FileSystemError) -> Int64 {
         try checked(.seek, path) { system_lseek(fd.rawValue, offset, origin.rawValue) }
     }
 
     /// Flushes a file's data and metadata to stable storage (`F_FULLFSYNC` first on Darwin).
-    public static func fsync(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
+    package static func fsync(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
         _ = try checked(.fsync, path, lost: { 0 }) { system_fsync(fd.rawValue) }
     }
 
     /// Flushes a file's data (and the metadata needed to read it back) to stable storage.
-    public static func fdatasync(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
+    package static func fdatasync(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
         _ = try checked(.fdatasync, path, lost: { 0 }) { system_fdatasync(fd.rawValue) }
     }
 
     /// Whether `syncfs` flushes the whole file system holding a descriptor (Linux). Where it
     /// does not, it syncs only that file, and a caller syncs each file and directory instead.
-    public static var syncsWholeFileSystem: Bool { platformSyncsFileSystem }
+    package static var syncsWholeFileSystem: Bool { platformSyncsFileSystem }
 
     /// Flushes the whole file system holding `fd` (one call after writing thousands of files,
     /// instead of an fsync each). Since Linux 5.8 it reports write-back errors.
-    public static func syncfs(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
+    package static func syncfs(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) {
         _ = try checked(.syncfs, path, lost: { 0 }) { system_syncfs(fd.rawValue) }
     }
 
     /// Sets the file's length (cutting it, or extending it with zeros).
-    public static func ftruncate(_ fd: FileDescriptor, to size: Int64, path: FilePath) throws(FileSystemError) {
+    package static func ftruncate(_ fd: FileDescriptor, to size: Int64, path: FilePath) throws(FileSystemError) {
         _ = try checked(.ftruncate, path) { system_ftruncate(fd.rawValue, size) }
     }
 
     /// Takes or releases an advisory lock on the whole file; with `nonBlocking`, returns false
     /// (instead of waiting) when another descriptor holds a conflicting lock.
     @discardableResult
-    public static func flock(
+    package static func flock(
         _ fd: FileDescriptor, _ operation: LockOperation, nonBlocking: Bool = false, path: FilePath
     ) throws(FileSystemError) -> Bool {
         var op: Int32 =
@@ -317,7 +317,7 @@ public enum SystemCalls {
     }
 
     /// The status of the file open as `fd`.
-    public static func fstat(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) -> FileStatus {
+    package static func fstat(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) -> FileStatus {
         var status = FileStatus.none
         _ = try checked(.fstat, path) { system_fstat(fd.rawValue, &status) }
         return status
@@ -326,7 +326,7 @@ public enum SystemCalls {
     /// Maps the first `length` bytes of the file open as `fd`, read-only and shared: another
     /// process's writes show through. The file must hold `length` bytes (a mapping past its end
     /// faults when read). Undo with `unmap`.
-    public static func mapReadOnly(
+    package static func mapReadOnly(
         _ fd: FileDescriptor, length: Int, path: FilePath
     ) throws(FileSystemError) -> UnsafeRawPointer {
         let mapped = try checked(.mmap, path, failed: { $0 == nil }) { system_mmapReadOnly(fd.rawValue, length) }
@@ -335,28 +335,28 @@ public enum SystemCalls {
     }
 
     /// Removes a mapping made by `mapReadOnly`.
-    public static func unmap(_ address: UnsafeRawPointer, length: Int, path: FilePath) throws(FileSystemError) {
+    package static func unmap(_ address: UnsafeRawPointer, length: Int, path: FilePath) throws(FileSystemError) {
         _ = try checked(.munmap, path) { system_munmap(address, length) }
     }
 
     // MARK: paths
 
     /// The status of `path`, following symbolic links.
-    public static func stat(_ path: FilePath) throws(FileSystemError) -> FileStatus {
+    package static func stat(_ path: FilePath) throws(FileSystemError) -> FileStatus {
         var status = FileStatus.none
         _ = try checked(.stat, path) { system_stat(path, &status) }
         return status
     }
 
     /// The status of `path` itself (a final symbolic link is not followed).
-    public static func lstat(_ path: FilePath) throws(FileSystemError) -> FileStatus {
+    package static func lstat(_ path: FilePath) throws(FileSystemError) -> FileStatus {
         var status = FileStatus.none
         _ = try checked(.lstat, path) { system_lstat(path, &status) }
         return status
     }
 
     /// The status of `name` in the directory open as `directory` (not following a final link).
-    public static func lstat(
+    package static func lstat(
         _ name: FilePath, in directory: FileDescriptor, directoryPath: FilePath
     ) throws(FileSystemError) -> FileStatus {
         var status = FileStatus.none
@@ -365,29 +365,29 @@ public enum SystemCalls {
     }
 
     /// Renames `from` to `to`, atomically replacing a file there (in one file system).
-    public static func rename(_ from: FilePath, to: FilePath) throws(FileSystemError) {
+    package static func rename(_ from: FilePath, to: FilePath) throws(FileSystemError) {
         _ = try checked(.rename, from, to: to) { system_rename(from, to) }
     }
 
     /// Gives the file at `existing` a second name, `new` (a hard link; fails if `new` exists).
-    public static func link(_ existing: FilePath, to new: FilePath) throws(FileSystemError) {
+    package static func link(_ existing: FilePath, to new: FilePath) throws(FileSystemError) {
         _ = try checked(.link, existing, to: new) { system_link(existing, new) }
     }
 
     /// Removes a name (not a directory); a symbolic link is removed, not its target.
-    public static func unlink(_ path: FilePath) throws(FileSystemError) {
+    package static func unlink(_ path: FilePath) throws(FileSystemError) {
         _ = try checked(.unlink, path) { system_unlink(path) }
     }
 
     /// Creates one directory.
-    public static func mkdir(
+    package static func mkdir(
         _ path: FilePath, permissions: FilePermissions = [.ownerReadWriteExecute, .groupReadExecute, .otherReadExecute]
     ) throws(FileSystemError) {
         _ = try checked(.mkdir, path) { system_mkdir(path, permissions.rawValue) }
     }
 
     /// Creates one directory, `name`, relative to the directory open as `directory` (`mkdirat`).
-    public static func mkdir(
+    package static func mkdir(
         _ name: FilePath, in directory: FileDescriptor, directoryPath: FilePath,
         permissions: FilePermissions = [.ownerReadWriteExecute, .groupReadExecute, .otherReadExecute]
     ) throws(FileSystemError) {
@@ -397,12 +397,12 @@ public enum SystemCalls {
     }
 
     /// Removes an empty directory.
-    public static func rmdir(_ path: FilePath) throws(FileSystemError) {
+    package static func rmdir(_ path: FilePath) throws(FileSystemError) {
         _ = try checked(.rmdir, path) { system_rmdir(path) }
     }
 
     /// Sets a file's access and modification times (following a final symbolic link).
-    public static func setTimes(_ path: FilePath, accessed: FileTime, modified: FileTime) throws(FileSystemError) {
+    package static func setTimes(_ path: FilePath, accessed: FileTime, modified: FileTime) throws(FileSystemError) {
         _ = try checked(.utimens, path) { system_utimensat(path, accessed, modified) }
     }
 
@@ -411,7 +411,7 @@ public enum SystemCalls {
     /// The names in the directory `path` (a final symbolic link to a directory is followed, as
     /// `opendir` does; the entries themselves are only named, never followed), in the order the
     /// file system returns them. One `opendir` call, then `readdir` calls.
-    public static func listDirectory(_ path: FilePath) throws(FileSystemError) -> [DirectoryEntry] {
+    package static func listDirectory(_ path: FilePath) throws(FileSystemError) -> [DirectoryEntry] {
         let stream = try checked(.opendir, path, failed: { $0 == nil }) { system_opendir(path) }
         guard let stream else { throw FileSystemError("opendir", path, .badFileDescriptor) }
         return try readDirectory(stream, path: path)
@@ -419,7 +419,8 @@ public enum SystemCalls {
 
     /// The names in the directory open as `fd` (which stays open: it is read through a
     /// descriptor of its own, `openat(fd, ".")`, so a listing never changes `fd`'s position).
-    public static func listDirectory(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) -> [DirectoryEntry] {
+    package static func listDirectory(_ fd: FileDescriptor, path: FilePath) throws(FileSystemError) -> [DirectoryEntry]
+    {
         let own = try Self.open(".", in: fd, directoryPath: path, .readOnly, options: [.directory])
         let stream: DirectoryStream?
         do { stream = try checked(.opendir, path, failed: { $0 == nil }) { system_fdopendir(own.rawValue) } } catch {
@@ -448,7 +449,7 @@ public enum SystemCalls {
     /// `O_NOFOLLOW` and emptied through its descriptor, so a link swapped in meanwhile cannot
     /// lead outside. A missing `path` is not an error (the goal holds); the first other failure
     /// stops the removal and is thrown.
-    public static func removeTree(_ path: FilePath) throws(FileSystemError) {
+    package static func removeTree(_ path: FilePath) throws(FileSystemError) {
         let status: FileStatus
         do { status = try Self.lstat(path) } catch  where error.errno == .noSuchFileOrDirectory { return }
         guard status.kind == .directory else {
@@ -497,7 +498,7 @@ public enum SystemCalls {
     /// Creates `path` and its missing parents (not durable: nothing is synced); returns the
     /// directories it created, outermost first. Existing parents may be links to directories.
     @discardableResult
-    public static func makeDirectories(
+    package static func makeDirectories(
         _ path: FilePath, permissions: FilePermissions = [.ownerReadWriteExecute, .groupReadExecute, .otherReadExecute]
     ) throws(FileSystemError) -> [FilePath] {
         var missing: [FilePath] = []
@@ -524,7 +525,7 @@ public enum SystemCalls {
 
     /// Copies the regular file `source` (not through a final link) to a new file `target`, with
     /// the source's permission bits; fails if `target` exists. Not durable: nothing is synced.
-    public static func copyFile(_ source: FilePath, to target: FilePath) throws(FileSystemError) {
+    package static func copyFile(_ source: FilePath, to target: FilePath) throws(FileSystemError) {
         let input = try Self.open(source, .readOnly, options: [.noFollow])
         defer { try? Self.close(input, path: source) }
         let status = try Self.fstat(input, path: source)
@@ -549,7 +550,7 @@ public enum SystemCalls {
 
     /// Creates or truncates `path` and writes `bytes` to it. Not durable and not atomic: a reader
     /// can see it half written; use `AtomicFile.write` for anything that must survive a crash.
-    public static func writeFile(
+    package static func writeFile(
         _ bytes: some ContiguousBytes, to path: FilePath,
         permissions: FilePermissions = [.ownerReadWrite, .groupRead, .otherRead]
     ) throws(FileSystemError) {

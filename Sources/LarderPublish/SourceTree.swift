@@ -4,17 +4,17 @@ import SystemPackage
 
 /// A directory to be packed, scanned without following links: every regular file with its
 /// validated relative path, sorted by path bytes.
-public struct SourceTree: Sendable {
+package struct SourceTree: Sendable {
     /// The directory scanned.
-    public let root: FilePath
+    package let root: FilePath
     /// Every regular file: its path inside the package and its path on disk.
-    public let files: [(path: RelativePath, source: FilePath)]
+    package let files: [(path: RelativePath, source: FilePath)]
     /// Sum of the file sizes when scanned.
-    public let totalSize: Int64
+    package let totalSize: Int64
 
     /// Scans `root`, refusing symlinks, special files, names that break the path rules,
     /// collisions, an empty tree and trees over `limits`.
-    public static func scan(_ root: FilePath, limits: TreeLimits = .standard) throws(PublishError) -> SourceTree {
+    package static func scan(_ root: FilePath, limits: TreeLimits = .standard) throws(PublishError) -> SourceTree {
         // The root itself may be a symlink to the build output; entries inside are never followed.
         guard AtomicFile.isDirectoryFollowingLinks(root) else { throw .notADirectory(root.string) }
         var files: [(RelativePath, FilePath)] = []

@@ -12,11 +12,11 @@ import SystemPackage
 /// names — the index, and through it every file — is already served. (Until then devices see the
 /// previous signature, which names the previous index, whose copy under `indexes/` is still
 /// there: at no moment does a device see a release it cannot fetch.)
-public enum UploadOrder {
+package enum UploadOrder {
     /// One file to upload, in order.
-    public struct Step: Sendable, Equatable, Encodable {
+    package struct Step: Sendable, Equatable, Encodable {
         /// What the file is, in upload order.
-        public enum Phase: String, Sendable, Encodable {
+        package enum Phase: String, Sendable, Encodable {
             /// Never changes once published: upload any time before the index, skip when present.
             case immutable
             /// `index.json`: after every immutable file.
@@ -26,11 +26,11 @@ public enum UploadOrder {
         }
 
         /// The phase.
-        public var phase: Phase
+        package var phase: Phase
         /// The path relative to the repository root.
-        public var path: String
+        package var path: String
         /// Its length in bytes.
-        public var size: Int64
+        package var size: Int64
     }
 
     /// The directories of immutable files.
@@ -39,7 +39,7 @@ public enum UploadOrder {
     /// Every file of the repository at `root` a server needs, in upload order. Refuses a
     /// repository with a publication under way or interrupted (a `.pending` index or signature):
     /// what would be uploaded is not a published state.
-    public static func plan(_ root: FilePath) throws(PublishError) -> [Step] {
+    package static func plan(_ root: FilePath) throws(PublishError) -> [Step] {
         let layout = RepositoryLayout(root: root)
         for pending in [layout.pendingIndex, layout.pendingSignature] where AtomicFile.exists(pending) {
             throw .publicationPending(path: pending.string)
@@ -81,20 +81,20 @@ public enum UploadOrder {
     }
 
     /// What `perform` did.
-    public struct Report: Sendable, Equatable, Encodable {
+    package struct Report: Sendable, Equatable, Encodable {
         /// Files copied, in order.
-        public var copied: [String] = []
+        package var copied: [String] = []
         /// Immutable files already at the target with the same length, left alone.
-        public var skipped = 0
+        package var skipped = 0
         /// Bytes copied.
-        public var bytes: Int64 = 0
+        package var bytes: Int64 = 0
     }
 
     /// Copies the repository at `root` to the directory `target` (a web server's document root,
     /// a mounted bucket) in `plan`'s order. Every file is written under a temporary name, synced
     /// and renamed into place, so that a server never serves half a file; an immutable file
     /// already present with the same length is skipped.
-    public static func perform(_ root: FilePath, to target: FilePath) throws(PublishError) -> Report {
+    package static func perform(_ root: FilePath, to target: FilePath) throws(PublishError) -> Report {
         let steps = try plan(root)
         var report = Report()
         do throws(FileSystemError) {

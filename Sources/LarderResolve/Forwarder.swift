@@ -49,7 +49,7 @@ public struct Forwarder: Sendable {
     /// Where a request for `url` that the loader passed through (for `reason`) goes; `table` maps
     /// custom-scheme URLs to their package's origin; `marked` says the request carries the loop
     /// marker (it came from a forwarder).
-    public func target(for url: String, reason: String, table: RouteTable, marked: Bool) -> Target {
+    package func target(for url: String, reason: String, table: RouteTable, marked: Bool) -> Target {
         guard case .forward(let scheme) = network else {
             return .refused(status: 502, reason: "offline: \(reason)")
         }

@@ -96,6 +96,7 @@ public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
     /// The root of the sandbox the verdicts are recorded in.
     public let root: FilePath
     let onOutcome: @Sendable (Result<PageHealthOutcome, StoreError>) -> Void
+    let handoff: ServingHandoff?
     private let queue = DispatchQueue(label: "larder.page-health")
     /// Activations known to be confirmed (only touched on `queue`). A confirmed activation stays
     /// confirmed until the next activation, which has another number: a healthy verdict about
@@ -103,9 +104,14 @@ public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
     private var confirmed: Set<ActivationRef> = []
 
     /// A recorder for the sandbox at `root`; `onOutcome` hears each verdict's effect, or why it
-    /// could not be recorded.
-    public init(root: FilePath, onOutcome: @escaping @Sendable (Result<PageHealthOutcome, StoreError>) -> Void) {
+    /// could not be recorded. Its state writes are told to `handoff` (the resolver's, when the
+    /// app shares one).
+    public init(
+        root: FilePath, handoff: ServingHandoff? = nil,
+        onOutcome: @escaping @Sendable (Result<PageHealthOutcome, StoreError>) -> Void
+    ) {
         self.root = root
+        self.handoff = handoff
         self.onOutcome = onOutcome
     }
 
@@ -118,6 +124,7 @@ public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
             }
             var options = Sandbox.Options()
             options.lockTimeout = 30
+            options.handoff = handoff
             do throws(StoreError) {
                 let sandbox = try Sandbox.open(root, options: options)
                 defer { sandbox.close() }

@@ -22,28 +22,32 @@ public final class Resolver: @unchecked Sendable {
     /// Custom schemes routed like `larder:` (lower case).
     public let schemes: Set<String>
     /// The sandbox's file layout under `root` (state file, generation word, version trees).
-    public let layout: SandboxLayout
+    package let layout: SandboxLayout
+    /// What this process's syncs hand over, if the app shares one with them.
+    let handoff: ServingHandoff?
     private let watch: GenerationWatch
     private let lock = NSLock()
     private var current: Snapshot
     private var seenToken: UInt64
     private var rebuilding = false
 
-    /// Opens the sandbox at `root` for resolving and reads its current state.
-    public init(root: FilePath, schemes: Set<String> = []) throws(StoreError) {
+    /// Opens the sandbox at `root` for resolving and reads its current state. `handoff`, when
+    /// the app's syncs share it, hands this resolver what they wrote (see `ServingHandoff`).
+    public init(root: FilePath, schemes: Set<String> = [], handoff: ServingHandoff? = nil) throws(StoreError) {
         self.root = root
         self.schemes = Set(schemes.map { $0.lowercased() })
+        self.handoff = handoff
         layout = SandboxLayout(root: root)
         watch = GenerationWatch(layout: layout)
         seenToken = watch.token()
-        ServingHandoff.shared.readerOpened()
-        do { current = try Snapshot.load(root: root, schemes: self.schemes) } catch {
-            ServingHandoff.shared.readerClosed()
+        handoff?.readerOpened()
+        do { current = try Snapshot.load(root: root, schemes: self.schemes, handoff: handoff) } catch {
+            handoff?.readerClosed()
             throw error
         }
     }
 
-    deinit { ServingHandoff.shared.readerClosed() }
+    deinit { handoff?.readerClosed() }
 
     /// A resolver for a one-shot lookup of `url` (`larder resolve`): its first snapshot routes
     /// every package but reads the file list only of the package `url` routes to, so the lookup
@@ -56,17 +60,14 @@ public final class Resolver: @unchecked Sendable {
         layout = SandboxLayout(root: root)
         watch = GenerationWatch(layout: layout)
         seenToken = watch.token()
-        ServingHandoff.shared.readerOpened()
-        do { current = try Snapshot.load(root: root, schemes: self.schemes, onlyFor: url) } catch {
-            ServingHandoff.shared.readerClosed()
-            throw error
-        }
+        handoff = nil
+        current = try Snapshot.load(root: root, schemes: self.schemes, handoff: nil, onlyFor: url)
     }
 
     /// The snapshot to resolve with now: the current one, or — when the sandbox changed since it
     /// was built — a new one (built by this thread unless another is already building it, in
     /// which case this thread keeps the current one).
-    public func snapshot() -> Snapshot {
+    package func snapshot() -> Snapshot {
         let token = watch.token()
         lock.lock()
         let snap = current
@@ -76,7 +77,7 @@ public final class Resolver: @unchecked Sendable {
         }
         rebuilding = true
         lock.unlock()
-        let fresh = try? Snapshot.load(root: root, schemes: schemes, reusing: snap)
+        let fresh = try? Snapshot.load(root: root, schemes: schemes, handoff: handoff, reusing: snap)
         lock.lock()
         rebuilding = false
         // An unreadable state (a writer's bug, a damaged disk) keeps the last good snapshot; the
@@ -99,12 +100,12 @@ public final class Resolver: @unchecked Sendable {
     /// Rebuilds the snapshot now, whatever the generation word says (reusing the parts of the
     /// current one that have not changed).
     @discardableResult
-    public func reload() throws(StoreError) -> Snapshot {
+    package func reload() throws(StoreError) -> Snapshot {
         let token = watch.token()
         lock.lock()
         let previous = current
         lock.unlock()
-        let fresh = try Snapshot.load(root: root, schemes: schemes, reusing: previous)
+        let fresh = try Snapshot.load(root: root, schemes: schemes, handoff: handoff, reusing: previous)
         lock.lock()
         seenToken = token
         current = fresh
@@ -174,7 +175,7 @@ public final class ResolverSession: @unchecked Sendable {
 
     /// The table this session resolves with: the resolver's current one with the pinned versions
     /// put back.
-    public func table() -> (Snapshot, RouteTable) {
+    package func table() -> (Snapshot, RouteTable) {
         let snap = resolver.snapshot()
         lock.lock()
         if let c = cache, c.0 === snap {

@@ -325,14 +325,20 @@ public final class StoreFailureReporter: FailureReporting, @unchecked Sendable {
     /// The shortest time between two reports of one package version, in seconds.
     public let interval: Double
     let logger: Logger
+    let handoff: ServingHandoff?
     private let queue = DispatchQueue(label: "larder.failure-reporter")
     private var last: [String: Date] = [:]
 
-    /// A reporter for the sandbox at `root`, recording each version at most once per `interval` seconds.
-    public init(root: FilePath, interval: Double = 1, logger: Logger = Logger(label: "larder.loader")) {
+    /// A reporter for the sandbox at `root`, recording each version at most once per `interval`
+    /// seconds; its state writes are told to `handoff` (the resolver's, when the app shares one).
+    public init(
+        root: FilePath, interval: Double = 1, logger: Logger = Logger(label: "larder.loader"),
+        handoff: ServingHandoff? = nil
+    ) {
         self.root = root
         self.interval = interval
         self.logger = logger
+        self.handoff = handoff
     }
 
     /// Queues the report and returns at once; the queue records it (the store may roll back) while
@@ -344,6 +350,7 @@ public final class StoreFailureReporter: FailureReporting, @unchecked Sendable {
             last[key] = Date()
             var options = Sandbox.Options()
             options.lockTimeout = 30
+            options.handoff = handoff
             do {
                 let sandbox = try Sandbox.open(root, options: options)
                 defer { sandbox.close() }

@@ -14,13 +14,13 @@ import SystemPackage
 /// that changed one package, only that package's file list is read and only its part of the
 /// table is rebuilt. The state is read in its serving form only (no histories or dates), and
 /// when this process wrote the state and index now on disk, not read at all (`ServingHandoff`).
-public final class Snapshot: Sendable {
+package final class Snapshot: Sendable {
     /// The routes of the active versions, from their file lists and the index's serving settings.
-    public let table: RouteTable
+    package let table: RouteTable
     /// The generation of the state it was read from (`SandboxState.generation`).
-    public let generation: UInt64
+    package let generation: UInt64
     /// Each package's active and fallback versions in that state.
-    public let versions: ServedVersions
+    package let versions: ServedVersions
     /// The serving settings of the last accepted index, by package id text (this device's channel).
     let settings: [String: ServingSettings]
     /// The channel the settings were chosen for.
@@ -28,10 +28,10 @@ public final class Snapshot: Sendable {
     /// The accepted index file the settings were read from.
     let indexIdentity: FileIdentity?
     /// How many packages' file lists this build read (the others were reused).
-    public let listsRead: Int
+    package let listsRead: Int
     /// Built for one URL (`Resolver(root:schemes:onlyFor:)`): only the package that URL routes
     /// to has its files; a later build reuses nothing from it.
-    public let partial: Bool
+    package let partial: Bool
     /// Every active package of the state is in the table (none was left out for a list that
     /// could not be read).
     let complete: Bool
@@ -71,13 +71,13 @@ public final class Snapshot: Sendable {
     /// What `previous` holds and has not changed is reused. With `url`, only the package that
     /// URL routes to gets its files (a partial snapshot, for a one-shot lookup).
     static func load(
-        root: FilePath, schemes: Set<String>, reusing earlier: Snapshot? = nil, onlyFor url: String? = nil
+        root: FilePath, schemes: Set<String>, handoff: ServingHandoff?, reusing earlier: Snapshot? = nil,
+        onlyFor url: String? = nil
     ) throws(StoreError) -> Snapshot {
         let previous = earlier?.partial == true ? nil : earlier
         let reader = SandboxReader(root: root)
         let layout = reader.layout
-        let handoff = ServingHandoff.shared
-        let handed = handoff.state(layout)
+        let handed = handoff?.state(layout)
         let state: ServingState
         let stateIdentity: FileIdentity?
         if let handed {
@@ -87,7 +87,7 @@ public final class Snapshot: Sendable {
             state = try reader.servingState()
             // Named only if no writer replaced the file between the stat and the read.
             stateIdentity = before != nil && FileIdentity(layout.state) == before ? before : nil
-            if let stateIdentity { handoff.readState(state, identity: stateIdentity, layout) }
+            if let stateIdentity { handoff?.readState(state, identity: stateIdentity, layout) }
         }
         let channel = (try? SyncConfig.load(root: root))?.channel ?? Channel.default
         let identity = FileIdentity(layout.acceptedIndex)
@@ -96,7 +96,7 @@ public final class Snapshot: Sendable {
         if let prev = previous, prev.channel == channel, identity != nil, prev.indexIdentity == identity {
             settings = prev.settings
             sameSettings = true
-        } else if let kept = handoff.settings(layout, identity: identity, channel: channel) {
+        } else if let kept = handoff?.settings(layout, identity: identity, channel: channel) {
             // The index this process's sync just accepted: its settings, not the file read back.
             settings = kept
         } else if let data = try? AtomicFile.read(layout.acceptedIndex),
@@ -106,7 +106,7 @@ public final class Snapshot: Sendable {
             // Offered as the base of the next index written here only if the file read is the
             // one whose identity names it (no writer replaced it between the stat and the read).
             if FileIdentity(layout.acceptedIndex) == identity {
-                handoff.readSettings(settings, channel: channel, identity: identity, layout)
+                handoff?.readSettings(settings, channel: channel, identity: identity, layout)
             }
         }
         if let url {
@@ -115,7 +115,7 @@ public final class Snapshot: Sendable {
         if let prev = previous, prev.complete {
             // The packages that changed, when this process's writes say which; else all are compared.
             var named: Set<String>?
-            if handed != nil, prev.channel == channel,
+            if handed != nil, prev.channel == channel, let handoff,
                 let versions = handoff.changes(layout, from: prev.stateIdentity, to: stateIdentity),
                 let routing = sameSettings
                     ? [] : handoff.settingsChanges(layout, from: prev.indexIdentity, to: identity, channel: channel)
@@ -233,18 +233,18 @@ public final class Snapshot: Sendable {
 }
 
 /// Each package's active and fallback versions in a snapshot's state.
-public struct ServedVersions: Sendable {
+package struct ServedVersions: Sendable {
     /// By package id text, as the state keys them.
     let byID: [String: ServingState.Versions]
 
     /// The versions of `id`; nil when the state does not know the package.
-    public subscript(_ id: PackageID) -> ServingState.Versions? { byID[id.rawValue] }
+    package subscript(_ id: PackageID) -> ServingState.Versions? { byID[id.rawValue] }
 
     /// How many packages the state knows.
-    public var count: Int { byID.count }
+    package var count: Int { byID.count }
 
     /// The ids (text) of the packages with an active version, sorted.
-    public var activeIDs: [String] {
+    package var activeIDs: [String] {
         byID.filter { $0.value.active != nil && PackageID($0.key) != nil }.keys.sorted()
     }
 }

@@ -7,7 +7,7 @@ import SystemPackage
 /// write; a reading process maps it once and then notices a new state with one memory load, no
 /// system call. It is a hint: state.json stays the truth, so a lost or stale word only delays a
 /// reader until the next writer opens the sandbox (which publishes it again).
-public enum GenerationFile {
+package enum GenerationFile {
     /// Writes `generation` into the file, creating it when needed. Best effort.
     static func publish(_ layout: SandboxLayout, _ generation: UInt64) {
         let path = layout.generation

@@ -77,64 +77,36 @@ extension Sandbox {
             throw .fileList("it describes \(list.id) \(list.version), not \(id) \(version)")
         }
         var pkg = state[id]
-        var changed = false
-        if let failed = pkg.failed.first(where: { $0.version == version }) {
-            guard force else {
-                throw .previouslyFailed(id: id.rawValue, version: version.description, reason: failed.reason)
-            }
-            pkg.failed.removeAll { $0.version == version }
-            pkg.record(
-                HistoryEntry(
-                    event: .unfail, version: version, reason: "installed with --force (was: \(failed.reason))", at: now)
-            )
-            changed = true
-        }
+        var changed = try clearFailedMark(&pkg, id: id, version: version, force: force)
         let previous = pkg.active
         let target = layout.tree(id, version)
-        if pkg.has(version), !AtomicFile.isDirectory(target) {
-            // The state names a tree that is gone: forget it and install afresh.
-            pkg.versions.removeAll { $0.version == version }
-            if pkg.active == version { pkg.active = nil }
-            if pkg.fallback == version { pkg.fallback = nil }
-            pkg.record(
-                HistoryEntry(event: .forget, version: version, reason: "its tree was missing from disk", at: now))
-            changed = true
-        }
+        changed = forgetVanishedTree(&pkg, version: version, target: target) || changed
         if let existing = pkg.versions.first(where: { $0.version == version }) {
+            // Already on disk: checked against the list when one is given, activated if asked.
             if let list = fileList {
                 let problems = TreeCheck.problems(tree: target, list: list)
                 if !problems.isEmpty {
                     throw .verification(id: id.rawValue, version: version.description, problems: problems)
                 }
             }
-            var outcome = InstallOutcome.unchanged
-            if activate, pkg.active != version {
-                pkg.activate(version, reason: "installed again (already on disk)", at: now)
-                outcome = .activated
-                changed = true
-            }
-            if changed {
+            let activated = activate && pkg.active != version
+            if activated { pkg.activate(version, reason: "installed again (already on disk)", at: now) }
+            if changed || activated {
                 state[id] = pkg
                 try commit()
             }
             return InstallReport(
-                id: id.rawValue, version: version.description, outcome: outcome, previous: previous?.description,
-                fallback: pkg.fallback?.description, fileCount: existing.fileCount, size: existing.size,
-                verifiedAgainstFileList: fileList != nil)
+                id: id.rawValue, version: version.description, outcome: activated ? .activated : .unchanged,
+                previous: previous?.description, fallback: pkg.fallback?.description, fileCount: existing.fileCount,
+                size: existing.size, verifiedAgainstFileList: fileList != nil)
         }
 
         // Changes made above (a failed mark cleared, a vanished tree forgotten) are committed
         // with the placement below.
         if changed { state[id] = pkg }
 
-        // Extracted into a directory nothing else shares and made durable, then verified.
-        let staged = try stage()
+        let (staged, list) = try verifiedStage(id: id, version: version, fileList: fileList, stage: stage)
         defer { staged.area.discard() }
-        let list = fileList ?? FileList(id: id, version: version, files: staged.listing.files)
-        let problems = Self.compare(staged.listing.files, list)
-        if !problems.isEmpty {
-            throw .verification(id: id.rawValue, version: version.description, problems: problems)
-        }
         // Placed and activated in one state write: a crash before it leaves a tree the state
         // does not name, which the next open removes.
         let record = try place(
@@ -153,6 +125,48 @@ extension Sandbox {
             previous: previous?.description,
             fallback: pkg.fallback?.description, fileCount: record.fileCount, size: record.size,
             verifiedAgainstFileList: fileList != nil)
+    }
+
+    /// Extracted into a directory nothing else shares and made durable, then verified against
+    /// `fileList` (or, without one, taken as it is); the staging area is discarded on failure.
+    func verifiedStage(
+        id: PackageID, version: SemanticVersion, fileList: FileList?, stage: () throws(StoreError) -> StagedBundle
+    ) throws(StoreError) -> (StagedBundle, FileList) {
+        let staged = try stage()
+        let list = fileList ?? FileList(id: id, version: version, files: staged.listing.files)
+        let problems = Self.compare(staged.listing.files, list)
+        if !problems.isEmpty {
+            staged.area.discard()
+            throw .verification(id: id.rawValue, version: version.description, problems: problems)
+        }
+        return (staged, list)
+    }
+
+    /// A version that failed before is installed again only with `force`, which clears its mark;
+    /// returns whether `pkg` changed.
+    func clearFailedMark(_ pkg: inout PackageState, id: PackageID, version: SemanticVersion, force: Bool)
+        throws(StoreError) -> Bool
+    {
+        guard let failed = pkg.failed.first(where: { $0.version == version }) else { return false }
+        guard force else {
+            throw .previouslyFailed(id: id.rawValue, version: version.description, reason: failed.reason)
+        }
+        pkg.failed.removeAll { $0.version == version }
+        pkg.record(
+            HistoryEntry(
+                event: .unfail, version: version, reason: "installed with --force (was: \(failed.reason))", at: now))
+        return true
+    }
+
+    /// The state names a tree that is gone: it is forgotten and installed afresh. Returns whether
+    /// `pkg` changed.
+    func forgetVanishedTree(_ pkg: inout PackageState, version: SemanticVersion, target: FilePath) -> Bool {
+        guard pkg.has(version), !AtomicFile.isDirectory(target) else { return false }
+        pkg.versions.removeAll { $0.version == version }
+        if pkg.active == version { pkg.active = nil }
+        if pkg.fallback == version { pkg.fallback = nil }
+        pkg.record(HistoryEntry(event: .forget, version: version, reason: "its tree was missing from disk", at: now))
+        return true
     }
 
     /// Moves a verified, durable tree into `packages/<id>/<version>` with its list, and records

@@ -27,15 +27,17 @@ public final class Sandbox {
         public var clock: @Sendable () -> Date = { Date() }
         /// Where the store logs what it does (recovery, installs).
         public var logger = Logger(label: "larder.store")
+        /// Told of every state write, for a resolver of the same process (see `ServingHandoff`).
+        public var handoff: ServingHandoff?
 
         /// The defaults.
         public init() {}
     }
 
     /// The paths of the sandbox's files and directories.
-    public let layout: SandboxLayout
+    package let layout: SandboxLayout
     /// The state as last written.
-    public internal(set) var state: SandboxState
+    package internal(set) var state: SandboxState
     /// Set when state.json could not be read (only with `allowCorruptState`).
     public internal(set) var stateProblem: String?
     let options: Options
@@ -162,7 +164,7 @@ public final class Sandbox {
         try io { () throws(FileSystemError) in try AtomicFile.write(data, to: layout.state) }
         diskStateUnknown = false
         GenerationFile.publish(layout, state.generation)
-        ServingHandoff.shared.wroteState(state, layout)
+        options.handoff?.wroteState(state, layout)
     }
 
     /// Runs `body` (a phase of a sync acting on many packages) with one durable state write for

@@ -18,92 +18,92 @@ import SystemPackage
 /// <root>/trash/         trees being deleted; emptied by recovery
 /// <root>/pins/<id>/<version>/<lease>   live sessions that keep a version from deletion
 /// ```
-public struct SandboxLayout: Sendable {
+package struct SandboxLayout: Sendable {
     /// The sandbox directory; every other path is under it.
-    public let root: FilePath
+    package let root: FilePath
 
     /// A layout rooted at `root`.
-    public init(root: FilePath) { self.root = root }
+    package init(root: FilePath) { self.root = root }
 
     /// `.lock`: the writers' lock file (flock); readers never take it.
-    public var lock: FilePath { root.appending(".lock") }
+    package var lock: FilePath { root.appending(".lock") }
     /// `state.json`: the sandbox state, replaced atomically.
-    public var state: FilePath { root.appending("state.json") }
+    package var state: FilePath { root.appending("state.json") }
     /// `config.json`: the repository, trusted keys, channel and device id.
-    public var config: FilePath { root.appending("config.json") }
+    package var config: FilePath { root.appending("config.json") }
     /// The last accepted repository index, byte for byte as it was verified.
-    public var acceptedIndex: FilePath { root.appending("repository-index.json") }
+    package var acceptedIndex: FilePath { root.appending("repository-index.json") }
     /// The signature file of `acceptedIndex`.
-    public var acceptedSignature: FilePath { root.appending("repository-index.json.sig") }
+    package var acceptedSignature: FilePath { root.appending("repository-index.json.sig") }
     /// `generation`: the last state's generation as 8 bytes, for readers to notice a change.
-    public var generation: FilePath { root.appending("generation") }
+    package var generation: FilePath { root.appending("generation") }
     /// `last-sync.json`: the record of the last sync that left nothing to do, which lets the
     /// next one stop after its one request when nothing changed since.
-    public var lastSync: FilePath { root.appending("last-sync.json") }
+    package var lastSync: FilePath { root.appending("last-sync.json") }
     /// `packages/`: the extracted trees, as `<id>/<version>/`.
-    public var packages: FilePath { root.appending("packages") }
+    package var packages: FilePath { root.appending("packages") }
     /// `lists/`: the verified file list of each tree, as `<id>/<version>.json`.
-    public var lists: FilePath { root.appending("lists") }
+    package var lists: FilePath { root.appending("lists") }
     /// `staging/`: extractions in progress; emptied by recovery.
-    public var staging: FilePath { root.appending("staging") }
+    package var staging: FilePath { root.appending("staging") }
     /// `downloads/`: partial downloads kept for resume.
-    public var downloads: FilePath { root.appending("downloads") }
+    package var downloads: FilePath { root.appending("downloads") }
     /// `trash/`: trees being deleted; emptied by recovery.
-    public var trash: FilePath { root.appending("trash") }
+    package var trash: FilePath { root.appending("trash") }
     /// `pins/`: the leases of live sessions, as `<id>/<version>/<lease>`.
-    public var pins: FilePath { root.appending("pins") }
+    package var pins: FilePath { root.appending("pins") }
 
     /// `packages/<id>/<version>`: the id and version are validated types, so the path stays
     /// inside the root.
-    public func tree(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
+    package func tree(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
         packages.appending(id.rawValue).appending(version.description)
     }
 
     /// `lists/<id>/<version>.json`.
-    public func list(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
+    package func list(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
         lists.appending(id.rawValue).appending("\(version).json")
     }
 
     /// `downloads/<id>-<version>-<sha256 prefix>.zip.part`: a bundle being downloaded (kept for
     /// Range resume; the digest prefix keeps a re-published version from resuming the old bytes).
-    public func bundlePart(_ id: PackageID, _ version: SemanticVersion, sha256: SHA256Digest) -> FilePath {
+    package func bundlePart(_ id: PackageID, _ version: SemanticVersion, sha256: SHA256Digest) -> FilePath {
         downloads.appending("\(id)-\(version)-\(sha256.hex.prefix(16)).zip.part")
     }
 
     /// `downloads/patch-<sha256>.part`: a binary patch being downloaded (named by the patch's SHA-256).
-    public func patchPart(_ sha256: SHA256Digest) -> FilePath {
+    package func patchPart(_ sha256: SHA256Digest) -> FilePath {
         downloads.appending("patch-\(sha256.hex).part")
     }
 
     /// `downloads/applied-<sha256>`: a content made by a patch (named by the content's SHA-256),
     /// checked, waiting to be linked into the version's tree.
-    public func appliedContent(_ sha256: SHA256Digest) -> FilePath {
+    package func appliedContent(_ sha256: SHA256Digest) -> FilePath {
         downloads.appending("applied-\(sha256.hex)")
     }
 
     /// `downloads/object-<sha256>.gz.part`: a content object being downloaded.
-    public func objectPart(_ sha256: SHA256Digest) -> FilePath {
+    package func objectPart(_ sha256: SHA256Digest) -> FilePath {
         downloads.appending("object-\(sha256.hex).gz.part")
     }
 
     /// A fresh name under `staging/` for one version (pid and a random number make it unique).
-    public func newStagingDirectory(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
+    package func newStagingDirectory(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
         staging.appending("\(id)@\(version)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
     }
 
     /// Where a version's file list waits under `staging/` until the version is placed (the
     /// verified bytes of a download, see `Sandbox.provideListBytes`).
-    public func stagedList(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
+    package func stagedList(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
         staging.appending("\(id)@\(version).files.json")
     }
 
     /// A fresh name under `trash/` for a tree being deleted.
-    public func newTrashEntry(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
+    package func newTrashEntry(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
         trash.appending("\(id)@\(version)-\(UInt32.random(in: 0...UInt32.max))")
     }
 
     /// `pins/<id>/<version>`.
-    public func pinDirectory(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
+    package func pinDirectory(_ id: PackageID, _ version: SemanticVersion) -> FilePath {
         pins.appending(id.rawValue).appending(version.description)
     }
 }

@@ -7,13 +7,13 @@ import SystemPackage
 /// replaced atomically, so a read sees the old state or the new one).
 public struct SandboxReader: Sendable {
     /// The paths of the sandbox read.
-    public let layout: SandboxLayout
+    package let layout: SandboxLayout
 
     /// A reader of the sandbox at `root`.
     public init(root: FilePath) { layout = SandboxLayout(root: root) }
 
     /// The current state (empty when the sandbox has none yet).
-    public func state() throws(StoreError) -> SandboxState {
+    package func state() throws(StoreError) -> SandboxState {
         guard AtomicFile.exists(layout.state) else { return SandboxState() }
         do {
             return try ManifestCoding.decode(

@@ -20,10 +20,15 @@ import SystemPackage
 /// process's write, a file replaced by hand — is read from the file, as without a handoff.
 /// The changes are kept as a chain of writes, each from the file it compared with to the file
 /// it wrote (by identity), so a resolver uses them only from the very file its snapshot read.
-package final class ServingHandoff: @unchecked Sendable {
+///
+/// No process-wide instance: an app makes one and hands it to its resolver and to its syncs
+/// (`Resolver(root:schemes:handoff:)`, `SyncOptions.handoff`); `OfflinePackages` does. Without
+/// one, every snapshot reads what the sync wrote from disk, as another process's write.
+public final class ServingHandoff: @unchecked Sendable {
     // @unchecked: every field is guarded by `lock`.
-    /// The one handoff of the process.
-    package static let shared = ServingHandoff()
+
+    /// A handoff with nothing kept.
+    public init() {}
 
     /// How many writes' changes are kept per sandbox.
     package static let journalLength = 64

@@ -9,24 +9,24 @@ import SystemPackage
 /// while the writer goes on (sync extracts a bundle while it downloads); only
 /// `Sandbox.install(staged:…)` makes the result part of the sandbox. An area left behind by a
 /// crash is emptied by the next `Sandbox.open`.
-public struct StagingArea: Sendable {
+package struct StagingArea: Sendable {
     /// The package whose version is staged.
-    public let id: PackageID
+    package let id: PackageID
     /// The version staged.
-    public let version: SemanticVersion
+    package let version: SemanticVersion
     /// The directory (removed by `discard()`); the tree is extracted into its `tree/`.
-    public let directory: FilePath
+    package let directory: FilePath
     let limits: TreeLimits
     /// The files the version's list names, when known (a memory hint for the read:
     /// `ZipReader.expected`).
     var expected: [FileEntry] = []
 
     /// Where the version's tree is built: `<directory>/tree`.
-    public var tree: FilePath { directory.appending("tree") }
+    package var tree: FilePath { directory.appending("tree") }
 
     /// Extracts a bundle whose bytes are still arriving, as `ZipReader.read(streaming:…)` reads
     /// it, then makes the tree durable. Blocks while the source waits for bytes.
-    public func extract(streaming source: some ArchiveByteSource, size: Int64) throws(StoreError) -> StagedBundle {
+    package func extract(streaming source: some ArchiveByteSource, size: Int64) throws(StoreError) -> StagedBundle {
         // Installing against a signed file list checks every SHA-256, which makes the CRC redundant.
         var reader = ZipReader(limits: limits)
         reader.checkCRC = false
@@ -63,15 +63,15 @@ public struct StagingArea: Sendable {
     }
 
     /// Removes the directory and everything in it.
-    public func discard() {
+    package func discard() {
         try? SystemCalls.removeTree(directory)
     }
 }
 
 /// A bundle extracted into a staging area, durable, not yet checked against its file list.
-public struct StagedBundle: Sendable {
+package struct StagedBundle: Sendable {
     /// The area holding the extracted tree.
-    public let area: StagingArea
+    package let area: StagingArea
     /// What the read found: every file with the size and SHA-256 computed while extracting.
-    public let listing: ArchiveListing
+    package let listing: ArchiveListing
 }

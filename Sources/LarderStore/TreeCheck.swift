@@ -6,9 +6,9 @@ import SystemPackage
 /// Checks an installed tree against its file list, file by file: every listed file present,
 /// a regular file of the listed size and SHA-256, and nothing else in the tree (no extra file,
 /// no link, no special file). Used by `doctor` and by the crash tests.
-public enum TreeCheck {
+package enum TreeCheck {
     /// Every problem found, as sentences naming the file; empty when the tree is exact.
-    public static func problems(tree: FilePath, list: FileList) -> [String] {
+    package static func problems(tree: FilePath, list: FileList) -> [String] {
         var problems: [String] = []
         var seen: Set<String> = []
         walk(tree, prefix: "", seen: &seen, problems: &problems)

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderFetch
+import LarderStore
 import Logging
 
 /// How one package's part of a sync ended. Raw values are the report's JSON strings.
@@ -28,13 +29,13 @@ public struct PackageResult: Sendable, Codable, Equatable {
     /// The package id.
     public var id: String
     /// What the plan asked for.
-    public var action: PlanAction.Kind
+    package var action: PlanAction.Kind
     /// The version before (absent for an install).
     public var from: String?
     /// The version after (absent for a removal).
     public var to: String?
     /// How the version was obtained, for installs and updates.
-    public var method: FetchMethod?
+    package var method: FetchMethod?
     /// Bytes received over the wire (compressed objects or the bundle, as sent).
     public var bytesFetched: Int64
     /// The size of the version's full bundle, for comparison.
@@ -134,9 +135,12 @@ public struct SyncOptions: Sendable {
     public var channel: String?
     /// Retries, timeouts and rate floor of HTTP transfers.
     public var http = HTTPOptions()
-    /// The HTTP engine (`HTTPStack.platform` from the `Larder` module); the default, `.none`,
-    /// syncs from `file://` repositories only.
-    public var stack = HTTPStack.none
+    /// The HTTP engine: the platform's (`HTTPStack.platform`) unless a test or a measurement
+    /// gives another; `.none` syncs from `file://` repositories only.
+    public var stack = HTTPStack.platform
+    /// Told of the index and state this sync writes, for a resolver of the same process (the
+    /// one `OfflinePackages` shares with its resolver); nil: a resolver reads them from disk.
+    public var handoff: ServingHandoff?
     /// Other versions gc keeps per package after the sync.
     public var retention = 1
     /// How long the sync waits for another writer's sandbox lock (another sync, an install)

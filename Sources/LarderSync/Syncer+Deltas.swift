@@ -12,98 +12,119 @@ import SystemPackage
 /// altered on disk, a result with another hash — falls back to its content's object; when an
 /// object fails too, the package falls back to its bundle. The report says which.
 extension Syncer {
+    /// What the patches of a sync's deltas came to: per package, the contents that fell back and
+    /// the patches applied; and the objects the fallbacks need fetched.
+    struct PatchOutcome {
+        var fallbacks: [PackageID: [DeltaFallback]] = [:]
+        var applied: [PackageID: (count: Int, bytes: Int64)] = [:]
+        var objectJobs: [Job] = []
+    }
+
     /// Applies the patches of every update by delta, fetches what fell back, and returns what
     /// each delta did. A package that must fall back to its bundle has its action's method set
     /// to `bundle` in `changes`, and its bundle fetched.
     func applyDeltas(
         _ changes: inout [PlanAction], fetched: inout Fetched, prepared p: Prepared, entries: [PackageID: PackageEntry]
     ) async -> [PackageID: DeltaResult] {
-        var fallbacks: [PackageID: [DeltaFallback]] = [:]
-        var applied: [PackageID: (count: Int, bytes: Int64)] = [:]
-        var objectJobs: [Job] = []
+        var outcome = PatchOutcome()
         for a in changes where a.cost?.method == .delta {
             guard let manifest = p.deltas[a.id], let list = p.lists[a.id] else { continue }
-            let needed = Set(list.files.map(\.sha256)).subtracting(p.local.keys)
-            let entryOf = Dictionary(list.files.map { ($0.sha256, $0) }, uniquingKeysWith: { x, _ in x })
-            var covered: Set<SHA256Digest> = []
-            for patch in manifest.patches where needed.contains(patch.target) && covered.insert(patch.target).inserted {
-                let reason: String?
-                if let base = p.local[patch.base], let part = fetched.patches[patch.target] {
-                    reason = Self.apply(
-                        patch, part: part, base: base, to: p.sandbox.layout.appliedContent(patch.target))
-                    try? SystemCalls.unlink(part)
-                } else if let failure = fetched.patchFailures[patch.target] {
-                    reason = "the patch could not be fetched: \(failure.description)"
-                } else if fetched.patches[patch.target] == nil {
-                    // Planned as an object (the base is not held here).
-                    continue
-                } else {
-                    reason = "its base content is not in the sandbox"
-                }
-                if let reason {
-                    fallbacks[a.id, default: []].append(
-                        DeltaFallback(content: patch.target, reason: reason, to: .object))
-                    if fetched.objects[patch.target] == nil, let f = entryOf[patch.target] {
-                        objectJobs.append(objectJob(a.id, f, sandbox: p.sandbox, base: p.base))
-                    }
-                } else {
-                    fetched.applied[patch.target] = p.sandbox.layout.appliedContent(patch.target)
-                    applied[a.id, default: (0, 0)].count += 1
-                    applied[a.id, default: (0, 0)].bytes += patch.patch.size
-                }
-            }
+            applyPatches(of: a.id, manifest, list, fetched: &fetched, prepared: p, into: &outcome)
         }
-        if !objectJobs.isEmpty {
-            var more = Fetched()
-            more.bytes = fetched.bytes
-            await run(
-                objectJobs, totals: changes, transport: p.transport, concurrency: max(1, p.config.concurrency),
-                into: &more)
-            fetched.objects.merge(more.objects) { x, _ in x }
-            fetched.bytes = more.bytes
-            fetched.resumable.formUnion(more.resumable)
-            // An object that failed too: that package falls back to its bundle.
-            var bundleJobs: [Job] = []
-            for (i, a) in changes.enumerated() where more.errors[a.id] != nil {
-                guard let e = entries[a.id] else { continue }
-                let missing = (fallbacks[a.id] ?? []).filter { fetched.objects[$0.content] == nil }
-                fallbacks[a.id] = (fallbacks[a.id] ?? []).map { f in
-                    fetched.objects[f.content] == nil
-                        ? DeltaFallback(content: f.content, reason: f.reason, to: .bundle) : f
-                }
-                options.logger.info(
-                    "the delta's fallback objects failed; fetching the bundle",
-                    metadata: ["id": "\(a.id)", "contents": "\(missing.count)"])
-                changes[i].cost?.method = .bundle
-                let expected = Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256)
-                bundleJobs.append(
-                    .bundle(
-                        a.id, url(p.base, e.bundle.path),
-                        p.sandbox.layout.bundlePart(e.id, e.version, sha256: e.bundle.sha256),
-                        expected, nil))
-            }
-            if !bundleJobs.isEmpty {
-                var bundles = Fetched()
-                bundles.bytes = fetched.bytes
-                await run(bundleJobs, totals: changes, transport: p.transport, concurrency: 1, into: &bundles)
-                fetched.bundles.merge(bundles.bundles) { x, _ in x }
-                fetched.bytes = bundles.bytes
-                for (id, e) in bundles.errors { fetched.errors[id] = e }
-                fetched.resumable.formUnion(bundles.resumable)
-            }
+        if !outcome.objectJobs.isEmpty {
+            await fetchFallbacks(&changes, outcome: &outcome, fetched: &fetched, prepared: p, entries: entries)
         }
         var results: [PackageID: DeltaResult] = [:]
         for a in changes where p.deltas[a.id] != nil || p.deltaNotes[a.id] != nil {
-            let got = applied[a.id] ?? (0, 0)
+            let got = outcome.applied[a.id] ?? (0, 0)
             let spent = (fetched.bytes[a.id] ?? 0) + (p.metadataBytes[a.id] ?? 0)
             results[a.id] = DeltaResult(
                 patchesApplied: got.count, patchBytes: got.bytes,
                 bytesSaved: max(0, (a.cost?.bundleBytes ?? 0) - spent),
-                fallbacks: fallbacks[a.id] ?? [],
+                fallbacks: outcome.fallbacks[a.id] ?? [],
                 unused: p.deltaNotes[a.id]
                     ?? (a.cost?.method == .delta ? nil : "the plan chose \(a.cost?.method.rawValue ?? "-")"))
         }
         return results
+    }
+
+    /// Applies the patches of one package's delta whose targets the sandbox lacks; a patch that
+    /// fails falls back to its content's object (queued in `outcome.objectJobs`).
+    func applyPatches(
+        of id: PackageID, _ manifest: DeltaManifest, _ list: FileList, fetched: inout Fetched, prepared p: Prepared,
+        into outcome: inout PatchOutcome
+    ) {
+        let needed = Set(list.files.map(\.sha256)).subtracting(p.local.keys)
+        let entryOf = Dictionary(list.files.map { ($0.sha256, $0) }, uniquingKeysWith: { x, _ in x })
+        var covered: Set<SHA256Digest> = []
+        for patch in manifest.patches where needed.contains(patch.target) && covered.insert(patch.target).inserted {
+            let reason: String?
+            if let base = p.local[patch.base], let part = fetched.patches[patch.target] {
+                reason = Self.apply(patch, part: part, base: base, to: p.sandbox.layout.appliedContent(patch.target))
+                try? SystemCalls.unlink(part)
+            } else if let failure = fetched.patchFailures[patch.target] {
+                reason = "the patch could not be fetched: \(failure.description)"
+            } else if fetched.patches[patch.target] == nil {
+                // Planned as an object (the base is not held here).
+                continue
+            } else {
+                reason = "its base content is not in the sandbox"
+            }
+            if let reason {
+                outcome.fallbacks[id, default: []].append(
+                    DeltaFallback(content: patch.target, reason: reason, to: .object))
+                if fetched.objects[patch.target] == nil, let f = entryOf[patch.target] {
+                    outcome.objectJobs.append(objectJob(id, f, sandbox: p.sandbox, base: p.base))
+                }
+            } else {
+                fetched.applied[patch.target] = p.sandbox.layout.appliedContent(patch.target)
+                outcome.applied[id, default: (0, 0)].count += 1
+                outcome.applied[id, default: (0, 0)].bytes += patch.patch.size
+            }
+        }
+    }
+
+    /// Fetches the objects the failed patches fell back to; a package one of whose objects fails
+    /// too falls back to its bundle, fetched here.
+    func fetchFallbacks(
+        _ changes: inout [PlanAction], outcome: inout PatchOutcome, fetched: inout Fetched, prepared p: Prepared,
+        entries: [PackageID: PackageEntry]
+    ) async {
+        var more = Fetched()
+        more.bytes = fetched.bytes
+        await run(
+            outcome.objectJobs, totals: changes, transport: p.transport, concurrency: max(1, p.config.concurrency),
+            into: &more)
+        fetched.objects.merge(more.objects) { x, _ in x }
+        fetched.bytes = more.bytes
+        fetched.resumable.formUnion(more.resumable)
+        // An object that failed too: that package falls back to its bundle.
+        var bundleJobs: [Job] = []
+        for (i, a) in changes.enumerated() where more.errors[a.id] != nil {
+            guard let e = entries[a.id] else { continue }
+            let missing = (outcome.fallbacks[a.id] ?? []).filter { fetched.objects[$0.content] == nil }
+            outcome.fallbacks[a.id] = (outcome.fallbacks[a.id] ?? []).map { f in
+                fetched.objects[f.content] == nil ? DeltaFallback(content: f.content, reason: f.reason, to: .bundle) : f
+            }
+            options.logger.info(
+                "the delta's fallback objects failed; fetching the bundle",
+                metadata: ["id": "\(a.id)", "contents": "\(missing.count)"])
+            changes[i].cost?.method = .bundle
+            let expected = Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256)
+            bundleJobs.append(
+                .bundle(
+                    a.id, url(p.base, e.bundle.path),
+                    p.sandbox.layout.bundlePart(e.id, e.version, sha256: e.bundle.sha256),
+                    expected, nil))
+        }
+        guard !bundleJobs.isEmpty else { return }
+        var bundles = Fetched()
+        bundles.bytes = fetched.bytes
+        await run(bundleJobs, totals: changes, transport: p.transport, concurrency: 1, into: &bundles)
+        fetched.bundles.merge(bundles.bundles) { x, _ in x }
+        fetched.bytes = bundles.bytes
+        for (id, e) in bundles.errors { fetched.errors[id] = e }
+        fetched.resumable.formUnion(bundles.resumable)
     }
 
     /// Applies one patch to the content at `base`, writing the result to `output` and checking

@@ -28,6 +28,35 @@ extension Syncer {
         sandbox: Sandbox, config: SyncConfig, transport: any Transport, base: URL, record: Bool = true,
         prefetchedSignature: Data? = nil
     ) async throws(SyncError) -> (RepositoryIndex, Bool) {
+        let (bytes, sigBytes, etag, notModified) = try await fetchIndexPair(
+            sandbox: sandbox, transport: transport, base: base, prefetchedSignature: prefetchedSignature)
+        let trusted: [PublicKey]
+        do { trusted = try config.publicKeys() } catch { throw .config(error) }
+        let decision: AcceptedIndexDecision
+        do {
+            decision = try IndexAcceptance.decide(
+                IndexAcceptance.Input(
+                    bytes: bytes, signature: sigBytes, notModified: notModified, trustedKeys: config.trustedKeys,
+                    trusted: trusted, accepted: sandbox.state.index, now: options.clock()))
+        } catch { throw SyncError(refusal: error) }
+        let index = decision.index
+        if record, let keys = decision.rotatedKeys {
+            do { _ = try config.withKeys(keys, root: root) } catch { throw .config(error) }
+            options.logger.notice(
+                "trusted keys rotated by the index",
+                metadata: ["keys": "\(keys.map(\.keyId))", "serial": "\(index.serial)"])
+        }
+        if record { try recordAccepted(decision, bytes: bytes, signature: sigBytes, etag: etag, sandbox: sandbox) }
+        options.progress?(.index(serial: index.serial, changed: decision.fresh))
+        return (index, decision.fresh)
+    }
+
+    /// The index and its signature as the repository serves them now: the copy this sandbox
+    /// accepted when the signature names it; else the index the signature names, mended when an
+    /// edge served a torn pair; else (an older publisher) by a conditional request.
+    func fetchIndexPair(sandbox: Sandbox, transport: any Transport, base: URL, prefetchedSignature: Data?)
+        async throws(SyncError) -> (bytes: Data, signature: Data, etag: String?, notModified: Bool)
+    {
         let cacheIndex = sandbox.layout.acceptedIndex
         let cacheSig = sandbox.layout.acceptedSignature
         let accepted = sandbox.state.index
@@ -62,44 +91,36 @@ extension Syncer {
                 sigBytes = (try? AtomicFile.read(cacheSig)) ?? Data()
             }
         }
-        let doc = FetchedDocument(data: Data(), etag: etag, notModified: notModified)
-        let trusted: [PublicKey]
-        do { trusted = try config.publicKeys() } catch { throw .config(error) }
-        let decision: AcceptedIndexDecision
-        do {
-            decision = try IndexAcceptance.decide(
-                IndexAcceptance.Input(
-                    bytes: bytes, signature: sigBytes, notModified: notModified, trustedKeys: config.trustedKeys,
-                    trusted: trusted, accepted: sandbox.state.index, now: options.clock()))
-        } catch { throw SyncError(refusal: error) }
+        return (bytes, sigBytes, etag, notModified)
+    }
+
+    /// Records a decision: a fresh index made durable (the cache, then the accepted serial)
+    /// before anything is acted on; else only a new validator for the next request.
+    func recordAccepted(
+        _ decision: AcceptedIndexDecision, bytes: Data, signature sigBytes: Data, etag: String?, sandbox: Sandbox
+    ) throws(SyncError) {
         let index = decision.index
-        if record, let keys = decision.rotatedKeys {
-            do { _ = try config.withKeys(keys, root: root) } catch { throw .config(error) }
-            options.logger.notice(
-                "trusted keys rotated by the index",
-                metadata: ["keys": "\(keys.map(\.keyId))", "serial": "\(index.serial)"])
-        }
-        if decision.fresh && record {
+        let cacheIndex = sandbox.layout.acceptedIndex
+        let cacheSig = sandbox.layout.acceptedSignature
+        if decision.fresh {
             // Durable before anything is acted on: the cache, then the accepted serial.
             do {
                 try AtomicFile.write(bytes, to: cacheIndex)
                 try AtomicFile.write(sigBytes, to: cacheSig)
             } catch { throw .store(.io(error)) }
-            ServingHandoff.shared.wroteIndex(index.packages, sandbox.layout)
+            options.handoff?.wroteIndex(index.packages, sandbox.layout)
             do {
                 try sandbox.recordIndex(
                     AcceptedIndex(
-                        serial: index.serial, sha256: decision.digest, expires: index.expires, etag: doc.etag,
+                        serial: index.serial, sha256: decision.digest, expires: index.expires, etag: etag,
                         acceptedAt: options.clock()))
             } catch { throw .store(error) }
-        } else if record, let acc = sandbox.state.index, doc.etag != nil, doc.etag != acc.etag {
+        } else if let acc = sandbox.state.index, etag != nil, etag != acc.etag {
             var updated = acc
-            updated.etag = doc.etag
+            updated.etag = etag
             // Only a validator for the next request: failing to record it costs one full GET.
             try? sandbox.recordIndex(updated)
         }
-        options.progress?(.index(serial: index.serial, changed: decision.fresh))
-        return (index, decision.fresh)
     }
 
     /// The repository's signature file, fetched whole every time (a few hundred bytes).

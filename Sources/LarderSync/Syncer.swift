@@ -19,9 +19,15 @@ public struct Syncer: Sendable {
     public let options: SyncOptions
     let injected: (any Transport)?
 
+    /// A syncer for the sandbox at `root`, fetching over the transport the repository URL calls
+    /// for (`file://`, or http(s) over `options.stack`).
+    public init(root: FilePath, options: SyncOptions = SyncOptions()) {
+        self.init(root: root, options: options, transport: nil)
+    }
+
     /// A syncer for the sandbox at `root`; `transport` replaces the one the repository URL
     /// implies (tests inject one).
-    public init(root: FilePath, options: SyncOptions = SyncOptions(), transport: (any Transport)? = nil) {
+    package init(root: FilePath, options: SyncOptions = SyncOptions(), transport: (any Transport)?) {
         self.root = root
         self.options = options
         self.injected = transport
@@ -117,6 +123,7 @@ public struct Syncer: Sendable {
     func openWaiting() async throws(SyncError) -> Sandbox {
         var o = Sandbox.Options()
         o.lockTimeout = 0
+        o.handoff = options.handoff
         let start = Date()
         while true {
             do { return try Sandbox.open(root, options: o) } catch {
@@ -131,7 +138,7 @@ public struct Syncer: Sendable {
     }
 
     /// Plans without changing anything (fetches the index and file lists, records nothing).
-    public func plan() async throws(SyncError) -> (Plan, RepositoryIndex) {
+    package func plan() async throws(SyncError) -> (Plan, RepositoryIndex) {
         let p = try await prepare(record: false)
         p.sandbox.close()
         return (p.plan, p.index)

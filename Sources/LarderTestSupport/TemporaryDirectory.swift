@@ -29,6 +29,7 @@ public struct TemporaryDirectory: Sendable {
 
     /// Makes a new empty directory named `larder-<label>-<UUID>` under `base`.
     public init(_ label: String = "test") throws {
+        TestLogging.quiet
         let dir = Self.base.appendingPathComponent("larder-\(label)-\(UUID().uuidString)", isDirectory: true)
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         url = dir.resolvingSymlinksInPath()

@@ -20,7 +20,7 @@ public final class RecordingTransport: Transport, @unchecked Sendable {
     private var recorded: [TransportCall] = []
 
     /// Records and forwards to `inner`.
-    public init(_ inner: any Transport = FileTransport()) { self.inner = inner }
+    package init(_ inner: any Transport = FileTransport()) { self.inner = inner }
 
     /// The calls so far, in order.
     public var calls: [TransportCall] {
@@ -36,13 +36,13 @@ public final class RecordingTransport: Transport, @unchecked Sendable {
     }
 
     /// Records, then forwards.
-    public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
+    package func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
         record(.document(url: url.absoluteString, etag: etag))
         return try await inner.document(url, etag: etag, maxBytes: maxBytes)
     }
 
     /// Records, then forwards.
-    public func download(
+    package func download(
         _ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?
     ) async throws(FetchError) {
         record(.download(url: url.absoluteString))
@@ -58,7 +58,7 @@ public struct FailingTransport: Transport {
     private let inner: (any Transport)?
 
     /// Fails the requests whose URL ends with a key of `failing`; forwards the rest to `inner`.
-    public init(failing: [String: FetchError], forwardingTo inner: (any Transport)? = nil) {
+    package init(failing: [String: FetchError], forwardingTo inner: (any Transport)? = nil) {
         self.failing = failing
         self.inner = inner
     }
@@ -70,12 +70,12 @@ public struct FailingTransport: Transport {
     }
 
     /// Fails or forwards.
-    public func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
+    package func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
         try await check(url).document(url, etag: etag, maxBytes: maxBytes)
     }
 
     /// Fails or forwards.
-    public func download(
+    package func download(
         _ url: URL, to part: FilePath, expecting: Expectation, progress: ProgressHandler?, watch: GrowingPart?
     ) async throws(FetchError) {
         try await check(url).download(url, to: part, expecting: expecting, progress: progress, watch: watch)

@@ -18,6 +18,7 @@ import LarderCore
 import LarderFileSystem
 import LarderPublish
 import LarderResolve
+import LarderStore
 import LarderSync
 import SystemPackage
 
@@ -39,13 +40,17 @@ if args.count == 4, args[1] == "--after-sync" {
     let root = FilePath(args[2])
     let url = args[3]
     let start = ContinuousClock.now
+    // The app's shape: one handoff shared by its resolver and its syncs (as OfflinePackages does).
+    let handoff = ServingHandoff()
     let resolver: Resolver
-    do { resolver = try Resolver(root: root) } catch { fail("\(error)") }
+    do { resolver = try Resolver(root: root, handoff: handoff) } catch { fail("\(error)") }
     guard case .local = resolver.resolve(url) else { fail("\(url) does not resolve to a local file") }
     let cold = millis(since: start)
     let syncStart = ContinuousClock.now
     do {
-        let report = try await Syncer(root: root).sync()
+        var options = SyncOptions()
+        options.handoff = handoff
+        let report = try await Syncer(root: root, options: options).sync()
         if report.hasFailures { fail("the sync had failures") }
     } catch { fail("\(error)") }
     let syncMillis = millis(since: syncStart)

@@ -102,7 +102,6 @@ struct SyncArguments: ParsableArguments {
 
     func options() throws -> SyncOptions {
         var o = SyncOptions()
-        o.stack = .platform
         guard attempts >= 1, stallTimeout > 0, minRate >= 0, rateWindow > 0, deadline > 0, lockTimeout >= 0 else {
             throw ValidationError("--attempts must be at least 1 and the times positive")
         }

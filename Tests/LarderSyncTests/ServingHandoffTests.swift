@@ -13,6 +13,15 @@ import Testing
 /// and answers as the files on disk say.
 @Suite("Serving handoff: a sync and a resolver in one process")
 struct ServingHandoffTests {
+    /// The handoff the app would share between its resolver and its syncs (one per test).
+    let handoff = ServingHandoff()
+
+    /// The sandbox opened as the app's writers open it: telling the handoff of each write.
+    func openSandbox(_ env: SyncEnv) throws -> Sandbox {
+        var options = Sandbox.Options()
+        options.handoff = handoff
+        return try Sandbox.open(env.root, options: options)
+    }
     /// Packs `version` of `id`, routed at `https://<route>.example/`.
     func publish(_ env: SyncEnv, _ id: String, _ version: String, route: String? = nil) throws {
         try env.repository.publish(
@@ -36,9 +45,9 @@ struct ServingHandoffTests {
         defer { env.cleanup() }
         for id in ["alpha", "beta", "gamma"] { try publish(env, id, "1.0.0") }
         try env.initialise()
-        _ = try await env.sync()
+        _ = try await env.sync(handoff: handoff)
         let layout = SandboxLayout(root: env.root)
-        let resolver = try Resolver(root: env.root)
+        let resolver = try Resolver(root: env.root, handoff: handoff)
         let before = resolver.snapshot()
         #expect(before.listsRead == 3)
         #expect(catalog(resolver, "https://beta.example/data/catalog.json")?.contains("beta 1.0.0") == true)
@@ -47,14 +56,14 @@ struct ServingHandoffTests {
 
         // One package updated: its list is read, the others' parts are kept.
         try publish(env, "beta", "1.0.1")
-        #expect(try await env.sync().hasFailures == false)
+        #expect(try await env.sync(handoff: handoff).hasFailures == false)
         let disk = try SandboxReader(root: env.root).servingState()
-        #expect(ServingHandoff.shared.state(layout)?.state.packages == disk.packages)
+        #expect(handoff.state(layout)?.state.packages == disk.packages)
         let changed = try #require(
-            ServingHandoff.shared.changes(layout, from: stateBefore, to: FileIdentity(layout.state)))
+            handoff.changes(layout, from: stateBefore, to: FileIdentity(layout.state)))
         #expect(changed == ["beta"])
         #expect(
-            ServingHandoff.shared.settingsChanges(
+            handoff.settingsChanges(
                 layout, from: indexBefore, to: FileIdentity(layout.acceptedIndex), channel: "stable") == [])
         let after = resolver.snapshot()
         #expect(after.generation == disk.generation && after.listsRead == 1 && after.compared == 1)
@@ -62,7 +71,7 @@ struct ServingHandoffTests {
         let index = try ManifestCoding.decode(
             ServingIndex.self, from: AtomicFile.read(layout.acceptedIndex), document: "index")
         #expect(
-            ServingHandoff.shared.settings(layout, identity: FileIdentity(layout.acceptedIndex), channel: "stable")
+            handoff.settings(layout, identity: FileIdentity(layout.acceptedIndex), channel: "stable")
                 == ServingSettings.byID(index.packages, channel: "stable"))
         #expect(catalog(resolver, "https://beta.example/data/catalog.json")?.contains("beta 1.0.1") == true)
         #expect(catalog(resolver, "https://alpha.example/data/catalog.json")?.contains("alpha 1.0.0") == true)
@@ -73,17 +82,17 @@ struct ServingHandoffTests {
         // A package that moves to another route: the table is built again, and agrees.
         let indexMiddle = FileIdentity(layout.acceptedIndex)
         try publish(env, "gamma", "1.1.0", route: "gamma-moved")
-        #expect(try await env.sync().hasFailures == false)
+        #expect(try await env.sync(handoff: handoff).hasFailures == false)
         #expect(
-            ServingHandoff.shared.settingsChanges(
+            handoff.settingsChanges(
                 layout, from: indexMiddle, to: FileIdentity(layout.acceptedIndex), channel: "stable") == ["gamma"])
         #expect(catalog(resolver, "https://gamma-moved.example/data/catalog.json")?.contains("gamma 1.1.0") == true)
         #expect(catalog(resolver, "https://gamma.example/data/catalog.json") == nil)
         // A resolver on another spelling of the root reads the files (nothing is kept for it).
         let link = env.dir.appendingPathComponent("sandbox-link")
         try FileManager.default.createSymbolicLink(atPath: link.path, withDestinationPath: env.root.string)
-        let cold = try Resolver(root: FilePath(link.path))
-        #expect(ServingHandoff.shared.state(SandboxLayout(root: FilePath(link.path))) == nil)
+        let cold = try Resolver(root: FilePath(link.path), handoff: handoff)
+        #expect(handoff.state(SandboxLayout(root: FilePath(link.path))) == nil)
         for url in [
             "https://alpha.example/data/catalog.json", "https://beta.example/data/catalog.json",
             "https://gamma.example/data/catalog.json", "https://gamma-moved.example/data/catalog.json",
@@ -99,13 +108,13 @@ struct ServingHandoffTests {
         defer { env.cleanup() }
         try publish(env, "alpha", "1.0.0")
         try env.initialise()
-        _ = try await env.sync()
+        _ = try await env.sync(handoff: handoff)
         let layout = SandboxLayout(root: env.root)
-        let resolver = try Resolver(root: env.root)
+        let resolver = try Resolver(root: env.root, handoff: handoff)
         try publish(env, "alpha", "1.0.1")
-        _ = try await env.sync()
+        _ = try await env.sync(handoff: handoff)
         #expect(catalog(resolver, "https://alpha.example/data/catalog.json")?.contains("alpha 1.0.1") == true)
-        #expect(ServingHandoff.shared.state(layout) != nil)
+        #expect(handoff.state(layout) != nil)
 
         // Another process rolls alpha back to 1.0.0 (still on disk as the fallback): a new
         // state.json and generation word that this process did not write.
@@ -115,18 +124,18 @@ struct ServingHandoffTests {
         state.packages["alpha"]?.active = pkg.fallback
         state.generation += 1
         try AtomicFile.write(ManifestCoding.encode(state), to: layout.state)
-        #expect(ServingHandoff.shared.state(layout) == nil)
+        #expect(handoff.state(layout) == nil)
         var word = state.generation.littleEndian
         try withUnsafeBytes(of: &word) { try Data($0).write(to: URL(fileURLWithPath: layout.generation.string)) }
         #expect(catalog(resolver, "https://alpha.example/data/catalog.json")?.contains("alpha 1.0.0") == true)
         #expect(resolver.snapshot().generation == state.generation)
 
         // A generation word that does not name the state written is not trusted either.
-        _ = try await env.sync()
-        let written = try #require(ServingHandoff.shared.state(layout))
+        _ = try await env.sync(handoff: handoff)
+        let written = try #require(handoff.state(layout))
         var other = (written.state.generation + 7).littleEndian
         try withUnsafeBytes(of: &other) { try Data($0).write(to: URL(fileURLWithPath: layout.generation.string)) }
-        #expect(ServingHandoff.shared.state(layout) == nil)
+        #expect(handoff.state(layout) == nil)
         withExtendedLifetime(resolver) {}
     }
 
@@ -142,14 +151,14 @@ struct ServingHandoffTests {
             $0.channel = "beta"
         }
         try env.initialise()
-        _ = try await env.sync()
-        let resolver = try Resolver(root: env.root)
+        _ = try await env.sync(handoff: handoff)
+        let resolver = try Resolver(root: env.root, handoff: handoff)
         #expect(catalog(resolver, "https://alpha.example/data/catalog.json")?.contains("alpha 1.0.0") == true)
         #expect(catalog(resolver, "https://alpha-beta.example/data/catalog.json") == nil)
         _ = try SyncConfig.initialise(
             root: env.root, repository: env.repo.absoluteString, keys: [env.key.publicKey], channel: "beta",
             appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
-        let sandbox = try Sandbox.open(env.root)
+        let sandbox = try openSandbox(env)
         _ = try sandbox.confirm(id: "alpha")
         sandbox.close()
         #expect(catalog(resolver, "https://alpha-beta.example/data/catalog.json")?.contains("alpha 1.0.0") == true)
@@ -164,17 +173,16 @@ struct ServingHandoffTests {
         try publish(env, "beta", "1.0.0")
         try env.initialise()
         let layout = SandboxLayout(root: env.root)
-        let resolver = try Resolver(root: env.root)
-        _ = try await env.sync()
+        let resolver = try Resolver(root: env.root, handoff: handoff)
+        _ = try await env.sync(handoff: handoff)
         let first = FileIdentity(layout.state)
         try publish(env, "alpha", "1.0.1")
-        _ = try await env.sync()
+        _ = try await env.sync(handoff: handoff)
         let second = FileIdentity(layout.state)
         _ = resolver.snapshot()
         try publish(env, "beta", "1.0.1")
-        _ = try await env.sync()
+        _ = try await env.sync(handoff: handoff)
         let third = FileIdentity(layout.state)
-        let handoff = ServingHandoff.shared
         #expect(handoff.changes(layout, from: third, to: third) == [])
         #expect(handoff.changes(layout, from: third, to: second) == nil)
         #expect(handoff.changes(layout, from: first, to: second) == ["alpha"])
@@ -195,9 +203,9 @@ struct ServingHandoffTests {
         var word = state.generation.littleEndian
         try withUnsafeBytes(of: &word) { try Data($0).write(to: URL(fileURLWithPath: layout.generation.string)) }
         let other = FileIdentity(layout.state)
-        let fromFile = try Resolver(root: env.root)
+        let fromFile = try Resolver(root: env.root, handoff: handoff)
         try publish(env, "alpha", "1.0.2")
-        _ = try await env.sync()
+        _ = try await env.sync(handoff: handoff)
         let fifth = FileIdentity(layout.state)
         #expect(handoff.changes(layout, from: other, to: fifth) == ["alpha"])
         #expect(handoff.changes(layout, from: third, to: fifth) == nil)
@@ -208,7 +216,7 @@ struct ServingHandoffTests {
         }
 
         // Only the last writes are kept.
-        let sandbox = try Sandbox.open(env.root)
+        let sandbox = try openSandbox(env)
         for _ in 0..<(ServingHandoff.journalLength + 6) { _ = try sandbox.confirm(id: "beta") }
         sandbox.close()
         #expect(handoff.changes(layout, from: fifth, to: FileIdentity(layout.state)) == nil)

@@ -50,10 +50,13 @@ final class SyncEnv: @unchecked Sendable {
             appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
     }
 
-    func sync(transport: (any Transport)? = nil) async throws(SyncError) -> SyncReport {
+    func sync(transport: (any Transport)? = nil, handoff: ServingHandoff? = nil) async throws(SyncError)
+        -> SyncReport
+    {
         var o = SyncOptions()
         let now = clock
         o.clock = { now }
+        o.handoff = handoff
         return try await Syncer(root: root, options: o, transport: transport).sync()
     }
 

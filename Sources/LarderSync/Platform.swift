@@ -1,5 +1,6 @@
-// The one place that chooses the HTTP engine, by platform: the only file of the façade that asks
-// which platform it is built for. Linux: AsyncHTTPClient (NIO), chosen by measurement over
+// The one place that chooses the HTTP engine, by platform (the sync's default, `SyncOptions.stack`,
+// and what the façade and the CLI forward passthrough requests with): the only file of LarderSync
+// that asks which platform it is built for. Linux: AsyncHTTPClient (NIO), chosen by measurement over
 // FoundationNetworking's URLSession, whose libcurl alone adds about 6 ms to every process start
 // (BENCHMARKS.md). Apple platforms: URLSession, so that no NIO is linked into an app. Building
 // with LARDER_URLSESSION=1 in the environment (Package.swift) selects URLSession on Linux too,
@@ -21,5 +22,5 @@
         public static var platform: HTTPStack { .nio }
     }
 #else
-    #error("Larder: no HTTP engine is chosen for this platform (see Sources/Larder/Platform.swift)")
+    #error("LarderSync: no HTTP engine is chosen for this platform (see Sources/LarderSync/Platform.swift)")
 #endif

@@ -1,0 +1,101 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import Logging
+import SystemPackage
+
+/// What to pack: the tree, where, and the index fields of the new release.
+public struct PackRequest: Sendable {
+    /// The directory whose whole tree becomes the version's files.
+    public var source: FilePath
+    /// The repository root directory; created when missing.
+    public var repository: FilePath
+    /// The package id, as text (`pack` validates it).
+    public var id: String
+    /// The SemVer version to publish, as text; it must be above the channel's newest.
+    public var version: String
+    /// URL prefixes the package serves besides `larder://<id>/`; stored normalised.
+    public var routes: [String] = []
+    /// The file served for directory URLs, relative to them; it must be in the tree.
+    public var entry: String = "index.html"
+    /// Whether an extension-less path with no file is answered with the entry file (single-page apps).
+    public var spaFallback = false
+    /// The release channel the version is published on.
+    public var channel: String = Channel.default
+    /// The lowest app version that may install the release (SemVer text); `nil` for any.
+    public var minClientVersion: String?
+    /// The share of devices that install the release, 0...100.
+    public var rolloutPercent = 100
+    /// Defaults to `<id>@<version>` so that every release draws its own devices.
+    public var rolloutSalt: String?
+    /// Whether the app should apply the release before showing the package.
+    public var mandatory = false
+    /// `ID@RANGE` each, e.g. `shared-ui@^1.2.0`.
+    public var dependencies: [String] = []
+    /// What a path under the routes with no file does, and the prefixes that always pass through.
+    public var policy = Policy()
+    /// How long the new index stays valid.
+    public var timeToLive: TimeInterval = 30 * 24 * 3600
+    /// Limits on the tree (files, sizes, path lengths and depth), also applied to the bundle's self-check.
+    public var limits: TreeLimits = .standard
+    /// Deltas are made to the new version from this many of the package's last versions on its
+    /// channel (the one it replaces and the bases of that one's deltas, newest first); 0 makes none.
+    public var deltaBases = 3
+
+    /// A request with the required parts; set the rest as needed.
+    public init(source: FilePath, repository: FilePath, id: String, version: String) {
+        self.source = source
+        self.repository = repository
+        self.id = id
+        self.version = version
+    }
+}
+
+/// What `pack` did.
+public struct PackReport: Sendable, Codable, Equatable {
+    /// The package id.
+    public var id: String
+    /// The version published.
+    public var version: String
+    /// The channel it was published on.
+    public var channel: String
+    /// The serial of the newly signed index.
+    public var serial: UInt64
+    /// When the new index expires: now plus the time to live, in whole seconds.
+    public var expires: Date
+    /// Where the bundle (`bundle.zip`) is, its size and SHA-256.
+    public var bundle: BlobRef
+    /// Where the file list (`files.json`) is, its size and SHA-256.
+    public var fileList: BlobRef
+    /// The number of files in the version.
+    public var fileCount: Int
+    /// The files' total size in bytes, uncompressed.
+    public var totalSize: Int64
+    /// Objects written by this pack (contents the repository did not hold yet).
+    public var objectsWritten: Int
+    /// Objects already present (shared with earlier versions or packages).
+    public var objectsReused: Int
+    /// Compressed bytes of the objects written by this pack.
+    public var objectBytesWritten: Int64
+    /// The key id of the publisher's own key (co-signers are not listed).
+    public var signedBy: String
+    /// The gzip-compressed file list (`files.json.gz`).
+    public var filesGzip: BlobRef?
+    /// The deltas made to this version, newest base first.
+    public var deltas: [DeltaReport] = []
+}
+
+/// What `revoke` did.
+public struct RevokeReport: Sendable, Codable, Equatable {
+    /// The package id.
+    public var id: String
+    /// The version revoked.
+    public var version: String
+    /// The serial of the newly signed index.
+    public var serial: UInt64
+    /// When the new index expires: now plus the time to live, in whole seconds.
+    public var expires: Date
+    /// The key id of the publisher's own key (co-signers are not listed).
+    public var signedBy: String
+}

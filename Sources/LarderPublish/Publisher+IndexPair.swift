@@ -1,0 +1,149 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import Logging
+import SystemPackage
+
+/// The index pair: loaded and trusted, published through `.pending` files, an interrupted
+/// publication completed or discarded, under the repository's publish lock.
+extension Publisher {
+    /// Reads the current index, first completing or discarding a half-published pair. The index
+    /// must be signed by this publisher's key; `nil` for a repository with no index yet.
+    func loadIndex(_ layout: RepositoryLayout) throws(PublishError) -> RepositoryIndex? {
+        let trusted = ownKeys
+        try recoverPending(layout, trusted: trusted)
+        guard AtomicFile.exists(layout.index) else {
+            if AtomicFile.exists(layout.signature) {
+                throw .existingIndexUntrusted(detail: "\(layout.signature) exists without \(layout.index)")
+            }
+            return nil
+        }
+        let bytes = try io { () throws(FileSystemError) in try AtomicFile.read(layout.index) }
+        let sigBytes = try io { () throws(FileSystemError) in try AtomicFile.read(layout.signature) }
+        do {
+            let sig = try ManifestCoding.decode(
+                SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
+            try IndexSignature.verify(bytes, signatures: sig, trusted: trusted)
+            return try ManifestCoding.decode(RepositoryIndex.self, from: bytes, document: RepositoryLayout.indexName)
+        } catch let e as SigningError {
+            throw .existingIndexUntrusted(detail: e.description)
+        } catch let e as ManifestError {
+            throw .existingIndexUntrusted(detail: e.description)
+        } catch {
+            throw .existingIndexUntrusted(detail: "\(error)")
+        }
+    }
+
+    /// Completes a publication interrupted between writing the pending pair and renaming it, when
+    /// the pending index verifies; otherwise discards the pending files.
+    func recoverPending(_ layout: RepositoryLayout, trusted: [PublicKey]) throws(PublishError) {
+        guard AtomicFile.exists(layout.pendingIndex) else {
+            try? SystemCalls.unlink(layout.pendingSignature)
+            return
+        }
+        let sigPath = AtomicFile.exists(layout.pendingSignature) ? layout.pendingSignature : layout.signature
+        var valid = false
+        if let bytes = try? AtomicFile.read(layout.pendingIndex), let sigBytes = try? AtomicFile.read(sigPath),
+            let sig = try? ManifestCoding.decode(SignatureFile.self, from: sigBytes, document: "signature"),
+            (try? IndexSignature.verify(bytes, signatures: sig, trusted: trusted)) != nil,
+            (try? ManifestCoding.decode(RepositoryIndex.self, from: bytes, document: "index")) != nil
+        {
+            valid = true
+        }
+        logger.notice(
+            "found an interrupted publication",
+            metadata: [
+                "repository": "\(layout.root)",
+                "action": "\(valid ? "completing it" : "discarding it (does not verify)")",
+            ])
+        if valid {
+            if sigPath == layout.pendingSignature {
+                try renameDurably(layout.pendingSignature, layout.signature, in: layout.root)
+            }
+            try renameDurably(layout.pendingIndex, layout.index, in: layout.root)
+        } else {
+            try? SystemCalls.unlink(layout.pendingSignature)
+            try? SystemCalls.unlink(layout.pendingIndex)
+            try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(layout.root) }
+        }
+    }
+
+    /// Bumps the serial and expiry, signs, and publishes the pair: both written as `.pending`
+    /// files, then the signature renamed into place, then the index.
+    func publish(_ index: inout RepositoryIndex, _ layout: RepositoryLayout, ttl: TimeInterval) throws(PublishError)
+        -> RepositoryIndex
+    {
+        guard index.serial < UInt64.max else { throw .serialExhausted }
+        index.serial += 1
+        index.expires = Date(timeIntervalSince1970: (now().timeIntervalSince1970 + ttl).rounded(.down))
+        index.packages.sort { ($0.id, $0.channel) < ($1.id, $1.channel) }
+        if let issue = IndexRules.issues(index).first { throw .indexRule(issue) }
+        let bytes = try encode(index)
+        let sig: SignatureFile
+        do { sig = try IndexSignature.sign(bytes, with: [key] + coSigners) } catch {
+            throw .signing(.badKeyFile(path: "(signing key)", detail: "\(error)"))
+        }
+        let sigBytes = try encode(sig)
+        // The immutable copy the signature names, before the pair that names it: a device whose
+        // cache pairs this signature with another index fetches it.
+        try writeIndexCopy(bytes, layout)
+        try io { () throws(FileSystemError) in try AtomicFile.write(sigBytes, to: layout.pendingSignature) }
+        try io { () throws(FileSystemError) in try AtomicFile.write(bytes, to: layout.pendingIndex) }
+        try renameDurably(layout.pendingSignature, layout.signature, in: layout.root)
+        try renameDurably(layout.pendingIndex, layout.index, in: layout.root)
+        return index
+    }
+
+    func renameDurably(_ from: FilePath, _ to: FilePath, in dir: FilePath) throws(PublishError) {
+        do { try SystemCalls.rename(from, to: to) } catch { throw .io(error) }
+        try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(dir) }
+    }
+
+    /// The publishers' lock of a repository (`.larder-publish.lock`): one pack, revoke or
+    /// rotate-key at a time, so serials never collide and no staging directory in use is removed.
+    func publishLock(_ layout: RepositoryLayout) throws(PublishError) -> FileLock {
+        do { return try FileLock(path: layout.root.appending(".larder-publish.lock"), timeout: lockTimeout) } catch {
+            switch error {
+            case .locked(let pid, _): throw .busy(holderPID: pid)
+            case .io(let e): throw .io(e)
+            }
+        }
+    }
+
+    /// How many publications' index copies `indexes/` keeps: a device needs the copy only while
+    /// an edge still serves that publication's signature (minutes).
+    public static let keptIndexCopies = 8
+
+    /// Writes `indexes/<sha256>.json` durably, and removes the copies of all but the last
+    /// `keptIndexCopies` publications (oldest modification first).
+    func writeIndexCopy(_ bytes: Data, _ layout: RepositoryLayout) throws(PublishError) {
+        let copy = layout.resolve(RepositoryLayout.indexCopyPath(SHA256Digest.of(bytes)))
+        try io { () throws(FileSystemError) in
+            try AtomicFile.makeDirectories(layout.indexes)
+            try AtomicFile.write(bytes, to: copy)
+        }
+        guard let names = try? SystemCalls.listDirectory(layout.indexes) else { return }
+        let copies = names.filter { $0.name.string.hasSuffix(".json") }.map { layout.indexes.appending($0.name) }
+        guard copies.count > Self.keptIndexCopies else { return }
+        let dated = copies.map { ($0, (try? SystemCalls.stat($0))?.modificationTime ?? FileTime(seconds: 0)) }
+        for (path, _) in dated.sorted(by: { $0.1 > $1.1 }).dropFirst(Self.keptIndexCopies) where path != copy {
+            try? SystemCalls.unlink(path)
+        }
+    }
+
+    func removeStaleStaging(in dir: FilePath) {
+        guard let entries = try? SystemCalls.listDirectory(dir) else { return }
+        for entry in entries where entry.string.hasPrefix(".") && entry.string.contains(".staging-") {
+            let path = dir.appending(entry.name)
+            logger.notice("removing a staging directory left by an interrupted pack", metadata: ["path": "\(path)"])
+            try? SystemCalls.removeTree(path)
+        }
+    }
+
+    func encode<T: Encodable>(_ value: T) throws(PublishError) -> Data {
+        do { return try ManifestCoding.encode(value) } catch {
+            throw .manifest(.malformed(document: "\(T.self)", detail: "\(error)"))
+        }
+    }
+}

@@ -1,0 +1,111 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+/// A package's gzipped list and deltas: each rebuilds, from the base version's list, exactly the
+/// list the index signs.
+extension Verifier {
+    /// The gzipped list: its size and hash, and it inflates to the list's exact bytes.
+    func checkGzippedList(
+        _ gz: BlobRef, _ entry: PackageEntry, layout: RepositoryLayout, problem: (String, String?, String) -> Void
+    ) {
+        guard gz.path == RepositoryLayout.fileListGzipPath(entry.id, entry.version) else {
+            problem(
+                "delta-path", gz.path,
+                "the gzipped list is not at \(RepositoryLayout.fileListGzipPath(entry.id, entry.version))")
+            return
+        }
+        guard let data = checkBlob(gz, layout: layout, problem: problem) else { return }
+        guard let inflated = try? Gzip.inflated(data, limit: entry.files.size),
+            Int64(inflated.count) == entry.files.size, SHA256Digest.of(inflated) == entry.files.sha256
+        else {
+            problem("file-list-gzip-mismatch", gz.path, "does not inflate to the file list the index declares")
+            return
+        }
+    }
+
+    /// A delta: its manifest (size, hash, schema, the versions it joins), the list it rebuilds
+    /// from the base's list equals the target's, every content it needs has a source, and each
+    /// patch — its own size and hash — applied to its base gives its target.
+    func checkDelta(
+        _ ref: DeltaRef, _ entry: PackageEntry, target: FileList, layout: RepositoryLayout,
+        problem: (String, String?, String) -> Void
+    ) {
+        let path = ref.manifest.path
+        guard path == RepositoryLayout.deltaPath(entry.id, from: ref.from, to: entry.version) else {
+            problem(
+                "delta-path", path,
+                "the delta from \(ref.from) is not at \(RepositoryLayout.deltaPath(entry.id, from: ref.from, to: entry.version))"
+            )
+            return
+        }
+        guard let gz = checkBlob(ref.manifest, layout: layout, problem: problem) else { return }
+        let manifest: DeltaManifest
+        do {
+            manifest = try ManifestCoding.decode(
+                DeltaManifest.self, from: Gzip.inflated(gz, limit: Int64(ManifestCoding.maxDocumentBytes)),
+                document: path)
+        } catch {
+            problem("delta-schema", path, "\(error)")
+            return
+        }
+        guard manifest.id == entry.id, manifest.from == ref.from, manifest.to == entry.version,
+            manifest.files == entry.files
+        else {
+            problem(
+                "delta-mismatch", path,
+                "the manifest is \(manifest.id) \(manifest.from) → \(manifest.to), not \(entry.id) \(ref.from) → \(entry.version) with its file list"
+            )
+            return
+        }
+        let baseRel = RepositoryLayout.fileListPath(entry.id, ref.from)
+        guard let baseData = try? AtomicFile.read(layout.resolve(baseRel), limit: ManifestCoding.maxDocumentBytes),
+            let base = try? ManifestCoding.decode(FileList.self, from: baseData, document: baseRel)
+        else {
+            problem(
+                "delta-base-missing", baseRel, "the file list of the base version \(ref.from) is missing or unreadable")
+            return
+        }
+        switch manifest.rebuild(from: base) {
+        case .failure(let why):
+            problem("delta-list", path, why.description)
+        case .success(let rebuilt):
+            let bytes = try? ManifestCoding.encode(rebuilt)
+            if bytes.map({ Int64($0.count) == entry.files.size && SHA256Digest.of($0) == entry.files.sha256 }) != true {
+                problem(
+                    "delta-list", path, "the list it builds from \(ref.from)'s is not \(entry.version)'s signed list")
+            }
+        }
+        if let gap = manifest.covers(target, holding: Set(base.files.map(\.sha256))) {
+            problem("delta-incomplete", path, gap.description)
+        }
+        let sizes = Dictionary(base.files.map { ($0.sha256, $0.size) }, uniquingKeysWith: { a, _ in a })
+        for p in manifest.patches {
+            guard let patch = checkBlob(p.patch, layout: layout, problem: problem) else { continue }
+            guard p.patch.path == RepositoryLayout.patchPath(p.patch.sha256) else {
+                problem("delta-path", p.patch.path, "a patch is not at its content address")
+                continue
+            }
+            let baseObject = layout.resolve(RepositoryLayout.objectPath(p.base))
+            guard let size = sizes[p.base], let content = try? Gzip.inflated(file: baseObject, limit: size) else {
+                problem(
+                    "delta-base-missing", p.patch.path,
+                    "the object of its base \(p.base.hex.prefix(12))… cannot be read")
+                continue
+            }
+            do {
+                let result = try BinaryPatch.apply(patch: patch, base: content, limit: p.size)
+                if Int64(result.count) != p.size || SHA256Digest.of(result) != p.target {
+                    problem(
+                        "delta-patch", p.patch.path,
+                        "applied to its base it does not give its target \(p.target.hex.prefix(12))…")
+                }
+            } catch {
+                problem("delta-patch", p.patch.path, "it does not apply to its base: \(error)")
+            }
+        }
+    }
+
+}

@@ -1,0 +1,106 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+/// One problem `verify` found. `code` is stable; `package`, `version` and `file` locate it.
+public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertible {
+    /// A stable machine-readable code, like `index-serial` or the archive reader's code.
+    public var code: String
+    /// The package id concerned, if any.
+    public var package: String?
+    /// The version concerned (of `package`), if any.
+    public var version: String?
+    /// Repository-relative path of the document, or the path inside a bundle.
+    public var file: String?
+    /// What is wrong, in a sentence for a person.
+    public var message: String
+
+    /// Creates a problem.
+    public init(code: String, package: String? = nil, version: String? = nil, file: String? = nil, message: String) {
+        self.code = code
+        self.package = package
+        self.version = version
+        self.file = file
+        self.message = message
+    }
+
+    /// `<package>@<version> <file>: [<code>] <message>`, leaving out the parts that are not known.
+    public var description: String {
+        var location: [String] = []
+        if let p = package { location.append(version.map { "\(p)@\($0)" } ?? p) }
+        if let f = file { location.append(f) }
+        return (location.isEmpty ? "" : location.joined(separator: " ") + ": ") + "[\(code)] \(message)"
+    }
+}
+
+/// The outcome of `verify`: every problem, and what was looked at.
+public struct VerifyReport: Sendable, Codable, Equatable {
+    /// `repository` or `bundle`.
+    public var kind: String
+    /// The repository root or bundle file verified.
+    public var path: String
+    /// The index's serial, once the index was read (repositories only).
+    public var serial: UInt64?
+    /// The id of the trusted key whose signature verified, when the signature was checked and valid.
+    public var signedBy: String?
+    /// Whether the index signature was checked (false with --skip-signature, and for bundles).
+    public var signatureChecked = false
+    /// Index entries checked (one per package and channel), or 1 for a bundle.
+    public var packagesChecked: Int
+    /// Files named by the file lists checked, or the files in the bundle.
+    public var filesChecked: Int
+    /// Delta manifests checked (repositories only).
+    public var deltasChecked = 0
+    /// Distinct objects checked (repositories only).
+    public var objectsChecked: Int
+    /// Every problem found, in the order found; empty when all is well.
+    public var problems: [VerifyProblem]
+    /// Whether nothing was found.
+    public var ok: Bool { problems.isEmpty }
+
+    /// An empty report: nothing checked, nothing found yet.
+    public init(kind: String, path: String) {
+        self.kind = kind
+        self.path = path
+        packagesChecked = 0
+        filesChecked = 0
+        objectsChecked = 0
+        problems = []
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case kind, path, serial, signedBy, signatureChecked, packagesChecked, filesChecked, objectsChecked, problems, ok
+    }
+
+    /// Encodes every field and `ok`, so the JSON output carries the verdict.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(kind, forKey: .kind)
+        try c.encode(path, forKey: .path)
+        try c.encodeIfPresent(serial, forKey: .serial)
+        try c.encodeIfPresent(signedBy, forKey: .signedBy)
+        try c.encode(signatureChecked, forKey: .signatureChecked)
+        try c.encode(packagesChecked, forKey: .packagesChecked)
+        try c.encode(filesChecked, forKey: .filesChecked)
+        try c.encode(objectsChecked, forKey: .objectsChecked)
+        try c.encode(problems, forKey: .problems)
+        try c.encode(ok, forKey: .ok)
+    }
+
+    /// Decodes a report (`ok` follows from `problems`); a missing `signatureChecked` is false.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        kind = try c.decode(String.self, forKey: .kind)
+        path = try c.decode(String.self, forKey: .path)
+        serial = try c.decodeIfPresent(UInt64.self, forKey: .serial)
+        signedBy = try c.decodeIfPresent(String.self, forKey: .signedBy)
+        signatureChecked = try c.decodeIfPresent(Bool.self, forKey: .signatureChecked) ?? false
+        packagesChecked = try c.decode(Int.self, forKey: .packagesChecked)
+        filesChecked = try c.decode(Int.self, forKey: .filesChecked)
+        objectsChecked = try c.decode(Int.self, forKey: .objectsChecked)
+        problems = try c.decode([VerifyProblem].self, forKey: .problems)
+    }
+
+}
