@@ -221,13 +221,18 @@ let package = Package(
             swiftSettings: strict
         ),
         // Test support, not a product: temporary-directory trait, sample repository, process
-        // runner, binary locator, recording and failing transports.
+        // runner, binary locator, recording and failing transports, and the fault-injecting HTTP
+        // origin (on NIO, with NIOSSL for its TLS mode) that the transport and gateway suites start.
         .target(
             name: "LarderTestSupport",
             dependencies: [
                 "LarderCore", "LarderFetch", "LarderPublish", "LarderStore", "LarderFileSystem",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strict
         ),
@@ -259,6 +264,14 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(
+            name: "LarderFetchTests",
+            dependencies: [
+                "LarderTestSupport", "LarderFetch", "LarderFetchNIO", "LarderCore", "LarderFileSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
             name: "LarderSyncTests",
             dependencies: [
                 "LarderTestSupport",
@@ -275,12 +288,25 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(
+            name: "LarderGatewayTests",
+            dependencies: [
+                "LarderTestSupport", "LarderGateway", "LarderResolve", "LarderStore", "LarderFetch", "LarderFetchNIO",
+                "LarderCore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(
             name: "LarderWebViewTests",
             dependencies: [
                 "LarderTestSupport", "LarderWebView", "LarderResolve", "LarderStore", "LarderCore", "LarderFileSystem",
             ],
             swiftSettings: strict
         ),
+        // The façade through its public API (what `import Larder` gives an app).
+        .testTarget(name: "LarderTests", dependencies: ["Larder", "LarderTestSupport"], swiftSettings: strict),
         .testTarget(
             name: "LarderCLITests",
             dependencies: [

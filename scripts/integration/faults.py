@@ -35,6 +35,10 @@ default 6), FAULTS_SLOW=1 (adds the permanent drip and stall cases, which take m
 the CLI cannot shorten the HTTP client's timeouts), FAULTS_DIR (parent of the work directory,
 default $TMPDIR or /tmp), FAULTS_KEEP=1 (keep the work directory; it is kept anyway on failure).
 All traffic goes to 127.0.0.1 and 127.0.0.2; proxies are switched off for larder.
+
+This is the end-to-end layer over `larder sync`. The transport's own behaviour under each fault
+(the FetchError, the retry, the Range resume) is specified by Swift tests against the in-process
+origin of LarderTestSupport (FaultOrigin): Tests/LarderFetchTests.
 """
 import concurrent.futures
 import json

@@ -4,8 +4,10 @@
     allows; a target missing from the table fails too;
   - only LarderArchive imports the C libraries (CArchive, CZlib, CZstd);
   - only LarderGateway imports Hummingbird (and HTTPTypes);
-  - only LarderFetch and LarderGateway import AsyncHTTPClient and NIO; only LarderFetch imports
-    FoundationNetworking (its URLSession engine, for Apple platforms);
+  - only LarderFetchNIO and LarderGateway import AsyncHTTPClient and NIO (and LarderTestSupport,
+    not a product, for the fault-injecting origin the test suites start); only
+    LarderFetchURLSession imports FoundationNetworking;
+  - each module's platform conditionals are in one file, a ladder ending in #error;
   - LarderResolve reaches neither LarderSync nor LarderFetch, even through another module.
 Prints one line per check; exits 1 on any violation.
 
@@ -79,9 +81,9 @@ def importers(modules):
     return found
 
 for modules, owners in ((["CArchive", "CZlib", "CZstd"], ["LarderArchive"]), (["Hummingbird", "HTTPTypes"], ["LarderGateway"]),
-                        (["AsyncHTTPClient", "NIOCore", "NIOHTTP1", "NIOPosix", "NIOSSL"], ["LarderFetchNIO", "LarderGateway"]),
+                        (["AsyncHTTPClient", "NIOCore", "NIOHTTP1", "NIOPosix", "NIOSSL"], ["LarderFetchNIO", "LarderGateway", "LarderTestSupport"]),
                         (["FoundationNetworking"], ["LarderFetchURLSession"])):
-    owner = " and ".join(owners)
+    owner = " and ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 2 else owners)
     others = {k: v for k, v in importers(modules).items() if k not in owners}
     if others:
         for k, v in sorted(others.items()):

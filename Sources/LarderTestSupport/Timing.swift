@@ -1,0 +1,63 @@
+import Dispatch
+import LarderCore
+import Testing
+
+/// Threads of the tests' own for the async work whose timing a test asserts (a server's answers,
+/// a client's stall timeout), away from Swift's cooperative pool: in a whole `swift test` run the
+/// pool's few threads are busy for seconds at a time with the bodies of other suites' tests, and
+/// a continuation queued behind them can wait longer than any timeout a fast test may use.
+///
+/// Jobs go round-robin to a few serial dispatch queues; those get threads of their own even when
+/// the pool is saturated.
+@available(macOS 15, iOS 18, tvOS 18, watchOS 11, *)
+public final class OwnThreads: TaskExecutor {
+    /// The one instance the suites share.
+    public static let shared = OwnThreads(width: 16)
+
+    private let queues: [DispatchQueue]
+    private let next = Locked(0)
+
+    private init(width: Int) {
+        queues = (0..<width).map { DispatchQueue(label: "larder.test-threads.\($0)") }
+    }
+
+    /// Runs the job on the next queue.
+    public func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let count = queues.count
+        let i = next.withLock { n in
+            defer { n = (n + 1) % count }
+            return n
+        }
+        let executor = asUnownedTaskExecutor()
+        queues[i].async { job.runSynchronously(on: executor) }
+    }
+}
+
+/// Runs `body` (and the child tasks it makes) on `OwnThreads` where the platform has task
+/// executors, else as it is.
+public func onOwnThreads<T>(_ body: () async throws -> T) async throws -> T {
+    if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *) {
+        return try await withTaskExecutorPreference(OwnThreads.shared) { try await body() }
+    }
+    return try await body()
+}
+
+/// Starts an unstructured task on `OwnThreads` where the platform has task executors, else on
+/// the global executor.
+@discardableResult
+public func detachedOnOwnThreads<T: Sendable>(
+    _ body: @escaping @Sendable () async throws -> T
+) -> Task<T, any Error> {
+    if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *) {
+        return Task(executorPreference: OwnThreads.shared) { try await body() }
+    }
+    return Task { try await body() }
+}
+
+extension Trait where Self == TimeLimitTrait {
+    /// A guard against a test that hangs (a Retry-After not capped would wait an hour), not a
+    /// measure of speed: a whole `swift test` on a small machine takes about ten minutes, and a
+    /// test queued behind the others must not fail for it.
+    public static var hangGuard: Self { .timeLimit(.minutes(30)) }
+}

@@ -1,0 +1,113 @@
+import AsyncHTTPClient
+import Foundation
+import LarderCore
+import LarderFetch
+import LarderFetchNIO
+import LarderGateway
+import LarderResolve
+import LarderTestSupport
+import NIOHTTP1
+import Testing
+
+/// Passthrough: what no package serves goes to the network through the forwarder (an origin on
+/// loopback started by the test stands for the network), and comes back as the network answered.
+@Suite("The gateway's passthrough to the network", .hangGuard)
+struct ForwardTests {
+    static let forwarder = Forwarder(network: .forward(scheme: "http"), exchange: NIOExchange(timeout: 120))
+
+    /// Runs `body` with an origin serving a directory (holding `hello.txt` and a 4 MiB `big.bin`)
+    /// and a forwarding gateway.
+    @available(macOS 14, iOS 17, tvOS 17, *)
+    func withNetwork(
+        forwarder: Forwarder = ForwardTests.forwarder, _ body: (World, FaultOrigin) async throws -> Void
+    ) async throws {
+        let dir = try TemporaryDirectory("network")
+        defer { dir.remove() }
+        try Data("from the network\n".utf8).write(to: dir.appending("hello.txt"))
+        try Data((0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) }).write(to: dir.appending("big.bin"))
+        let origin = try await FaultOrigin.start(serving: dir.url, otherHost: nil)
+        do {
+            try await withGateway(forwarder: forwarder) { world in try await body(world, origin) }
+        } catch {
+            await origin.stop()
+            throw error
+        }
+        await origin.stop()
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test("a GET for another host is forwarded to it, with the loop marker, and its answer relayed")
+    func forwardsGet() async throws {
+        try await withNetwork { world, origin in
+            let authority = "127.0.0.1:\(origin.port)"
+            let r = try await world.gateway.send(.GET, "/hello.txt", host: authority, headers: [("X-Trace", "t42")])
+            #expect(r.status == 200 && r.text == "from the network\n", "\(r)")
+            #expect(r.header("X-Origin") == "fault-origin", "the origin's header fields come back")
+            #expect(r.header("X-Larder-Outcome") == nil)
+            let seen = try #require(origin.requests.first)
+            #expect(origin.requests.count == 1)
+            #expect(seen.method == "GET" && seen.path == "/hello.txt")
+            #expect(seen.headers["x-trace"] == "t42" && seen.headers[Forwarder.loopMarker.lowercased()] == "1")
+            #expect(world.gateway.log.contains { $0.hasPrefix("GET http://\(authority)/hello.txt 200 passthrough") })
+        }
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test("a POST is forwarded with its method, query, header fields and body; the status comes back")
+    func forwardsPost() async throws {
+        try await withNetwork { world, origin in
+            let r = try await world.gateway.send(
+                .POST, "/items?q=1", host: "127.0.0.1:\(origin.port)", headers: [("X-Trace", "t42")],
+                body: Data("name=flour".utf8))
+            #expect(r.status == 201 && r.text == "POST /items?q=1 body=name=flour", "\(r)")
+            #expect(origin.requests.first?.body == Data("name=flour".utf8))
+        }
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test("a large answer is relayed intact, and the network's error statuses as they are")
+    func relaysBodiesAndStatuses() async throws {
+        try await withNetwork { world, origin in
+            let authority = "127.0.0.1:\(origin.port)"
+            let big = try await world.gateway.send(.GET, "/big.bin", host: authority)
+            #expect(big.status == 200 && big.body.count == 4 << 20)
+            #expect(big.body == Data((0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7) }))
+            let missing = try await world.gateway.send(.GET, "/missing", host: authority)
+            #expect(missing.status == 404 && missing.text == "not found\n", "\(missing)")
+            origin.inject(.status(503, retryAfter: "7"), at: "/hello.txt")
+            let busy = try await world.gateway.send(.GET, "/hello.txt", host: authority)
+            #expect(busy.status == 503 && busy.header("Retry-After") == "7", "\(busy)")
+        }
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test("a request already carrying the loop marker is refused with 508, and nothing is sent")
+    func loop() async throws {
+        try await withNetwork { world, origin in
+            let r = try await world.gateway.send(
+                .GET, "/hello.txt", host: "127.0.0.1:\(origin.port)", headers: [(Forwarder.loopMarker, "1")])
+            #expect(r.status == 508, "\(r)")
+            #expect(origin.requests.isEmpty)
+        }
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test("a network that does not answer: 502 naming the URL")
+    func unreachable() async throws {
+        // The shared client retries a refused connection until its 10 s connect timeout; the
+        // exchange's own timeout (1 s here) ends the wait first.
+        let impatient = Forwarder(network: .forward(scheme: "http"), exchange: NIOExchange(timeout: 1))
+        try await withNetwork(forwarder: impatient) { world, origin in
+            // A port that was just listening and is closed now: the connection is refused.
+            let closed = try await FaultOrigin.start(serving: FileManager.default.temporaryDirectory, otherHost: nil)
+            let port = closed.port
+            await closed.stop()
+            let r = try await world.gateway.send(.GET, "/hello.txt", host: "127.0.0.1:\(port)")
+            #expect(r.status == 502, "\(r)")
+            #expect(
+                r.text.hasPrefix("larder gateway: the network did not answer http://127.0.0.1:\(port)/hello.txt: "),
+                "\(r.text)")
+            #expect(origin.requests.isEmpty)
+        }
+    }
+}
