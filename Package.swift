@@ -226,7 +226,7 @@ let package = Package(
         .target(
             name: "LarderTestSupport",
             dependencies: [
-                "LarderCore", "LarderFetch", "LarderPublish", "LarderStore", "LarderFileSystem",
+                "LarderArchive", "LarderCore", "LarderFetch", "LarderPublish", "LarderStore", "LarderFileSystem",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -88,7 +88,7 @@ extension Larder {
         mutating func delta(_ ref: DeltaRef, of entry: PackageEntry) async {
             let maxIndex = ManifestCoding.maxDocumentBytes
             guard let gz = await document(ref.manifest.path, maxBytes: Int(min(ref.manifest.size, Int64(maxIndex)))),
-                let json = try? Gzip.inflated(gz, limit: Int64(maxIndex)),
+                let json = try? BytePipeline.standard.decodeDocument(gz, limit: Int64(maxIndex)),
                 let manifest = try? ManifestCoding.decode(DeltaManifest.self, from: json, document: "delta")
             else { return }
             let baseList = RepositoryLayout.fileListPath(entry.id, ref.from)

@@ -30,7 +30,8 @@ package enum GzipError: Error, Sendable, Equatable, CustomStringConvertible {
 }
 
 /// gzip (RFC 1952) through zlib: a fixed header (no name, mtime 0), level 9, so the same
-/// content gives the same object bytes with the same zlib.
+/// content gives the same object bytes with the same zlib. Callers go through `BytePipeline`
+/// (`GzipCodec`), never here.
 package enum Gzip {
     private static let chunk = 256 << 10
 
@@ -167,45 +168,6 @@ package enum Gzip {
                 if r == Z_BUF_ERROR || (stream.avail_in == 0 && have < size) { break }
             }
         }
-    }
-
-    /// Inflates the gzip file at `path`, returning the size and SHA-256 of its content.
-    package static func digestOfInflated(_ path: FilePath, limit: Int64) throws -> (size: Int64, sha256: SHA256Digest) {
-        let fd = try SystemCalls.open(path, .readOnly)
-        defer { try? SystemCalls.close(fd, path: path) }
-        let inflater = try Inflater(limit: limit)
-        var hasher = SHA256Stream()
-        var buf = [UInt8](repeating: 0, count: chunk)
-        while true {
-            let n = try SystemCalls.read(fd, into: &buf, path: path)
-            if n == 0 { break }
-            try buf.withUnsafeBytes { raw in
-                try inflater.feed(UnsafeRawBufferPointer(rebasing: raw[0..<n])) { hasher.update($0) }
-            }
-        }
-        try inflater.drain { hasher.update($0) }
-        guard inflater.isFinished else { throw GzipError.truncated }
-        return (hasher.count, hasher.finish())
-    }
-
-    /// Inflates the gzip file at `path` into memory (at most `limit` bytes): a base content for
-    /// a patch, a compressed file list.
-    package static func inflated(file path: FilePath, limit: Int64) throws -> Data {
-        try inflated(
-            AtomicFile.read(path, limit: Int(min(limit + limit / 64 + 4096, Int64(Int.max / 2)))), limit: limit)
-    }
-
-    /// Inflates gzip bytes (at most `limit` bytes out); a stream that is not complete is refused.
-    /// `exact`: the limit is the content's signed size, so the output is sized once instead of
-    /// grown by doubling (a 20,000-file list: 1.2 MB less at the peak of its decoding).
-    package static func inflated(_ gz: Data, limit: Int64, exact: Bool = false) throws -> Data {
-        let inflater = try Inflater(limit: limit)
-        var out = Data()
-        if exact { out.reserveCapacity(Int(min(limit, Int64(ManifestCoding.maxDocumentBytes)))) }
-        try gz.withUnsafeBytes { try inflater.feed($0) { out.append(contentsOf: $0) } }
-        try inflater.drain { out.append(contentsOf: $0) }
-        guard inflater.isFinished else { throw GzipError.truncated }
-        return out
     }
 
     /// Compresses bytes as `compressFile` does (level 9, no name, mtime 0): the same bytes give

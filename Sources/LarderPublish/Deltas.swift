@@ -44,6 +44,8 @@ struct DeltaBuilder {
     let sources: [SHA256Digest: FilePath]
     /// The new version's staging directory.
     let staging: FilePath
+    /// How patches, objects and the manifest are encoded.
+    let pipeline: BytePipeline
 
     func build(from base: FileList) throws(PublishError) -> (DeltaRef, DeltaReport) {
         let started = Date()
@@ -77,7 +79,7 @@ struct DeltaBuilder {
             for (candidate, rule) in candidates {
                 let bytes = try baseContent(candidate, &baseCache, fail)
                 let trial: Data
-                do { trial = try BinaryPatch.make(base: bytes, target: content, level: 3) } catch {
+                do { trial = try pipeline.makePatch(base: bytes, target: content, level: 3) } catch {
                     throw fail("\(f.path): \(error)")
                 }
                 tried += 1
@@ -86,7 +88,7 @@ struct DeltaBuilder {
             guard let winner = best else { continue }
             let patch: Data
             do {
-                patch = try BinaryPatch.make(
+                patch = try pipeline.makePatch(
                     base: try baseContent(winner.entry, &baseCache, fail), target: content, level: 19)
             } catch let e as PublishError {
                 throw e
@@ -108,7 +110,7 @@ struct DeltaBuilder {
             patches: patches, objects: objects)
         // Every byte a device fetches counts: the manifest is published gzipped.
         let data: Data
-        do { data = try Gzip.compress(ManifestCoding.encode(manifest)) } catch {
+        do { data = try pipeline.encodeDocument(ManifestCoding.encode(manifest)) } catch {
             throw fail("encoding the manifest: \(error)")
         }
         let file = staging.appending("deltas").appending("\(base.version).json.gz")
@@ -135,7 +137,7 @@ struct DeltaBuilder {
         if let d = cache[f.sha256] { return d }
         let path = layout.resolve(RepositoryLayout.objectPath(f.sha256))
         let data: Data
-        do { data = try Gzip.inflated(file: path, limit: f.size) } catch {
+        do { data = try pipeline.decodeObject(file: path, limit: f.size) } catch {
             throw fail("the object of \(f.path) (\(f.sha256.hex.prefix(12))…): \(error)")
         }
         guard data.count == f.size, SHA256Digest.of(data) == f.sha256 else {

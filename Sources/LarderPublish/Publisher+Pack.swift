@@ -163,11 +163,15 @@ extension Publisher {
 
         let bundleFile = staging.appending("bundle.zip")
         let written: [FileEntry]
-        do { written = try ZipWriter.write(tree.files, to: bundleFile) } catch { throw .archive(error) }
+        do { written = try pipeline.writeBundle(tree.files, to: bundleFile) } catch { throw .archive(error) }
         let fileList = FileList(id: v.id, version: v.version, files: written)
         // Self-check with the device's reader: what we publish, a device can install.
         let listing: ArchiveListing
-        do { listing = try ZipReader(limits: request.limits).validate(bundleFile) } catch { throw .archive(error) }
+        do {
+            listing = try pipeline.withZip(of: bundleFile, limit: request.limits.maxTotalBytes) {
+                (zip) throws(ArchiveError) in try ZipReader(limits: request.limits).validate(zip)
+            }
+        } catch { throw .archive(error) }
         guard listing.files == fileList.files else {
             throw .changedWhilePacking(path: request.source.string)
         }
@@ -179,7 +183,7 @@ extension Publisher {
         let fileListData = try encode(listed)
         try io { () throws(FileSystemError) in try AtomicFile.write(fileListData, to: staging.appending("files.json")) }
         let gzipped: Data
-        do { gzipped = try Gzip.compress(fileListData) } catch {
+        do { gzipped = try pipeline.encodeDocument(fileListData) } catch {
             throw .compression(path: "files.json", detail: "\(error)")
         }
         try io { () throws(FileSystemError) in try AtomicFile.write(gzipped, to: staging.appending("files.json.gz")) }
@@ -196,7 +200,7 @@ extension Publisher {
             layout: layout, target: listed, targetRef: fileListRef,
             sources: Dictionary(
                 zip(fileList.files.map(\.sha256), tree.files.map(\.source)), uniquingKeysWith: { a, _ in a }),
-            staging: staging)
+            staging: staging, pipeline: pipeline)
         var deltas: [DeltaReport] = []
         var deltaRefs: [DeltaRef] = []
         for base in bases {
@@ -274,8 +278,8 @@ extension Publisher {
                 continue
             }
             try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(objectPath.removingLastComponent()) }
-            let result: (size: Int64, sha256: SHA256Digest, compressedSize: Int64)
-            do { result = try Gzip.compressFile(source, to: objectPath) } catch {
+            let result: EncodedBlob
+            do { result = try pipeline.encodeObject(file: source, to: objectPath) } catch {
                 if case .io(let e) = error { throw .io(e) }
                 throw .compression(path: source.string, detail: error.description)
             }
@@ -284,8 +288,8 @@ extension Publisher {
                 throw .changedWhilePacking(path: file.path.string)
             }
             written += 1
-            bytes += result.compressedSize
-            packed[file.sha256] = result.compressedSize
+            bytes += result.storedSize
+            packed[file.sha256] = result.storedSize
         }
         return (written, reused, bytes, packed)
     }

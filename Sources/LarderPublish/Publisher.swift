@@ -18,6 +18,8 @@ public struct Publisher: Sendable {
     let logger: Logger
     /// Seconds to wait for another publisher of the same repository.
     public var lockTimeout: Double = 60
+    /// How bundles, objects, documents and patches are encoded (`BytePipeline.standard`).
+    package var pipeline: BytePipeline = .standard
 
     /// A publisher signing with `key` (and `coSigners`); `now` is the clock used for `expires`.
     public init(

@@ -18,7 +18,7 @@ extension Verifier {
             return
         }
         guard let data = checkBlob(gz, layout: layout, problem: problem) else { return }
-        guard let inflated = try? Gzip.inflated(data, limit: entry.files.size),
+        guard let inflated = try? pipeline.decodeDocument(data, limit: entry.files.size),
             Int64(inflated.count) == entry.files.size, SHA256Digest.of(inflated) == entry.files.sha256
         else {
             problem("file-list-gzip-mismatch", gz.path, "does not inflate to the file list the index declares")
@@ -45,7 +45,7 @@ extension Verifier {
         let manifest: DeltaManifest
         do {
             manifest = try ManifestCoding.decode(
-                DeltaManifest.self, from: Gzip.inflated(gz, limit: Int64(ManifestCoding.maxDocumentBytes)),
+                DeltaManifest.self, from: pipeline.decodeDocument(gz, limit: Int64(ManifestCoding.maxDocumentBytes)),
                 document: path)
         } catch {
             problem("delta-schema", path, "\(error)")
@@ -89,14 +89,14 @@ extension Verifier {
                 continue
             }
             let baseObject = layout.resolve(RepositoryLayout.objectPath(p.base))
-            guard let size = sizes[p.base], let content = try? Gzip.inflated(file: baseObject, limit: size) else {
+            guard let size = sizes[p.base], let content = try? pipeline.decodeObject(file: baseObject, limit: size) else {
                 problem(
                     "delta-base-missing", p.patch.path,
                     "the object of its base \(p.base.hex.prefix(12))… cannot be read")
                 continue
             }
             do {
-                let result = try BinaryPatch.apply(patch: patch, base: content, limit: p.size)
+                let result = try pipeline.applyPatch(patch, base: content, limit: p.size)
                 if Int64(result.count) != p.size || SHA256Digest.of(result) != p.target {
                     problem(
                         "delta-patch", p.patch.path,

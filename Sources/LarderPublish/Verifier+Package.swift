@@ -41,7 +41,9 @@ extension Verifier {
         var listing: ArchiveListing?
         if checkBlobOnDisk(entry.bundle, layout: layout, problem: problem) {
             do {
-                listing = try ZipReader(limits: limits).read(bundlePath, into: &collector)
+                listing = try pipeline.withZip(of: bundlePath, limit: limits.maxTotalBytes) {
+                    (zip) throws(ArchiveError) in try ZipReader(limits: limits).read(zip, into: &collector)
+                }
             } catch {
                 problem(error.code, entry.bundle.path, "bundle rejected by the archive reader: \(error)")
             }
@@ -88,7 +90,7 @@ extension Verifier {
                 continue
             }
             do {
-                let got = try Gzip.digestOfInflated(objectPath, limit: limits.maxFileBytes)
+                let got = try pipeline.contentOfObject(file: objectPath, limit: limits.maxFileBytes)
                 let ok = got.sha256 == file.sha256 && got.size == file.size
                 objects[file.sha256] = ok
                 if !ok {

@@ -13,6 +13,8 @@ public struct Verifier: Sendable {
     /// The limits bundles are read with; an object may inflate to at most `maxFileBytes`.
     public var limits: TreeLimits
     let now: @Sendable () -> Date
+    /// How stored blobs are decoded (`BytePipeline.standard`).
+    package var pipeline: BytePipeline = .standard
 
     /// Creates a verifier.
     public init(

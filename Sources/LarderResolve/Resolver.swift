@@ -135,6 +135,16 @@ public final class Resolver: @unchecked Sendable {
     /// versions pinned here — even after an update activates another — and gc keeps them on
     /// disk. Other packages resolve as the sandbox changes.
     public func session(pinning ids: [String]) throws(StoreError) -> ResolverSession {
+        var typed: [PackageID] = []
+        for text in ids {
+            guard let id = PackageID(text) else { throw .badID(text) }
+            typed.append(id)
+        }
+        return try session(pinning: typed)
+    }
+
+    /// As `session(pinning:)` with the ids typed.
+    public func session(pinning ids: [PackageID]) throws(StoreError) -> ResolverSession {
         let reader = SandboxReader(root: root)
         var leases: [PinLease] = []
         var pinned: [RoutedPackage] = []
@@ -143,7 +153,7 @@ public final class Resolver: @unchecked Sendable {
             leases.append(lease)
             guard let pkg = snapshot().routed(layout, lease.id, lease.version) else {
                 for l in leases { l.release() }
-                throw .notInstalled(id: id, version: lease.version.description)
+                throw .notInstalled(id: id.rawValue, version: lease.version.description)
             }
             pinned.append(pkg)
         }

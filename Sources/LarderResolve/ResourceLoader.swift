@@ -355,7 +355,7 @@ public final class StoreFailureReporter: FailureReporting, @unchecked Sendable {
                 let sandbox = try Sandbox.open(root, options: options)
                 defer { sandbox.close() }
                 guard sandbox.state[package].active == version else { return }
-                let outcome = try sandbox.reportFailure(id: package.rawValue, reason: reason)
+                let outcome = try sandbox.reportFailure(id: package, reason: reason)
                 logger.warning(
                     "failure recorded",
                     metadata: [

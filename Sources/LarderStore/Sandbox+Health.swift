@@ -7,10 +7,17 @@ import SystemPackage
 extension Sandbox {
     // MARK: health
 
-    /// The app confirms that the active version of `id` works.
+    /// The app confirms that the active version of `id` works (`id` as text: a `bad-id` error
+    /// when it is not a package id).
     public func confirm(id idText: String) throws(StoreError) -> HealthOutcome {
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        return try confirm(id: id)
+    }
+
+    /// The app confirms that the active version of `id` works.
+    public func confirm(id: PackageID) throws(StoreError) -> HealthOutcome {
         try requireWritable()
-        let id = try knownPackage(idText)
+        let id = try knownPackage(id)
         var pkg = state[id]
         pkg.confirm(at: now)
         state[id] = pkg
@@ -18,11 +25,18 @@ extension Sandbox {
         return outcome(id, from: nil, to: nil)
     }
 
+    /// Counts a failure of the active version of `id` given as text (a `bad-id` error when it is
+    /// not a package id); see `reportFailure(id:reason:)` with a `PackageID`.
+    public func reportFailure(id idText: String, reason: String) throws(StoreError) -> HealthOutcome {
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        return try reportFailure(id: id, reason: reason)
+    }
+
     /// Counts a failure of the active version of `id` (a missing file, a crash, a page that did
     /// not load); a pending version with too many failures is rolled back automatically.
-    public func reportFailure(id idText: String, reason: String) throws(StoreError) -> HealthOutcome {
+    public func reportFailure(id: PackageID, reason: String) throws(StoreError) -> HealthOutcome {
         try requireWritable()
-        let id = try knownPackage(idText)
+        let id = try knownPackage(id)
         var pkg = state[id]
         let from = pkg.active
         let to = pkg.recordFailure(reason, policy: options.healthPolicy, at: now)
@@ -91,12 +105,25 @@ extension Sandbox {
     public func rollback(
         id idText: String, to versionText: String? = nil, reason: String = "rolled back by the operator"
     ) throws(StoreError) -> RollbackReport {
-        try requireWritable()
-        let id = try knownPackage(idText)
-        var pkg = state[id]
-        let target: SemanticVersion
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        var version: SemanticVersion?
         if let t = versionText {
             guard let v = SemanticVersion(t) else { throw .badVersion(t) }
+            version = v
+        }
+        return try rollback(id: id, to: version, reason: reason)
+    }
+
+    /// Activates the fallback of `id`, or `version` when it is on disk. The version left is
+    /// recorded as failed (never installed again automatically).
+    public func rollback(
+        id: PackageID, to version: SemanticVersion?, reason: String = "rolled back by the operator"
+    ) throws(StoreError) -> RollbackReport {
+        try requireWritable()
+        let id = try knownPackage(id)
+        var pkg = state[id]
+        let target: SemanticVersion
+        if let v = version {
             guard pkg.has(v) else { throw .notInstalled(id: id.rawValue, version: v.description) }
             target = v
         } else {

@@ -27,6 +27,21 @@ extension Sandbox {
         try requireWritable()
         guard let id = PackageID(idText) else { throw .badID(idText) }
         guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
+        return try install(bundle: bundle, id: id, version: version, fileList: fileList, force: force, activate: activate)
+    }
+
+    /// As `install(bundle:id:version:fileList:force:)`, with the id and version typed.
+    public func install(
+        bundle: FilePath, id: PackageID, version: SemanticVersion, fileList: FileList? = nil, force: Bool = false
+    ) throws(StoreError) -> InstallReport {
+        try install(bundle: bundle, id: id, version: version, fileList: fileList, force: force, activate: true)
+    }
+
+    /// As `install`, typed; with `activate: false` the version is only placed and recorded.
+    package func install(
+        bundle: FilePath, id: PackageID, version: SemanticVersion, fileList: FileList?, force: Bool, activate: Bool
+    ) throws(StoreError) -> InstallReport {
+        try requireWritable()
         return try install(id: id, version: version, fileList: fileList, force: force, activate: activate) {
             () throws(StoreError) in
             let area = try makeStagingArea(id: id, version: version)
@@ -62,6 +77,7 @@ extension Sandbox {
         var area = StagingArea(
             id: id, version: version, directory: layout.newStagingDirectory(id, version), limits: options.limits)
         area.expected = expected
+        area.pipeline = options.pipeline
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(area.tree) }
         return area
     }
@@ -268,10 +284,8 @@ extension Sandbox {
 
     /// Records a version as failed (never installed again automatically) and stops using it as
     /// the fallback — for a revoked version the device has moved off.
-    package func markFailed(id idText: String, version versionText: String, reason: String) throws(StoreError) {
+    package func markFailed(id: PackageID, version v: SemanticVersion, reason: String) throws(StoreError) {
         try requireWritable()
-        guard let id = PackageID(idText) else { throw .badID(idText) }
-        guard let v = SemanticVersion(versionText) else { throw .badVersion(versionText) }
         var pkg = state[id]
         if pkg.active == v { return }
         if !pkg.hasFailed(v) { pkg.failed.append(FailedVersion(version: v, reason: reason, at: now)) }
@@ -293,6 +307,13 @@ extension Sandbox {
         let outcome = try removePackages([idText])
         if let error = outcome.failed[idText] { throw error }
         return outcome.removed[idText] ?? []
+    }
+
+    /// As `removePackages(_:)` with typed ids (none of them then refused as a bad id).
+    package func removePackages(_ ids: [PackageID]) throws(StoreError) -> (
+        removed: [String: [String]], failed: [String: StoreError]
+    ) {
+        try removePackages(ids.map(\.rawValue))
     }
 
     /// Forgets several packages with one state write, then deletes their trees (those no session

@@ -29,6 +29,8 @@ public final class Sandbox {
         public var logger = Logger(label: "larder.store")
         /// Told of every state write, for a resolver of the same process (see `ServingHandoff`).
         public var handoff: ServingHandoff?
+        /// How stored blobs are decoded (`BytePipeline.standard`: format version 1).
+        package var pipeline: BytePipeline = .standard
 
         /// The defaults.
         public init() {}
@@ -214,7 +216,11 @@ public final class Sandbox {
 
     func knownPackage(_ text: String) throws(StoreError) -> PackageID {
         guard let id = PackageID(text) else { throw .badID(text) }
-        guard state.packages[id.rawValue]?.active != nil else { throw .unknownPackage(text) }
+        return try knownPackage(id)
+    }
+
+    func knownPackage(_ id: PackageID) throws(StoreError) -> PackageID {
+        guard state.packages[id.rawValue]?.active != nil else { throw .unknownPackage(id.rawValue) }
         return id
     }
 

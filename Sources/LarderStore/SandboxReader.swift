@@ -34,6 +34,12 @@ public struct SandboxReader: Sendable {
     /// dropped the version from the state — in which case the pin moves to the new active version.
     public func pin(id idText: String) throws(StoreError) -> PinLease {
         guard let id = PackageID(idText) else { throw .badID(idText) }
+        return try pin(id: id)
+    }
+
+    /// As `pin(id:)` with the id typed.
+    public func pin(id: PackageID) throws(StoreError) -> PinLease {
+        let idText = id.rawValue
         for _ in 0..<5 {
             guard let version = try state()[id].active else { throw .unknownPackage(idText) }
             let lease: PinLease

@@ -20,12 +20,15 @@ package struct StagingArea: Sendable {
     /// The files the version's list names, when known (a memory hint for the read:
     /// `ZipReader.expected`).
     var expected: [FileEntry] = []
+    /// How stored bundles and objects are decoded (the sandbox's `Options.pipeline`).
+    package var pipeline: BytePipeline = .standard
 
     /// Where the version's tree is built: `<directory>/tree`.
     package var tree: FilePath { directory.appending("tree") }
 
     /// Extracts a bundle whose bytes are still arriving, as `ZipReader.read(streaming:…)` reads
-    /// it, then makes the tree durable. Blocks while the source waits for bytes.
+    /// it, then makes the tree durable. Blocks while the source waits for bytes. Only for a
+    /// pipeline whose bundles are stored as is (`BytePipeline.streamsBundles`).
     package func extract(streaming source: some ArchiveByteSource, size: Int64) throws(StoreError) -> StagedBundle {
         // Installing against a signed file list checks every SHA-256, which makes the CRC redundant.
         var reader = ZipReader(limits: limits)
@@ -45,7 +48,9 @@ package struct StagingArea: Sendable {
         reader.checkCRC = checkCRC
         reader.parallelism = parallelism
         return try extract { (extractor: inout Extractor) throws(ArchiveError) in
-            try reader.read(bundle, into: &extractor)
+            try pipeline.withZip(of: bundle, limit: limits.maxTotalBytes) { (zip) throws(ArchiveError) in
+                try reader.read(zip, into: &extractor)
+            }
         }
     }
 

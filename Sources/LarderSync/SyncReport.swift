@@ -1,4 +1,5 @@
 import Foundation
+import LarderArchive
 import LarderCore
 import LarderFetch
 import LarderStore
@@ -141,6 +142,8 @@ public struct SyncOptions: Sendable {
     /// Told of the index and state this sync writes, for a resolver of the same process (the
     /// one `OfflinePackages` shares with its resolver); nil: a resolver reads them from disk.
     public var handoff: ServingHandoff?
+    /// How stored blobs are decoded (`BytePipeline.standard`: format version 1).
+    package var pipeline: BytePipeline = .standard
     /// Other versions gc keeps per package after the sync.
     public var retention = 1
     /// How long the sync waits for another writer's sandbox lock (another sync, an install)

@@ -37,7 +37,7 @@ extension Syncer {
         var results: [PackageID: DeltaResult] = [:]
         for a in changes where p.deltas[a.id] != nil || p.deltaNotes[a.id] != nil {
             let got = outcome.applied[a.id] ?? (0, 0)
-            let spent = (fetched.bytes[a.id] ?? 0) + (p.metadataBytes[a.id] ?? 0)
+            let spent = fetched[a.id].bytes + (p.metadataBytes[a.id] ?? 0)
             results[a.id] = DeltaResult(
                 patchesApplied: got.count, patchBytes: got.bytes,
                 bytesSaved: max(0, (a.cost?.bundleBytes ?? 0) - spent),
@@ -59,12 +59,13 @@ extension Syncer {
         var covered: Set<SHA256Digest> = []
         for patch in manifest.patches where needed.contains(patch.target) && covered.insert(patch.target).inserted {
             let reason: String?
-            if let base = p.local[patch.base], let part = fetched.patches[patch.target] {
-                reason = Self.apply(patch, part: part, base: base, to: p.sandbox.layout.appliedContent(patch.target))
+            let content = fetched[content: patch.target]
+            if let base = p.local[patch.base], let part = content.patch {
+                reason = apply(patch, part: part, base: base, to: p.sandbox.layout.appliedContent(patch.target))
                 try? SystemCalls.unlink(part)
-            } else if let failure = fetched.patchFailures[patch.target] {
+            } else if let failure = content.patchFailure {
                 reason = "the patch could not be fetched: \(failure.description)"
-            } else if fetched.patches[patch.target] == nil {
+            } else if content.patch == nil {
                 // Planned as an object (the base is not held here).
                 continue
             } else {
@@ -73,11 +74,11 @@ extension Syncer {
             if let reason {
                 outcome.fallbacks[id, default: []].append(
                     DeltaFallback(content: patch.target, reason: reason, to: .object))
-                if fetched.objects[patch.target] == nil, let f = entryOf[patch.target] {
+                if content.object == nil, let f = entryOf[patch.target] {
                     outcome.objectJobs.append(objectJob(id, f, sandbox: p.sandbox, base: p.base))
                 }
             } else {
-                fetched.applied[patch.target] = p.sandbox.layout.appliedContent(patch.target)
+                fetched[content: patch.target].applied = p.sandbox.layout.appliedContent(patch.target)
                 outcome.applied[id, default: (0, 0)].count += 1
                 outcome.applied[id, default: (0, 0)].bytes += patch.patch.size
             }
@@ -90,21 +91,27 @@ extension Syncer {
         _ changes: inout [PlanAction], outcome: inout PatchOutcome, fetched: inout Fetched, prepared p: Prepared,
         entries: [PackageID: PackageEntry]
     ) async {
+        // A separate account, so that a fallback object's failure is not yet the package's.
         var more = Fetched()
-        more.bytes = fetched.bytes
+        for (id, progress) in fetched.packages { more[id].bytes = progress.bytes }
         await run(
             outcome.objectJobs, totals: changes, transport: p.transport, concurrency: max(1, p.config.concurrency),
             into: &more)
-        fetched.objects.merge(more.objects) { x, _ in x }
-        fetched.bytes = more.bytes
+        for (digest, content) in more.contents {
+            if let object = content.object, fetched[content: digest].object == nil {
+                fetched[content: digest].object = object
+            }
+        }
+        for (id, progress) in more.packages { fetched[id].bytes = progress.bytes }
         fetched.resumable.formUnion(more.resumable)
         // An object that failed too: that package falls back to its bundle.
         var bundleJobs: [Job] = []
-        for (i, a) in changes.enumerated() where more.errors[a.id] != nil {
+        for (i, a) in changes.enumerated() where more[a.id].error != nil {
             guard let e = entries[a.id] else { continue }
-            let missing = (outcome.fallbacks[a.id] ?? []).filter { fetched.objects[$0.content] == nil }
+            let missing = (outcome.fallbacks[a.id] ?? []).filter { fetched[content: $0.content].object == nil }
             outcome.fallbacks[a.id] = (outcome.fallbacks[a.id] ?? []).map { f in
-                fetched.objects[f.content] == nil ? DeltaFallback(content: f.content, reason: f.reason, to: .bundle) : f
+                fetched[content: f.content].object == nil
+                    ? DeltaFallback(content: f.content, reason: f.reason, to: .bundle) : f
             }
             options.logger.info(
                 "the delta's fallback objects failed; fetching the bundle",
@@ -119,53 +126,25 @@ extension Syncer {
         }
         guard !bundleJobs.isEmpty else { return }
         var bundles = Fetched()
-        bundles.bytes = fetched.bytes
+        for (id, progress) in fetched.packages { bundles[id].bytes = progress.bytes }
         await run(bundleJobs, totals: changes, transport: p.transport, concurrency: 1, into: &bundles)
-        fetched.bundles.merge(bundles.bundles) { x, _ in x }
-        fetched.bytes = bundles.bytes
-        for (id, e) in bundles.errors { fetched.errors[id] = e }
+        for (id, progress) in bundles.packages {
+            fetched[id].bytes = progress.bytes
+            if let part = progress.bundle, fetched[id].bundle == nil { fetched[id].bundle = part }
+            if let e = progress.error { fetched[id].error = e }
+        }
         fetched.resumable.formUnion(bundles.resumable)
     }
 
-    /// Applies one patch to the content at `base`, writing the result to `output` and checking
-    /// its size and SHA-256; returns why it failed (the output then removed), or nil.
-    static func apply(_ patch: PatchRef, part: FilePath, base: FilePath, to output: FilePath) -> String? {
-        guard patch.size <= BinaryPatch.maxFileSize else { return "the content is larger than patches are applied for" }
-        let baseData: Data
-        let patchData: Data
-        do {
-            baseData = try AtomicFile.read(base, limit: Int(BinaryPatch.maxFileSize))
-            patchData = try AtomicFile.read(part, limit: Int(patch.patch.size))
+    /// Applies one patch to the content at `base` through the byte pipeline, writing the result
+    /// to `output` (checked against the patch's size and SHA-256); returns why it failed (the
+    /// output then removed), or nil.
+    func apply(_ patch: PatchRef, part: FilePath, base: FilePath, to output: FilePath) -> String? {
+        do throws(BlobError) {
+            try options.pipeline.placePatched(patch, patchFile: part, base: base, at: output)
+            return nil
         } catch {
-            return "reading the base or the patch failed: \(error)"
+            return error.description
         }
-        guard SHA256Digest.of(baseData) == patch.base else {
-            return "the base content on disk is not the one the patch applies to (altered or damaged)"
-        }
-        try? SystemCalls.unlink(output)
-        let fd: FileDescriptor
-        do { fd = try SystemCalls.open(output, .writeOnly, options: [.create, .exclusiveCreate]) } catch {
-            return "\(output): \(error)"
-        }
-        var hasher = SHA256Stream()
-        var failure: String?
-        do throws(PatchError) {
-            try BinaryPatch.apply(patch: patchData, base: baseData, limit: patch.size) { chunk in
-                hasher.update(chunk)
-                try SystemCalls.writeAll(fd, chunk, path: output)
-            }
-        } catch {
-            failure = "the patch did not apply: \(error)"
-        }
-        try? SystemCalls.close(fd, path: output)
-        if failure == nil {
-            let (count, digest) = (hasher.count, hasher.finish())
-            if count != patch.size || digest != patch.target {
-                failure =
-                    "the patch's result is not the content it promises (\(count) bytes, sha256 \(digest.hex.prefix(12))…)"
-            }
-        }
-        if failure != nil { try? SystemCalls.unlink(output) }
-        return failure
     }
 }

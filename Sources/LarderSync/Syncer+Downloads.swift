@@ -14,23 +14,55 @@ extension GrowingPart: ArchiveByteSource {}
 /// Download scheduling: what a plan needs fetched, at most `concurrency` transfers at once, each
 /// bundle extracted into staging while it downloads.
 extension Syncer {
+    /// What the downloads of a sync came to for one package.
+    struct PackageProgress {
+        /// The bundle downloaded (its part file), when the package goes by bundle.
+        var bundle: FilePath?
+        /// The bundle extracted while it downloaded, waiting to be checked and placed.
+        var staged: StagedBundle?
+        /// Bytes fetched for the package.
+        var bytes: Int64 = 0
+        /// Seconds its transfers took (a bundle's summed, objects' and patches' longest).
+        var seconds: Double = 0
+        /// Why the package's downloads failed.
+        var error: PackageFailure?
+    }
+
+    /// What the downloads came to for one content, shared by every package that needs it.
+    struct ContentProgress {
+        /// The downloaded object.
+        var object: FilePath?
+        /// The downloaded patch that makes it.
+        var patch: FilePath?
+        /// Why its patch could not be fetched (the delta falls back to the object).
+        var patchFailure: PackageFailure?
+        /// The content made by its patch, checked, in `downloads/`.
+        var applied: FilePath?
+    }
+
+    /// A sync's downloads: one value per package and one per content.
     struct Fetched {
-        var bundles: [PackageID: FilePath] = [:]
-        /// Bundles extracted while they downloaded, waiting to be checked and placed.
-        var staged: [PackageID: StagedBundle] = [:]
-        /// Object content digest → downloaded gzip file.
-        var objects: [SHA256Digest: FilePath] = [:]
-        /// Patch target digest → downloaded patch.
-        var patches: [SHA256Digest: FilePath] = [:]
-        /// Patch target digest → why its patch could not be fetched (the delta falls back).
-        var patchFailures: [SHA256Digest: PackageFailure] = [:]
-        /// Contents made by patches (target digest → checked file in downloads/).
-        var applied: [SHA256Digest: FilePath] = [:]
-        var bytes: [PackageID: Int64] = [:]
-        var seconds: [PackageID: Double] = [:]
-        var errors: [PackageID: PackageFailure] = [:]
+        var packages: [PackageID: PackageProgress] = [:]
+        var contents: [SHA256Digest: ContentProgress] = [:]
         /// Partial downloads of this plan that failed and may be resumed next time.
         var resumable: Set<String> = []
+
+        /// The progress of package `id` (empty when nothing was fetched for it).
+        subscript(id: PackageID) -> PackageProgress {
+            get { packages[id] ?? PackageProgress() }
+            set { packages[id] = newValue }
+        }
+
+        /// The progress of content `digest`.
+        subscript(content digest: SHA256Digest) -> ContentProgress {
+            get { contents[digest] ?? ContentProgress() }
+            set { contents[digest] = newValue }
+        }
+
+        /// Downloaded objects by content digest.
+        var objects: [SHA256Digest: FilePath] { contents.compactMapValues(\.object) }
+        /// Contents made by patches by digest.
+        var applied: [SHA256Digest: FilePath] { contents.compactMapValues(\.applied) }
     }
 
     /// Removes everything in `downloads/` but the partial downloads named in `keep` (and their
@@ -47,7 +79,7 @@ extension Syncer {
         /// A bundle, extracted into the staging area while it downloads when there is one.
         case bundle(PackageID, URL, FilePath, Expectation, StagingArea?)
         case object(PackageID, SHA256Digest, URL, FilePath, Expectation)
-        /// A patch (its target's digest names it in `Fetched.patches`).
+        /// A patch (its target's digest names it in `Fetched.contents`).
         case patch(PackageID, SHA256Digest, URL, FilePath, Expectation)
     }
 
@@ -87,7 +119,6 @@ extension Syncer {
             changes, entries: entries, lists: lists, local: local, sandbox: sandbox, base: base, deltas: deltas)
         var result = Fetched()
         await run(jobs, totals: changes, transport: transport, concurrency: concurrency, into: &result)
-        for a in changes { result.bytes[a.id] = result.bytes[a.id] ?? 0 }
         return result
     }
 
@@ -100,7 +131,7 @@ extension Syncer {
         let progress = options.progress
         let totals = Dictionary(changes.map { ($0.id.rawValue, $0.cost?.bytes ?? 0) }, uniquingKeysWith: { a, _ in a })
         let counter = ByteCounter()
-        for (id, n) in result.bytes { _ = counter.add(id.rawValue, n) }
+        for (id, p) in result.packages { _ = counter.add(id.rawValue, p.bytes) }
         await withTaskGroup(of: Transfer.self) { group in
             var next = 0
             func launch() {
@@ -120,11 +151,12 @@ extension Syncer {
                 launch()
             }
         }
-        for a in changes { result.bytes[a.id] = counter.value(a.id.rawValue) }
+        for a in changes { result[a.id].bytes = counter.value(a.id.rawValue) }
     }
 
-    /// The transfers a set of changes needs: a bundle each (with a staging area to extract into
-    /// while it downloads, when one can be made), or each missing object once.
+    /// The transfers a set of changes needs, by the method its plan chose: a bundle each (with a
+    /// staging area to extract into while it downloads, when the pipeline's bundles can be read
+    /// as they arrive and one can be made), or each missing content once, by patch or object.
     func jobs(
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
         local: [SHA256Digest: FilePath], sandbox: Sandbox, base: URL, deltas: [PackageID: DeltaManifest] = [:]
@@ -137,7 +169,9 @@ extension Syncer {
             case .bundle:
                 let part = sandbox.layout.bundlePart(e.id, e.version, sha256: e.bundle.sha256)
                 // Without a staging area the complete file is extracted after the download.
-                let area = try? sandbox.makeStagingArea(id: e.id, version: e.version, expected: list.files)
+                let area =
+                    options.pipeline.streamsBundles
+                    ? try? sandbox.makeStagingArea(id: e.id, version: e.version, expected: list.files) : nil
                 let expected = Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256)
                 jobs.append(.bundle(a.id, url(base, e.bundle.path), part, expected, area))
             case .objects:
@@ -167,9 +201,9 @@ extension Syncer {
 
     /// The download of `f`'s object.
     func objectJob(_ id: PackageID, _ f: FileEntry, sandbox: Sandbox, base: URL) -> Job {
-        // gzip of incompressible data grows by a few bytes per 16 KiB block: this bound is
-        // generous but firm (the list's object size, when it gives one, is exact).
-        let expected = Expectation(size: f.packed, limit: f.packed ?? (f.size + f.size / 64 + 1024), sha256: nil)
+        // The list's object size, when it gives one, is exact; else the pipeline's bound.
+        let expected = Expectation(
+            size: f.packed, limit: f.packed ?? options.pipeline.storedBound(.object, contentSize: f.size), sha256: nil)
         return .object(
             id, f.sha256, url(base, RepositoryLayout.objectPath(f.sha256)), sandbox.layout.objectPart(f.sha256),
             expected)
@@ -207,14 +241,14 @@ extension Syncer {
         switch done.job {
         case .bundle(let id, _, let part, _, let area):
             if let e = done.failure {
-                result.errors[id] = e
+                result[id].error = e
                 result.resumable.insert(part.lastComponent?.string ?? "")
             } else {
-                result.bundles[id] = part
+                result[id].bundle = part
             }
             switch done.extraction {
             case .success(let staged) where done.failure == nil:
-                result.staged[id] = staged
+                result[id].staged = staged
             case .failure(let error) where done.failure == nil:
                 // The complete file is read again, and its verdict is the one reported.
                 options.logger.info(
@@ -224,25 +258,25 @@ extension Syncer {
             default:
                 area?.discard()
             }
-            result.seconds[id, default: 0] += done.seconds
+            result[id].seconds += done.seconds
         case .object(let id, let digest, _, let part, _):
             if let e = done.failure {
-                result.errors[id] = result.errors[id] ?? e
+                result[id].error = result[id].error ?? e
                 result.resumable.insert(part.lastComponent?.string ?? "")
             } else {
-                result.objects[digest] = part
+                result[content: digest].object = part
             }
-            result.seconds[id, default: 0] = max(result.seconds[id, default: 0], done.seconds)
+            result[id].seconds = max(result[id].seconds, done.seconds)
         case .patch(let id, let target, _, let part, _):
             // A patch that cannot be fetched is not the package's failure: the content falls
             // back to its object.
             if let e = done.failure {
-                result.patchFailures[target] = e
+                result[content: target].patchFailure = e
                 result.resumable.insert(part.lastComponent?.string ?? "")
             } else {
-                result.patches[target] = part
+                result[content: target].patch = part
             }
-            result.seconds[id, default: 0] = max(result.seconds[id, default: 0], done.seconds)
+            result[id].seconds = max(result[id].seconds, done.seconds)
         }
     }
 

@@ -254,7 +254,7 @@ extension Syncer {
         }
         let manifest: DeltaManifest
         do {
-            let json = try Gzip.inflated(doc.data, limit: Int64(Self.maxIndexBytes))
+            let json = try options.pipeline.decodeDocument(doc.data, limit: Int64(Self.maxIndexBytes))
             manifest = try ManifestCoding.decode(DeltaManifest.self, from: json, document: ref.manifest.path)
         } catch {
             return .failure(DeltaError("\(ref.manifest.path): \(error)"))
@@ -297,7 +297,7 @@ extension Syncer {
                     url(base, gz.path), etag: nil, maxBytes: Int(min(gz.size, Int64(Self.maxIndexBytes))))
                 wire += Int64(doc.data.count)
                 if Int64(doc.data.count) == gz.size, SHA256Digest.of(doc.data) == gz.sha256,
-                    let data = try? Gzip.inflated(doc.data, limit: e.files.size, exact: true),
+                    let data = try? options.pipeline.decodeDocument(doc.data, limit: e.files.size, exact: true),
                     Int64(data.count) == e.files.size, SHA256Digest.of(data) == e.files.sha256
                 {
                     return decodeList(e, data).map { ($0, data, wire) }

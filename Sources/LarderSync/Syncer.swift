@@ -124,6 +124,7 @@ public struct Syncer: Sendable {
         var o = Sandbox.Options()
         o.lockTimeout = 0
         o.handoff = options.handoff
+        o.pipeline = options.pipeline
         let start = Date()
         while true {
             do { return try Sandbox.open(root, options: o) } catch {
@@ -199,11 +200,11 @@ public struct Syncer: Sendable {
             let done = placed[a.id]
             var r = PackageResult(
                 id: a.id.rawValue, action: a.kind, from: a.from?.description, to: a.to?.description,
-                method: done?.method ?? a.cost?.method, bytesFetched: done?.bytes ?? fetched.bytes[a.id] ?? 0,
+                method: done?.method ?? a.cost?.method, bytesFetched: done?.bytes ?? fetched[a.id].bytes,
                 bundleBytes: a.cost?.bundleBytes, seconds: done?.seconds ?? 0,
                 outcome: failed[a.id] == nil ? .done : .failed, reason: failed[a.id]?.description ?? a.reason,
                 code: failed[a.id]?.code)
-            if done?.method == .bundle { r.streamed = fetched.staged[a.id] != nil }
+            if done?.method == .bundle { r.streamed = fetched[a.id].staged != nil }
             r.metadataBytes = p.metadataBytes[a.id]
             r.delta = deltaResults[a.id]
             results.append(r)
@@ -242,8 +243,7 @@ public struct Syncer: Sendable {
             case .rollback:
                 guard let to = a.to else { continue }
                 do throws(StoreError) {
-                    _ = try p.sandbox.rollback(
-                        id: a.id.rawValue, to: to.description, reason: "revoked by the repository: \(a.reason)")
+                    _ = try p.sandbox.rollback(id: a.id, to: to, reason: "revoked by the repository: \(a.reason)")
                     results.append(result(a, started: started, .done, a.reason))
                 } catch {
                     results.append(result(a, started: started, .failed, error.description, failure: .store(error)))
@@ -299,6 +299,10 @@ public struct Syncer: Sendable {
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], prepared p: Prepared, fetched: Fetched,
         _ placed: inout [PackageID: Placement], _ failed: inout [PackageID: PackageFailure]
     ) {
+        // Contents made by patches are linked like the ones held.
+        let applied = fetched.applied
+        let sources = applied.isEmpty ? p.local : p.local.merging(applied) { x, _ in x }
+        let objects = fetched.objects
         for a in changes {
             guard let list = p.lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
             let started = Date()
@@ -307,31 +311,28 @@ public struct Syncer: Sendable {
                 placed[a.id] = Placement(bytes: 0, seconds: 0, method: .local)
                 continue
             }
-            if let err = fetched.errors[a.id] {
+            let progress = fetched[a.id]
+            if let err = progress.error {
                 failed[a.id] = err
                 continue
             }
             do throws(StoreError) {
-                switch cost.method {
-                case .bundle:
-                    guard let part = fetched.bundles[a.id] else {
-                        throw StoreError.fileList("the bundle was not downloaded")
-                    }
-                    if let staged = fetched.staged[a.id] {
+                // What was downloaded says how the version is built: from its bundle, or from
+                // contents (held, made by patches, or downloaded as objects).
+                if let part = progress.bundle {
+                    if let staged = progress.staged {
                         _ = try p.sandbox.install(staged: staged, fileList: list, activate: false)
                     } else {
                         _ = try p.sandbox.install(
-                            bundle: part, id: a.id.rawValue, version: e.version.description, fileList: list,
-                            force: false,
-                            activate: false)
+                            bundle: part, id: a.id, version: e.version, fileList: list, force: false, activate: false)
                     }
                     try? SystemCalls.unlink(part)
-                case .objects, .local, .delta:
+                } else if cost.method == .bundle {
+                    throw StoreError.fileList("the bundle was not downloaded")
+                } else {
                     let area = try p.sandbox.makeStagingArea(id: list.id, version: list.version)
-                    // Contents made by patches are linked like the ones held.
-                    let sources = fetched.applied.isEmpty ? p.local : p.local.merging(fetched.applied) { x, _ in x }
                     do throws(StoreError) {
-                        try area.assemble(list: list, local: sources, objects: fetched.objects)
+                        try area.assemble(list: list, local: sources, objects: objects)
                     } catch {
                         area.discard()
                         throw error
@@ -339,8 +340,8 @@ public struct Syncer: Sendable {
                     _ = try p.sandbox.install(assembled: area, list: list, activate: false)
                 }
                 placed[a.id] = Placement(
-                    bytes: fetched.bytes[a.id] ?? 0,
-                    seconds: Date().timeIntervalSince(started) + (fetched.seconds[a.id] ?? 0), method: cost.method)
+                    bytes: progress.bytes, seconds: Date().timeIntervalSince(started) + progress.seconds,
+                    method: cost.method)
             } catch {
                 failed[a.id] = .store(error)
             }
@@ -369,8 +370,7 @@ public struct Syncer: Sendable {
                 try sandbox.activate(members.compactMap { m in m.to.map { (m.id, $0) } }, reason: "sync")
                 for m in members {
                     if let from = m.from, entries[m.id]?.revoked.contains(from) == true {
-                        try sandbox.markFailed(
-                            id: m.id.rawValue, version: from.description, reason: "revoked by the repository")
+                        try sandbox.markFailed(id: m.id, version: from, reason: "revoked by the repository")
                     }
                 }
             } catch {
@@ -387,7 +387,7 @@ public struct Syncer: Sendable {
         let removals = plan.actions.filter { $0.kind == .remove }
         guard !removals.isEmpty else { return [] }
         var failed: [String: StoreError] = [:]
-        do throws(StoreError) { failed = try sandbox.removePackages(removals.map(\.id.rawValue)).failed } catch {
+        do throws(StoreError) { failed = try sandbox.removePackages(removals.map(\.id)).failed } catch {
             for a in removals { failed[a.id.rawValue] = error }
         }
         let seconds = Date().timeIntervalSince(started) / Double(removals.count)
@@ -409,10 +409,12 @@ public struct Syncer: Sendable {
     /// current plan would not resume (superseded releases); then gc by retention. Returns what
     /// gc removed.
     func cleanUp(_ fetched: Fetched, sandbox: Sandbox) -> [String] {
-        for part in fetched.objects.values { try? SystemCalls.unlink(part) }
-        for file in fetched.applied.values { try? SystemCalls.unlink(file) }
-        for part in fetched.patches.values { try? SystemCalls.unlink(part) }
-        for staged in fetched.staged.values { staged.area.discard() }
+        for content in fetched.contents.values {
+            for file in [content.object, content.applied, content.patch].compactMap({ $0 }) {
+                try? SystemCalls.unlink(file)
+            }
+        }
+        for staged in fetched.packages.values.compactMap(\.staged) { staged.area.discard() }
         sandbox.discardStagedLists()
         pruneDownloads(sandbox.layout.downloads, keep: fetched.resumable)
         // Retention is housekeeping: a failure here leaves more versions on disk, never fewer.

@@ -49,18 +49,21 @@ public final class SampleRepository: @unchecked Sendable {
     /// Packs `version` of `id` from a copy of the sample app: `edit` changes the copy first (by
     /// default the catalogue names the version), `configure` sets routes, dependencies, policy….
     @discardableResult
+    /// `adjust` changes the publisher (a test's byte pipeline, say).
     /// Deltas are made only when a test asks (`configure`: `deltaBases`); the tests of objects and
     /// bundles see the repository as before deltas existed, and the delta tests ask for them.
     public func publish(
         _ version: String, id: String = "sample-app", edit: ((URL) throws -> Void)? = nil, at date: Date = Date(),
-        configure: (inout PackRequest) -> Void = { _ in }
+        configure: (inout PackRequest) -> Void = { _ in }, publisher adjust: (inout Publisher) -> Void = { _ in }
     ) throws -> PackReport {
         let src = try source(id, version)
         try (edit ?? Self.setCatalogVersion(version))(src)
         var request = PackRequest(source: FilePath(src.path), repository: path, id: id, version: version)
         request.deltaBases = 0
         configure(&request)
-        return try Publisher(key: key, now: { date }).pack(request)
+        var publisher = Publisher(key: key, now: { date })
+        adjust(&publisher)
+        return try publisher.pack(request)
     }
 
     /// `packages/<id>/<version>/bundle.zip` in the repository.

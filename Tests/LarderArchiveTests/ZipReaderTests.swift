@@ -285,8 +285,9 @@ struct WriterTests {
         let data = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 / 97) })
         try data.write(to: src)
         let gz = FilePath(tmp.url.appendingPathComponent("out.gz").path)
-        try Gzip.compressFile(FilePath(src.path), to: gz)
-        let back = try Gzip.digestOfInflated(gz, limit: 1 << 30)
+        let objects = BytePipeline.standard
+        _ = try objects.encodeObject(file: FilePath(src.path), to: gz)
+        let back = try objects.contentOfObject(file: gz, limit: 1 << 30)
         #expect(back.size == Int64(size) && back.sha256 == SHA256Digest.of(data))
     }
 
@@ -297,23 +298,28 @@ struct WriterTests {
         for i in 0..<300_000 { data.append(UInt8(truncatingIfNeeded: i * 7 / 3)) }
         try data.write(to: src)
         let gz = FilePath(tmp.url.appendingPathComponent("out.gz").path)
-        let result = try Gzip.compressFile(FilePath(src.path), to: gz)
+        let objects = BytePipeline.standard
+        let result = try objects.encodeObject(file: FilePath(src.path), to: gz)
         #expect(result.size == Int64(data.count))
         #expect(result.sha256 == SHA256Digest.of(data))
-        let back = try Gzip.digestOfInflated(gz, limit: 1 << 30)
+        let back = try objects.contentOfObject(file: gz, limit: 1 << 30)
         #expect(back.size == Int64(data.count) && back.sha256 == SHA256Digest.of(data))
         // The system's gzip agrees.
         let plain = try run("gzip", ["-dc", gz.string])
         #expect(plain == data)
         // A limit below the content's size is enforced.
-        #expect(throws: GzipError.tooLarge(limit: 1000)) { try Gzip.digestOfInflated(gz, limit: 1000) }
+        #expect(throws: BlobError.malformed(.object, GzipError.tooLarge(limit: 1000).description)) {
+            try objects.contentOfObject(file: gz, limit: 1000)
+        }
         // Truncated and trailing-garbage streams are refused.
         let bytes = try Data(contentsOf: URL(fileURLWithPath: gz.string))
         let cut = tmp.url.appendingPathComponent("cut.gz")
         try bytes.prefix(bytes.count - 4).write(to: cut)
-        #expect(throws: (any Error).self) { try Gzip.digestOfInflated(FilePath(cut.path), limit: 1 << 30) }
+        #expect(throws: BlobError.self) { try objects.contentOfObject(file: FilePath(cut.path), limit: 1 << 30) }
         let extra = tmp.url.appendingPathComponent("extra.gz")
         try (bytes + Data("junk".utf8)).write(to: extra)
-        #expect(throws: GzipError.trailingData) { try Gzip.digestOfInflated(FilePath(extra.path), limit: 1 << 30) }
+        #expect(throws: BlobError.malformed(.object, GzipError.trailingData.description)) {
+            try objects.contentOfObject(file: FilePath(extra.path), limit: 1 << 30)
+        }
     }
 }

@@ -455,7 +455,7 @@ struct HTTPDownloadTests {
                 try await HTTPTransport(options: fastOptions(attempts: 2, stall: 0.5)).download(
                     url, to: env.part(), expecting: exactly(data), progress: nil)
             }
-            #expect(env.requests("bundle.zip").count == 2)
+            #expect(await env.requests("bundle.zip", awaiting: 2).count == 2)
         }
     }
 

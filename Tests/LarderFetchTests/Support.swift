@@ -47,6 +47,15 @@ struct OriginEnv: Sendable {
     func requests(_ name: String) -> [FaultOrigin.Request] {
         origin.requests.filter { $0.path == "/" + name || $0.path.hasPrefix("/" + name + "?") }
     }
+
+    /// The requests for `name` once there are `count` of them, or after `seconds`: the origin
+    /// logs a request on its own tasks, which on a loaded machine may run after the client has
+    /// given up on it.
+    func requests(_ name: String, awaiting count: Int, seconds: Double = 10) async -> [FaultOrigin.Request] {
+        let deadline = Date().addingTimeInterval(seconds)
+        while requests(name).count < count && Date() < deadline { try? await Task.sleep(for: .milliseconds(20)) }
+        return requests(name)
+    }
 }
 
 /// Runs `body` with a fresh directory and an origin serving it (optionally over TLS, and with the

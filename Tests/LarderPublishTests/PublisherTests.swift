@@ -435,7 +435,8 @@ struct VerifierTests {
         let other = ws.root.appendingPathComponent("other.txt")
         try Data("not the original".utf8).write(to: other)
         try FileManager.default.removeItem(at: ws.repo.appendingPathComponent(second))
-        try Gzip.compressFile(FilePath(other.path), to: FilePath(ws.repo.appendingPathComponent(second).path))
+        _ = try BytePipeline.standard.encodeObject(
+            file: FilePath(other.path), to: FilePath(ws.repo.appendingPathComponent(second).path))
         let r = ws.verify()
         #expect(Set(codes(r)) == ["object-missing", "object-corrupt"])
         #expect(r.problems.contains { $0.file == first && $0.code == "object-missing" })

@@ -227,6 +227,6 @@ enum DeltaManifestFixture {
             PackageID("sample-app")!, from: SemanticVersion(from)!, to: SemanticVersion(to)!)
         let gz = try AtomicFile.read(FilePath(env.repo.appendingPathComponent(rel).path))
         return try ManifestCoding.decode(
-            DeltaManifest.self, from: try Gzip.inflated(gz, limit: 16 << 20), document: rel)
+            DeltaManifest.self, from: try BytePipeline.standard.decodeDocument(gz, limit: 16 << 20), document: rel)
     }
 }
