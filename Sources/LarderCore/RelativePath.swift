@@ -2,18 +2,31 @@ import Foundation
 
 /// Why a path inside a package (an archive entry, a file-list entry, a packed file) is refused.
 public enum PathProblem: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The bytes are not UTF-8.
     case notUTF8
+    /// The path is empty.
     case empty
+    /// The path starts with `/`.
     case absolute
+    /// The path starts with a Windows drive letter (`C:`).
     case driveLetter
+    /// The path holds a backslash.
     case backslash
+    /// The path holds a NUL byte.
     case nul
+    /// The path holds a control character.
     case controlCharacter
+    /// The path has an empty component (`a//b`, a trailing `/`).
     case emptyComponent
+    /// A component is `.` or `..` (the component).
     case dotComponent(String)
+    /// The path is not in Unicode normalization form C.
     case notNFC
+    /// The path is longer than the limit, in UTF-8 bytes.
     case tooLong(bytes: Int, limit: Int)
+    /// A component is longer than the limit, in UTF-8 bytes.
     case componentTooLong(bytes: Int, limit: Int)
+    /// The path has more components than the limit.
     case tooDeep(depth: Int, limit: Int)
 
     /// A stable machine-readable code.

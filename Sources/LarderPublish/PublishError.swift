@@ -5,38 +5,64 @@ import LarderFileSystem
 /// Why `pack`, `revoke` or `keygen` refused or failed. Each case names the offending path or
 /// value; `code` is stable for scripts.
 public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The source to pack is not a directory.
     case notADirectory(String)
+    /// The source tree holds a symbolic link (never packed).
     case symlink(path: String)
+    /// The source tree holds a file that is neither regular nor a directory (its type).
     case specialFile(path: String, type: String)
+    /// A file's path breaks the path rules (the rule).
     case badName(path: String, problem: PathProblem)
+    /// Two paths differ only by case or Unicode normalisation (one file on iOS and macOS).
     case collision(path: String, other: String)
+    /// The source tree has no file.
     case emptyTree(String)
+    /// The source tree has more files than the limits allow.
     case tooManyFiles(count: Int, limit: Int)
+    /// A file is larger than the limits allow.
     case fileTooLarge(path: String, size: Int64, limit: Int64)
+    /// The tree is larger in total than the limits allow.
     case treeTooLarge(size: Int64, limit: Int64)
+    /// Not a package id (the text given).
     case badID(String)
+    /// Not a semantic version (the text given).
     case badVersion(String)
+    /// Not a channel name (the text given).
     case badChannel(String)
+    /// A route that is not valid (the route and why).
     case badRoute(String, reason: String)
+    /// A rollout percentage outside 0–100.
     case badRollout(Int)
+    /// A dependency that is not `ID@RANGE` (the text given).
     case badDependency(String)
+    /// The entry file named is not in the tree.
     case entryMissing(String)
+    /// The version is already published (versions are immutable).
     case versionExists(id: String, version: String)
+    /// The version is not newer than the newest on its channel.
     case versionNotNewer(id: String, version: String, newest: String, channel: String)
+    /// The repository has no such version (to revoke).
     case unknownVersion(id: String, version: String)
+    /// The version is revoked already.
     case alreadyRevoked(id: String, version: String)
+    /// The repository's current index cannot be trusted (why).
     case existingIndexUntrusted(detail: String)
     /// The index this publication would sign breaks a rule (a dependency it does not list, a
     /// route another package claims, …); nothing was published.
     case indexRule(IndexIssue)
+    /// A source file changed while it was packed.
     case changedWhilePacking(path: String)
     /// Another pack, revoke or rotate-key is publishing into the same repository.
     case busy(holderPID: Int32?)
     /// The serial cannot grow any further.
     case serialExhausted
+    /// Writing or checking the bundle failed.
     case archive(ArchiveError)
+    /// A document of the repository could not be read or written.
     case manifest(ManifestError)
+    /// A key or signature failed.
     case signing(SigningError)
+    /// A file operation failed.
     case io(FileSystemError)
     /// A pack or revoke is under way or was interrupted (its `.pending` file is there): the
     /// repository is not in a published state to upload.
