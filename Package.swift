@@ -64,6 +64,7 @@ let package = Package(
             name: "LarderCore",
             dependencies: [
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strict
@@ -154,6 +155,7 @@ let package = Package(
             name: "LarderResolve",
             dependencies: [
                 "CLarderShim", "LarderCore", "LarderFileSystem", "LarderStore",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
@@ -173,13 +175,22 @@ let package = Package(
         // The web-view path, platform-neutral (tested on Linux): the scheme-task driver and a web
         // view's page health. Each web-view engine's glue is a thin target over it: WebKit's is
         // LarderWebKit (compiled only where WebKit exists).
-        .target(name: "LarderWebView", dependencies: ["LarderCore", "LarderResolve"], swiftSettings: strict),
-        .target(name: "LarderWebKit", dependencies: ["LarderResolve", "LarderWebView"], swiftSettings: strict),
+        .target(
+            name: "LarderWebView",
+            dependencies: ["LarderCore", "LarderResolve", .product(name: "HTTPTypes", package: "swift-http-types")],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "LarderWebKit",
+            dependencies: ["LarderResolve", "LarderWebView", .product(name: "HTTPTypes", package: "swift-http-types")],
+            swiftSettings: strict
+        ),
         .target(
             name: "Larder",
             dependencies: [
                 "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore", "LarderFetch",
                 "LarderSync", "LarderResolve", "LarderWebView",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strict
@@ -236,7 +247,11 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "LarderCoreTests", dependencies: ["LarderCore"], swiftSettings: strict),
+        .testTarget(
+            name: "LarderCoreTests",
+            dependencies: ["LarderCore", .product(name: "HTTPTypes", package: "swift-http-types")],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "LarderFileSystemTests",
             dependencies: [

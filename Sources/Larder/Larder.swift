@@ -1,4 +1,5 @@
 import Foundation
+@_exported import HTTPTypes
 @_exported import LarderCore
 @_exported import LarderFetch
 import LarderFileSystem

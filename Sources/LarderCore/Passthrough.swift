@@ -1,9 +1,10 @@
 import Foundation
+import HTTPTypes
 
 /// A request on its way to the network: what a front-end received, as the forwarder passes it on.
 public struct ForwardRequest: Sendable {
-    /// The HTTP method, as received.
-    public var method: String
+    /// The HTTP method, as received (any RFC 9110 token, not only the standard ones).
+    public var method: HTTPRequest.Method
     /// The absolute http(s) URL to send it to.
     public var url: String
     /// Header fields in order (hop-by-hop fields already removed).
@@ -12,7 +13,7 @@ public struct ForwardRequest: Sendable {
     public var body: Data?
 
     /// Creates one.
-    public init(method: String, url: String, headers: [(String, String)], body: Data?) {
+    public init(method: HTTPRequest.Method, url: String, headers: [(String, String)], body: Data?) {
         self.method = method
         self.url = url
         self.headers = headers

@@ -1,3 +1,5 @@
+import HTTPTypes
+
 /// The head of a response the resource loader sends for a local file, decided from the request
 /// alone (pure, no I/O): status, headers, and which bytes of the file form the body.
 package struct ResponsePlan: Sendable, Equatable {
@@ -29,15 +31,17 @@ package enum ResponsePlanner {
     /// (RFC 9110 lets a server ignore Range). `cors` adds `Access-Control-Allow-Origin: *` for
     /// custom-scheme fetches.
     package static func plan(
-        method: String, range: String?, ifNoneMatch: String?, file: LocalFile, cacheControl: String = "no-cache",
-        cors: Bool = false
+        method: HTTPRequest.Method, range: String?, ifNoneMatch: String?, file: LocalFile,
+        cacheControl: String = "no-cache", cors: Bool = false
     ) -> ResponsePlan {
         var headers: [(String, String)] = [
             ("Content-Type", file.mime), ("ETag", file.etag), ("Cache-Control", cacheControl),
             ("Accept-Ranges", "bytes"),
         ]
         if cors { headers.append(("Access-Control-Allow-Origin", "*")) }
-        let m = method.uppercased()
+        // Compared without case, as before the method was typed (a token such as `head` is
+        // answered as HEAD; RFC 9110 methods are case-sensitive, but a file has no other meaning).
+        let m = method.rawValue.uppercased()
         guard m == "GET" || m == "HEAD" else {
             return ResponsePlan(status: 405, headers: [("Allow", "GET, HEAD"), ("Content-Length", "0")], body: 0..<0)
         }

@@ -18,7 +18,7 @@ package struct NIOExchange: NetworkExchange {
     /// Sends `request` with the shared `HTTPClient`.
     package func send(_ request: ForwardRequest, maxBytes: Int) async throws -> ForwardResponse {
         var upstream = HTTPClientRequest(url: request.url)
-        upstream.method = HTTPMethod(rawValue: request.method)
+        upstream.method = HTTPMethod(rawValue: request.method.rawValue)
         for (name, value) in request.headers { upstream.headers.add(name: name, value: value) }
         if let body = request.body { upstream.body = .bytes(ByteBuffer(bytes: body)) }
         let response = try await HTTPClient.shared.execute(upstream, timeout: .seconds(Int64(timeout)))

@@ -242,7 +242,7 @@ package struct URLSessionExchange: NetworkExchange {
     package func send(_ request: ForwardRequest, maxBytes: Int) async throws -> ForwardResponse {
         guard let url = URL(string: request.url) else { throw URLError(.badURL) }
         var r = URLRequest(url: url, timeoutInterval: timeout)
-        r.httpMethod = request.method
+        r.httpMethod = request.method.rawValue
         for (name, value) in request.headers where name.lowercased() != "accept-encoding" {
             r.addValue(value, forHTTPHeaderField: name)
         }

@@ -93,7 +93,7 @@ public struct Gateway: Sendable {
 
     func respond(_ request: Request, ownPort: Int) async -> Response {
         let started = Date()
-        let method = request.method.rawValue
+        let method = request.method
         let target = request.head.path ?? "/"
         let authority = request.head.authority ?? request.headers[named: "Host"] ?? ""
         if target.hasPrefix("/.larder/") {
@@ -102,7 +102,7 @@ public struct Gateway: Sendable {
         }
         let urls = Self.candidates(authority: authority, target: target, gatewayHost: host, ownPort: ownPort)
         // A watched page's main document is always answered whole (its script tag is new each time).
-        let watched = health != nil && method == "GET" && Self.isNavigation(request.headers)
+        let watched = health != nil && method == .get && Self.isNavigation(request.headers)
         var passReason = ""
         for url in urls {
             let req = LoadRequest(
@@ -115,7 +115,7 @@ public struct Gateway: Sendable {
                     return Self.document(r, injected)
                 }
                 log(line(method, url, r.status, "\(r.outcome)", r.header("Content-Length"), started))
-                return Self.response(r, head: method == "HEAD")
+                return Self.response(r, head: method == .head)
             case .passthrough(let reason):
                 if passReason.isEmpty { passReason = reason }
             }
@@ -178,7 +178,7 @@ public struct Gateway: Sendable {
 
     /// The reserved paths on every origin: the page-health script and its report endpoint.
     func reserved(_ request: inout Request, target: String, authority: String, started: Date) async -> Response {
-        let method = request.method.rawValue
+        let method = request.method
         let path = String(target.prefix { $0 != "?" })
         let url = "http://\(authority)\(target)"
         guard let tracker = health else {
@@ -186,7 +186,7 @@ public struct Gateway: Sendable {
             return Self.text(404, "larder gateway: page health is off (larder serve --page-health)\n")
         }
         switch (method, path) {
-        case ("GET", PageHealthScript.scriptPath), ("HEAD", PageHealthScript.scriptPath):
+        case (.get, PageHealthScript.scriptPath), (.head, PageHealthScript.scriptPath):
             var headers = HTTPFields()
             headers[.contentType] = "text/javascript; charset=utf-8"
             headers[.cacheControl] = "no-cache"
@@ -194,8 +194,8 @@ public struct Gateway: Sendable {
             headers[.contentLength] = "\(body.readableBytes)"
             log(line(method, url, 200, "page-health script", "\(body.readableBytes)", started))
             return Response(
-                status: .ok, headers: headers, body: ResponseBody(byteBuffer: method == "HEAD" ? ByteBuffer() : body))
-        case ("POST", PageHealthScript.reportPath):
+                status: .ok, headers: headers, body: ResponseBody(byteBuffer: method == .head ? ByteBuffer() : body))
+        case (.post, PageHealthScript.reportPath):
             let token = Self.query(target, "page") ?? ""
             let data: ByteBuffer
             do { data = try await request.collectBody(upTo: 64 << 10) } catch {
@@ -247,9 +247,9 @@ public struct Gateway: Sendable {
     /// Relays a request to the network through the forwarder: method, header fields and body as
     /// received; the answer's status, header fields and body streamed back as they arrive.
     func forward(_ request: inout Request, to url: String, reason: String, started: Date) async -> Response {
-        let method = request.method.rawValue
+        let method = request.method
         var body: Data?
-        if method != "GET" && method != "HEAD" {
+        if method != .get && method != .head {
             do {
                 body = Data(buffer: try await request.collectBody(upTo: forwarder.maxBytes))
             } catch {
@@ -273,7 +273,7 @@ public struct Gateway: Sendable {
             let length = answer.headers.first { $0.0.lowercased() == "content-length" }.flatMap { Int($0.1) }
             log(line(method, url, answer.status, "passthrough (\(reason))", length.map { "\($0)" }, started))
             let stream = answer.body
-            let responseBody = ResponseBody(contentLength: method == "HEAD" ? nil : length) { writer in
+            let responseBody = ResponseBody(contentLength: method == .head ? nil : length) { writer in
                 for try await chunk in stream { try await writer.write(ByteBuffer(bytes: chunk)) }
                 try await writer.finish(nil)
             }
@@ -311,9 +311,10 @@ public struct Gateway: Sendable {
             body: ResponseBody(byteBuffer: ByteBuffer(string: message)))
     }
 
-    func line(_ method: String, _ url: String, _ status: Int, _ outcome: String, _ length: String?, _ started: Date)
-        -> String
-    {
+    func line(
+        _ method: HTTPRequest.Method, _ url: String, _ status: Int, _ outcome: String, _ length: String?,
+        _ started: Date
+    ) -> String {
         let ms = Int(Date().timeIntervalSince(started) * 1000)
         return "\(method) \(url) \(status) \(outcome) \(length.map { "\($0)B" } ?? "-") \(ms)ms"
     }

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import LarderCore
 
 /// What a front-end does with a request no package serves.
@@ -71,7 +72,9 @@ public struct Forwarder: Sendable {
 
     /// The request to send: the method and body as received, the header fields without hop-by-hop
     /// ones, and the loop marker.
-    public func request(method: String, url: String, headers: [(String, String)], body: Data?) -> ForwardRequest {
+    public func request(
+        method: HTTPRequest.Method, url: String, headers: [(String, String)], body: Data?
+    ) -> ForwardRequest {
         var fields = headers.filter {
             !Self.hopByHop.contains($0.0.lowercased()) && $0.0.lowercased() != "content-length"
         }
@@ -91,7 +94,7 @@ public struct Forwarder: Sendable {
         do {
             var response = try await exchange.send(request, maxBytes: maxBytes)
             response.headers.removeAll { Self.hopByHop.contains($0.0.lowercased()) }
-            if request.method == "HEAD" { response.body = .bytes(Data()) }
+            if request.method == .head { response.body = .bytes(Data()) }
             return .success(response)
         } catch {
             return .failure(ForwardFailure(message: "\(error)"))

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import LarderCore
 import LarderFileSystem
 import LarderStore
@@ -8,7 +9,7 @@ import SystemPackage
 /// A request as every front-end (the HTTP gateway, the WebKit scheme handler) hands it over.
 public struct LoadRequest: Sendable {
     /// The HTTP method; the loader answers `GET` and `HEAD`, anything else with 405.
-    public var method: String
+    public var method: HTTPRequest.Method
     /// The URL as the page asked for it: `larder://<id>/<path>`, another custom scheme, or http(s).
     public var url: String
     /// The `Range` header, if any.
@@ -20,7 +21,8 @@ public struct LoadRequest: Sendable {
 
     /// A request with the headers it carried (none by default).
     public init(
-        method: String = "GET", url: String, range: String? = nil, ifNoneMatch: String? = nil, cors: Bool = false
+        method: HTTPRequest.Method = .get, url: String, range: String? = nil, ifNoneMatch: String? = nil,
+        cors: Bool = false
     ) {
         self.method = method
         self.url = url

@@ -2,6 +2,7 @@
 // handler calls forwarded to the platform-neutral LarderWebView, where every decision is made.
 #if canImport(WebKit)
     import Foundation
+    import HTTPTypes
     import LarderResolve
     import LarderWebView
     @preconcurrency import WebKit
@@ -12,22 +13,39 @@
         public let driver: SchemeTaskDriver
         /// A handler over `driver`.
         public init(driver: SchemeTaskDriver) { self.driver = driver }
-        /// Starts a task.
-        public func webView(_ webView: WKWebView, start task: any WKURLSchemeTask) { driver.start(WebKitTask(task)) }
-        /// Stops a task: no call reaches it afterwards.
-        public func webView(_ webView: WKWebView, stop task: any WKURLSchemeTask) { driver.stop(WebKitTask(task)) }
+        /// Starts a task; one whose method is not an HTTP method token fails at once (WebKit hands
+        /// over tokens only: fetch and XMLHttpRequest refuse anything else).
+        public func webView(_ webView: WKWebView, start task: any WKURLSchemeTask) {
+            guard let request = WebKitTask.schemeRequest(task.request) else {
+                let message = "\((task.request.httpMethod ?? "").debugDescription) is not an HTTP method"
+                task.didFailWithError(URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: message]))
+                return
+            }
+            driver.start(WebKitTask(task, request: request))
+        }
+        /// Stops a task: no call reaches it afterwards (the driver reads only its identity).
+        public func webView(_ webView: WKWebView, stop task: any WKURLSchemeTask) {
+            driver.stop(WebKitTask(task, request: SchemeRequest(url: "")))
+        }
     }
 
     final class WebKitTask: SchemeTask, @unchecked Sendable {
         // @unchecked: the driver calls it on the main thread only (DeliveryQueue.main), hence `onMain`.
         let task: any WKURLSchemeTask
-        init(_ task: any WKURLSchemeTask) { self.task = task }
+        /// The task's request, read when it started.
+        let schemeRequest: SchemeRequest
+        init(_ task: any WKURLSchemeTask, request: SchemeRequest) {
+            self.task = task
+            self.schemeRequest = request
+        }
         var taskIdentity: ObjectIdentifier { ObjectIdentifier(task) }
         private func onMain<T: Sendable>(_ body: @MainActor () -> T) -> T { MainActor.assumeIsolated { body() } }
-        var schemeRequest: SchemeRequest {
-            let r = onMain { task.request }
+        /// `r` in plain values (no method: GET, as URLRequest's default); nil when its method is
+        /// not an RFC 9110 token.
+        static func schemeRequest(_ r: URLRequest) -> SchemeRequest? {
+            guard let method = HTTPRequest.Method(r.httpMethod ?? "GET") else { return nil }
             return SchemeRequest(
-                method: r.httpMethod ?? "GET", url: r.url?.absoluteString ?? "",
+                method: method, url: r.url?.absoluteString ?? "",
                 headers: (r.allHTTPHeaderFields ?? [:]).map { ($0.key, $0.value) }, body: r.httpBody,
                 isNavigation: r.mainDocumentURL == r.url)
         }

@@ -1,11 +1,12 @@
 import Foundation
+import HTTPTypes
 import LarderCore
 import LarderResolve
 
 /// A request as a scheme task carries it (WebKit's `URLRequest`, in plain values).
 public struct SchemeRequest: Sendable {
     /// The HTTP method.
-    public var method: String
+    public var method: HTTPRequest.Method
     /// The URL as the page asked for it.
     public var url: String
     /// Header fields in order.
@@ -18,7 +19,7 @@ public struct SchemeRequest: Sendable {
 
     /// Creates one.
     public init(
-        method: String = "GET", url: String, headers: [(String, String)] = [], body: Data? = nil,
+        method: HTTPRequest.Method = .get, url: String, headers: [(String, String)] = [], body: Data? = nil,
         isNavigation: Bool = false
     ) {
         self.method = method

@@ -84,7 +84,7 @@ func run(_ target: Target, _ data: Data) {
             package: must(PackageID("app"), "id"), version: must(SemanticVersion("1.0.0"), "version"),
             path: must(RelativePath("a.js"), "path"),
             mime: "text/javascript", length: Int64(data.count) * 37, etag: "\"abc\"")
-        let plan = ResponsePlanner.plan(method: "GET", range: text, ifNoneMatch: text, file: file)
+        let plan = ResponsePlanner.plan(method: .get, range: text, ifNoneMatch: text, file: file)
         // A body range never leaves the file.
         if plan.body.lowerBound < 0 || plan.body.upperBound > file.length || plan.body.lowerBound > plan.body.upperBound
         {

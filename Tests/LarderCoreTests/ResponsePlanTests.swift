@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import LarderCore
 import Testing
 
@@ -22,7 +23,7 @@ struct ResponsePlanTests {
             ("bytes=abc", 200, 0..<1000, nil),
         ] as [(String, Int, Range<Int64>, String?)])
     func ranges(_ header: String, _ status: Int, _ body: Range<Int64>, _ contentRange: String?) {
-        let p = ResponsePlanner.plan(method: "GET", range: header, ifNoneMatch: nil, file: Self.file)
+        let p = ResponsePlanner.plan(method: .get, range: header, ifNoneMatch: nil, file: Self.file)
         #expect(p.status == status, "\(header)")
         #expect(p.body == body, "\(header)")
         #expect(p.header("Content-Range") == contentRange, "\(header)")
@@ -30,24 +31,39 @@ struct ResponsePlanTests {
     }
 
     @Test func headAnd304AndMethods() {
-        let head = ResponsePlanner.plan(method: "HEAD", range: nil, ifNoneMatch: nil, file: Self.file)
+        let head = ResponsePlanner.plan(method: .head, range: nil, ifNoneMatch: nil, file: Self.file)
         #expect(head.status == 200 && head.body.isEmpty && head.header("Content-Length") == "1000")
         let cached = ResponsePlanner.plan(
-            method: "GET", range: nil, ifNoneMatch: "\"other\", \(Self.file.etag)", file: Self.file)
+            method: .get, range: nil, ifNoneMatch: "\"other\", \(Self.file.etag)", file: Self.file)
         #expect(cached.status == 304 && cached.body.isEmpty && cached.header("ETag") == Self.file.etag)
-        #expect(ResponsePlanner.plan(method: "GET", range: nil, ifNoneMatch: "*", file: Self.file).status == 304)
+        #expect(ResponsePlanner.plan(method: .get, range: nil, ifNoneMatch: "*", file: Self.file).status == 304)
         #expect(
-            ResponsePlanner.plan(method: "GET", range: nil, ifNoneMatch: "W/\(Self.file.etag)", file: Self.file).status
+            ResponsePlanner.plan(method: .get, range: nil, ifNoneMatch: "W/\(Self.file.etag)", file: Self.file).status
                 == 304)
-        #expect(ResponsePlanner.plan(method: "GET", range: nil, ifNoneMatch: "\"nope\"", file: Self.file).status == 200)
-        #expect(ResponsePlanner.plan(method: "POST", range: nil, ifNoneMatch: nil, file: Self.file).status == 405)
-        let full = ResponsePlanner.plan(method: "GET", range: nil, ifNoneMatch: nil, file: Self.file, cors: true)
+        #expect(ResponsePlanner.plan(method: .get, range: nil, ifNoneMatch: "\"nope\"", file: Self.file).status == 200)
+        #expect(ResponsePlanner.plan(method: .post, range: nil, ifNoneMatch: nil, file: Self.file).status == 405)
+        let full = ResponsePlanner.plan(method: .get, range: nil, ifNoneMatch: nil, file: Self.file, cors: true)
         #expect(full.header("Content-Type") == "text/css; charset=utf-8" && full.header("Accept-Ranges") == "bytes")
         #expect(full.header("Access-Control-Allow-Origin") == "*")
         // An empty file: any range is unsatisfiable, the whole (empty) body is fine.
         let empty = LocalFileFixture.make(length: 0)
-        #expect(ResponsePlanner.plan(method: "GET", range: "bytes=0-", ifNoneMatch: nil, file: empty).status == 416)
-        #expect(ResponsePlanner.plan(method: "GET", range: nil, ifNoneMatch: nil, file: empty).status == 200)
+        #expect(ResponsePlanner.plan(method: .get, range: "bytes=0-", ifNoneMatch: nil, file: empty).status == 416)
+        #expect(ResponsePlanner.plan(method: .get, range: nil, ifNoneMatch: nil, file: empty).status == 200)
+    }
+
+    @Test("methods are compared without case; any other token is 405")
+    func methodTokens() throws {
+        let head = ResponsePlanner.plan(
+            method: try #require(HTTPRequest.Method("head")), range: nil, ifNoneMatch: nil, file: Self.file)
+        #expect(head.status == 200 && head.body.isEmpty)
+        let get = ResponsePlanner.plan(
+            method: try #require(HTTPRequest.Method("Get")), range: nil, ifNoneMatch: nil, file: Self.file)
+        #expect(get.status == 200 && get.body == 0..<1000)
+        for token in ["PROPFIND", "DELETE", "OPTIONS"] {
+            let method = try #require(HTTPRequest.Method(token))
+            let p = ResponsePlanner.plan(method: method, range: nil, ifNoneMatch: nil, file: Self.file)
+            #expect(p.status == 405 && p.header("Allow") == "GET, HEAD", "\(token)")
+        }
     }
 }
 

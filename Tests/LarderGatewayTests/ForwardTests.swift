@@ -65,6 +65,18 @@ struct ForwardTests {
     }
 
     @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test("a method beyond the standard ones (an RFC 9110 token) is forwarded as it came")
+    func forwardsExtensionMethod() async throws {
+        try await withNetwork { world, origin in
+            let authority = "127.0.0.1:\(origin.port)"
+            let r = try await world.gateway.send(.RAW(value: "PROPFIND"), "/dav/", host: authority)
+            #expect(r.status == 201 && r.text == "PROPFIND /dav/ body=", "\(r)")
+            #expect(origin.requests.first?.method == "PROPFIND")
+            #expect(world.gateway.log.contains { $0.hasPrefix("PROPFIND http://\(authority)/dav/ 201 passthrough") })
+        }
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
     @Test("a large answer is relayed intact, and the network's error statuses as they are")
     func relaysBodiesAndStatuses() async throws {
         try await withNetwork { world, origin in

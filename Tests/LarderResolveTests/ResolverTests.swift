@@ -237,12 +237,12 @@ struct ResolverTests {
         guard let suffix = response(loader.load(LoadRequest(url: url, range: "bytes=-5"))) else { return }
         #expect(try drain(suffix) == onDisk.suffix(5))
         #expect(response(loader.load(LoadRequest(url: url, range: "bytes=\(onDisk.count)-")))?.status == 416)
-        guard let head = response(loader.load(LoadRequest(method: "HEAD", url: url))) else { return }
+        guard let head = response(loader.load(LoadRequest(method: .head, url: url))) else { return }
         #expect(head.status == 200 && head.header("Content-Length") == "\(onDisk.count)")
         #expect(try drain(head).isEmpty)
         let etag = try #require(full.header("ETag"))
         #expect(response(loader.load(LoadRequest(url: url, ifNoneMatch: etag)))?.status == 304)
-        #expect(response(loader.load(LoadRequest(method: "POST", url: url)))?.status == 405)
+        #expect(response(loader.load(LoadRequest(method: .post, url: url)))?.status == 405)
         #expect(
             response(loader.load(LoadRequest(url: "larder://sample-app/css/app.css", cors: true)))?.header(
                 "Access-Control-Allow-Origin") == "*")

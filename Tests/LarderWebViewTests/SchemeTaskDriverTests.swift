@@ -280,13 +280,13 @@ struct SchemeTaskDriverTests {
         let body = Data("{\"name\":\"flour\"}".utf8)
         let task = FakeTask(
             SchemeRequest(
-                method: "POST", url: "app://sample-app/api/items?x=1#frag",
+                method: .post, url: "app://sample-app/api/items?x=1#frag",
                 headers: [("Content-Type", "application/json"), ("Connection", "keep-alive"), ("X-Trace", "t1")],
                 body: body))
         d.start(task)
         #expect(await task.waitForEnd())
         let sent = try #require(exchange.sent.withLock { $0 }.first)
-        #expect(sent.method == "POST")
+        #expect(sent.method == .post)
         #expect(sent.url == "https://app.example.com/api/items?x=1")
         #expect(sent.body == body)
         #expect(sent.headers.contains { $0 == ("X-Trace", "t1") })
