@@ -14,14 +14,14 @@ extension LarderCommand {
                 """)
 
         @Option(name: .long, help: ArgumentHelp("Path prefix of the two files.", valueName: "NAME"))
-        var out: String
+        var out: FilePath
 
         @OptionGroup var output: OutputOptions
 
         func run() throws {
             let report: KeygenReport
             do {
-                report = try PublisherKeys.generate(out: FilePath(out))
+                report = try PublisherKeys.generate(out: out)
             } catch {
                 throw Output.failure(command: "keygen", code: "keygen", message: error.description, json: output.json)
             }

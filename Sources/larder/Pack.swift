@@ -21,10 +21,10 @@ extension LarderCommand {
                 """)
 
         @Argument(help: ArgumentHelp("The directory to pack.", valueName: "DIR"))
-        var directory: String
+        var directory: FilePath
 
         @Option(help: "The repository directory (created if missing).")
-        var repo: String
+        var repo: FilePath
 
         @Option(help: "Package id: [a-z0-9][a-z0-9._-]{0,63}.")
         var id: String
@@ -33,7 +33,7 @@ extension LarderCommand {
         var version: String
 
         @Option(help: ArgumentHelp("Private key file from `larder keygen`.", valueName: "KEY"))
-        var key: String
+        var key: FilePath
 
         @Option(
             name: .customLong("route"),
@@ -89,7 +89,7 @@ extension LarderCommand {
             name: .customLong("co-sign"),
             help: ArgumentHelp(
                 "Another private key that also signs the index (during a key rotation; repeatable).", valueName: "KEY"))
-        var coSign: [String] = []
+        var coSign: [FilePath] = []
 
         @Option(
             help: ArgumentHelp(
@@ -130,12 +130,12 @@ extension LarderCommand {
             let privateKey: PrivateKey
             let coSigners: [PrivateKey]
             do {
-                privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
-                coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
+                privateKey = try PublisherKeys.loadPrivateKey(key)
+                coSigners = try coSign.map { try PublisherKeys.loadPrivateKey($0) }
             } catch {
                 throw Output.failure(command: "pack", code: "key", message: "\(error)", json: output.json)
             }
-            var request = PackRequest(source: FilePath(directory), repository: FilePath(repo), id: id, version: version)
+            var request = PackRequest(source: directory, repository: repo, id: id, version: version)
             request.routes = routes
             request.entry = entry
             request.spaFallback = spaFallback
@@ -159,5 +159,3 @@ extension LarderCommand {
         }
     }
 }
-
-extension PolicyMode: ExpressibleByArgument {}

@@ -3,7 +3,7 @@ import Foundation
 import Larder
 
 /// `sync --progress`: how progress reaches stderr.
-enum ProgressMode: String, CaseIterable, ExpressibleByArgument {
+enum ProgressMode: String, CaseIterable {
     /// A bar when stderr is a terminal, nothing otherwise.
     case auto
     /// One JSON object per line.

@@ -15,7 +15,7 @@ extension LarderCommand {
                 for any of these; 1 when the sandbox cannot be read.
                 """)
         @Argument(help: "The URL to resolve.") var url: String
-        @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
+        @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: FilePath
         @Option(
             name: .customLong("scheme"),
             help: ArgumentHelp("Another custom scheme routed like larder: (repeatable).", valueName: "SCHEME"))
@@ -41,7 +41,7 @@ extension LarderCommand {
         func run() throws {
             let resolver: Resolver
             // One URL: only the file list of the package it routes to is read.
-            do { resolver = try Resolver(root: FilePath(root), schemes: Set(schemes), onlyFor: url) } catch {
+            do { resolver = try Resolver(root: root, schemes: Set(schemes), onlyFor: url) } catch {
                 throw Output.failure(
                     command: "resolve", code: error.code, message: error.description, json: output.json)
             }

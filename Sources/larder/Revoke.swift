@@ -15,13 +15,13 @@ extension LarderCommand {
 
         @Argument(help: "Package id.") var id: String
         @Argument(help: "The version to revoke.") var version: String
-        @Option(help: "The repository directory.") var repo: String
-        @Option(help: ArgumentHelp("Private key file from `larder keygen`.", valueName: "KEY")) var key: String
+        @Option(help: "The repository directory.") var repo: FilePath
+        @Option(help: ArgumentHelp("Private key file from `larder keygen`.", valueName: "KEY")) var key: FilePath
         @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS")) var ttlDays = 30.0
         @Option(
             name: .customLong("co-sign"),
             help: ArgumentHelp("Another private key that also signs the index (repeatable).", valueName: "KEY"))
-        var coSign: [String] = []
+        var coSign: [FilePath] = []
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
@@ -31,10 +31,10 @@ extension LarderCommand {
         func run() throws {
             let report: RevokeReport
             do {
-                let privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
-                let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
+                let privateKey = try PublisherKeys.loadPrivateKey(key)
+                let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey($0) }
                 report = try Publisher(key: privateKey, coSigners: coSigners).revoke(
-                    id: id, version: version, repository: FilePath(repo), timeToLive: ttlDays * 24 * 3600)
+                    id: id, version: version, repository: repo, timeToLive: ttlDays * 24 * 3600)
             } catch let e as PublishError {
                 throw Output.failure(command: "revoke", code: e.code, message: e.description, json: output.json)
             } catch {
@@ -58,16 +58,16 @@ extension LarderCommand {
                 after the rotation: a device that never saw the rotation still trusts only the old key.
                 """)
 
-        @Option(help: "The repository directory.") var repo: String
-        @Option(help: ArgumentHelp("The current private key.", valueName: "KEY")) var key: String
+        @Option(help: "The repository directory.") var repo: FilePath
+        @Option(help: ArgumentHelp("The current private key.", valueName: "KEY")) var key: FilePath
         @Option(
             name: .customLong("co-sign"),
-            help: ArgumentHelp("A private key that also signs (repeatable).", valueName: "KEY")) var coSign: [String] =
-                []
+            help: ArgumentHelp("A private key that also signs (repeatable).", valueName: "KEY"))
+        var coSign: [FilePath] = []
         @Option(
             name: .customLong("new-public-key"),
-            help: ArgumentHelp("A public key of the new trusted set (repeatable).", valueName: "FILE")) var newKeys:
-            [String]
+            help: ArgumentHelp("A public key of the new trusted set (repeatable).", valueName: "FILE"))
+        var newKeys: [FilePath]
         @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS")) var ttlDays = 30.0
         @OptionGroup var output: OutputOptions
 
@@ -78,11 +78,11 @@ extension LarderCommand {
         func run() throws {
             let report: Publisher.RotationReport
             do {
-                let privateKey = try PublisherKeys.loadPrivateKey(FilePath(key))
-                let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey(FilePath($0)) }
-                let keys = try newKeys.map { try PublisherKeys.loadPublicKey(FilePath($0)) }
+                let privateKey = try PublisherKeys.loadPrivateKey(key)
+                let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey($0) }
+                let keys = try newKeys.map { try PublisherKeys.loadPublicKey($0) }
                 report = try Publisher(key: privateKey, coSigners: coSigners).rotateKeys(
-                    to: keys, repository: FilePath(repo), timeToLive: ttlDays * 24 * 3600)
+                    to: keys, repository: repo, timeToLive: ttlDays * 24 * 3600)
             } catch let e as PublishError {
                 throw Output.failure(command: "rotate-key", code: e.code, message: e.description, json: output.json)
             } catch {

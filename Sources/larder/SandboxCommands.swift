@@ -6,7 +6,7 @@ import SystemPackage
 /// Options shared by the commands that work on a device sandbox.
 struct SandboxOptions: ParsableArguments {
     @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR"))
-    var root: String
+    var root: FilePath
 
     @Option(help: ArgumentHelp("Seconds to wait for another writer's lock.", valueName: "SECONDS"))
     var lockTimeout = 10.0
@@ -15,7 +15,7 @@ struct SandboxOptions: ParsableArguments {
         var o = Sandbox.Options()
         o.lockTimeout = lockTimeout
         o.allowCorruptState = allowCorruptState
-        return try Sandbox.open(FilePath(root), options: o)
+        return try Sandbox.open(root, options: o)
     }
 }
 
@@ -39,12 +39,12 @@ extension LarderCommand {
                 extracting. A version rolled back off before is refused unless --force.
                 """)
 
-        @Argument(help: ArgumentHelp("The bundle (.zip).", valueName: "BUNDLE")) var bundle: String
+        @Argument(help: ArgumentHelp("The bundle (.zip).", valueName: "BUNDLE")) var bundle: FilePath
         @OptionGroup var sandbox: SandboxOptions
         @Option(help: "Package id.") var id: String
         @Option(help: "Version (SemVer 2.0.0).") var version: String
         @Option(help: ArgumentHelp("The version's files.json to verify against.", valueName: "FILES_JSON")) var files:
-            String?
+            FilePath?
         @Flag(help: "Install even a version that was rolled back off before.") var force = false
         @OptionGroup var output: OutputOptions
 
@@ -52,7 +52,7 @@ extension LarderCommand {
             var list: FileList?
             var bytes: Data?
             if let f = files {
-                do { (list, bytes) = try Larder.readFileList(FilePath(f)) } catch {
+                do { (list, bytes) = try Larder.readFileList(f) } catch {
                     throw Output.failure(command: "install", code: "file-list", message: "\(error)", json: output.json)
                 }
             }
@@ -60,7 +60,7 @@ extension LarderCommand {
                 let s = try sandbox.open()
                 defer { s.close() }
                 if let list, let bytes { s.provideListBytes(bytes, for: list) }
-                return try s.install(bundle: FilePath(bundle), id: id, version: version, fileList: list, force: force)
+                return try s.install(bundle: bundle, id: id, version: version, fileList: list, force: force)
             }
             try Output.emit(report, json: output.json)
         }
@@ -120,7 +120,7 @@ extension LarderCommand {
 
         func run() throws {
             let report = try withSandbox("status", output.json) { () throws(StoreError) in
-                try SandboxReader(root: FilePath(sandbox.root)).status()
+                try SandboxReader(root: sandbox.root).status()
             }
             try Output.emit(report, json: output.json)
         }

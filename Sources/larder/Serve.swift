@@ -38,11 +38,12 @@ extension LarderCommand {
                 Stops on SIGINT or SIGTERM. Exit 1 when the sandbox cannot be read or the address \
                 cannot be bound; 64 for a bad --listen.
                 """)
-        @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
+        @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: FilePath
         @Option(
             help: ArgumentHelp(
-                "Loopback address and port to listen on (port 0: any free port).", valueName: "HOST:PORT"))
-        var listen = "127.0.0.1:8080"
+                "A loopback address (127.0.0.1, ::1 or localhost) and port to listen on (port 0: any free port).",
+                valueName: "HOST:PORT"))
+        var listen = ListenAddress(host: "127.0.0.1", port: 8080)
         @Flag(help: "Answer 502 instead of forwarding what no package serves.") var offline = false
         @Option(
             help: ArgumentHelp(
@@ -65,10 +66,6 @@ extension LarderCommand {
         var maxScriptErrors = 3
 
         func validate() throws {
-            guard Self.parseListen(listen) != nil else {
-                throw ValidationError(
-                    "--listen must be a loopback HOST:PORT (127.0.0.1, ::1 or localhost), got \(listen)")
-            }
             guard (0.1...600).contains(readyDeadline) else {
                 throw ValidationError("--ready-deadline must be between 0.1 and 600 seconds, got \(readyDeadline)")
             }
@@ -77,33 +74,20 @@ extension LarderCommand {
             }
         }
 
-        static func parseListen(_ text: String) -> (String, Int)? {
-            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
-                (0...65535).contains(port)
-            else {
-                return nil
-            }
-            var host = String(text[..<colon])
-            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-            guard ["127.0.0.1", "::1", "localhost"].contains(host) else { return nil }
-            return (host, port)
-        }
-
         func run() async throws {
-            guard let (host, port) = Self.parseListen(listen) else { throw ExitStatus.usage }
             let resolver: Resolver
-            do { resolver = try Resolver(root: FilePath(root), schemes: Set(schemes)) } catch {
+            do { resolver = try Resolver(root: root, schemes: Set(schemes)) } catch {
                 throw Output.failure(command: "serve", code: error.code, message: error.description, json: false)
             }
-            let loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: FilePath(root)))
+            let loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: root))
             var gateway = Gateway(
-                loader: loader, host: host, port: port,
+                loader: loader, host: listen.host, port: listen.port,
                 forwarder: Forwarder(
                     network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue),
                     exchange: HTTPStack.platform.makeExchange()),
                 log: { Output.line($0) })
             if pageHealth {
-                let recorder = StoreHealthRecorder(root: FilePath(root)) { result in
+                let recorder = StoreHealthRecorder(root: root) { result in
                     switch result {
                     case .success(let outcome): Output.line("\(outcome)")
                     case .failure(let error): Output.line("health: could not be recorded: \(error)")
@@ -122,12 +106,4 @@ extension LarderCommand {
             }
         }
     }
-}
-
-/// `serve --upstream-scheme`: how requests no package serves are forwarded.
-enum UpstreamScheme: String, CaseIterable, ExpressibleByArgument {
-    /// Production origins.
-    case https
-    /// Plain http (test origins on loopback).
-    case http
 }

@@ -15,40 +15,37 @@ extension LarderCommand {
                 id is made once and kept across re-inits (it decides rollout buckets). Later commands \
                 read the config; their flags override it.
                 """)
-        @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
+        @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: FilePath
         @Option(help: ArgumentHelp("The repository URL.", valueName: "URL")) var repo: String
         @Option(
             name: .customLong("public-key"),
-            help: ArgumentHelp("A trusted public key file (repeatable).", valueName: "FILE")) var publicKeys: [String]
+            help: ArgumentHelp("A trusted public key file (repeatable).", valueName: "FILE")) var publicKeys: [FilePath]
         @Option(help: "Release channel to follow.") var channel = "stable"
-        @Option(help: ArgumentHelp("This app's version (for minClientVersion).", valueName: "VERSION")) var appVersion =
-            "1.0.0"
+        @Option(help: ArgumentHelp("This app's version, SemVer 2.0.0 (for minClientVersion).", valueName: "VERSION"))
+        var appVersion = SemanticVersion(1, 0, 0)
         @Flag(help: "Allow plain http to hosts other than loopback.") var allowHttp = false
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
-            guard SemanticVersion(appVersion) != nil else {
-                throw ValidationError("--app-version \(quoted(appVersion)) is not a SemVer version")
-            }
             guard !publicKeys.isEmpty else { throw ValidationError("at least one --public-key is needed") }
         }
 
         func run() throws {
             var keys: [PublicKey] = []
             for k in publicKeys {
-                do { keys.append(try PublisherKeys.loadPublicKey(FilePath(k))) } catch {
+                do { keys.append(try PublisherKeys.loadPublicKey(k)) } catch {
                     throw Output.failure(command: "init", code: "key", message: "\(error)", json: output.json)
                 }
             }
             let config: SyncConfig
             do {
                 config = try SyncConfig.initialise(
-                    root: FilePath(root), repository: repo, keys: keys, channel: channel,
-                    appVersion: SemanticVersion(appVersion) ?? SemanticVersion(1, 0, 0), allowInsecureHTTP: allowHttp)
+                    root: root, repository: repo, keys: keys, channel: channel, appVersion: appVersion,
+                    allowInsecureHTTP: allowHttp)
             } catch {
                 throw Output.failure(command: "init", code: error.code, message: error.description, json: output.json)
             }
-            try Output.emit(InitOutput(config: config, root: root), json: output.json)
+            try Output.emit(InitOutput(config: config, root: root.string), json: output.json)
             for warning in warnings() { Output.diagnostic("larder init: warning: \(warning)") }
         }
 
@@ -56,9 +53,9 @@ extension LarderCommand {
         /// `file://` repository with no index (yet).
         func warnings() -> [String] {
             var found: [String] = []
-            for k in publicKeys where (try? PublisherKeys.loadPrivateKey(FilePath(k))) != nil {
+            for k in publicKeys where (try? PublisherKeys.loadPrivateKey(k)) != nil {
                 found.append(
-                    "\(quoted(k)) is a private key: the sandbox keeps only its public half; give devices the .pub "
+                    "\(quoted(k.string)) is a private key: the sandbox keeps only its public half; give devices the .pub "
                         + "file and keep the private key with the publisher")
             }
             if let url = URL(string: repo), url.isFileURL,
@@ -75,10 +72,13 @@ extension LarderCommand {
 /// Options shared by sync and plan.
 struct SyncArguments: ParsableArguments {
     @Option(help: ArgumentHelp("The sandbox directory (initialised with `larder init`).", valueName: "DIR")) var root:
-        String
-    @Option(name: .customLong("package"), help: ArgumentHelp("Only this package (repeatable).", valueName: "ID"))
-    var packages: [String] = []
-    @Option(help: ArgumentHelp("Override the app version of the config.", valueName: "VERSION")) var appVersion: String?
+        FilePath
+    @Option(
+        name: .customLong("package"),
+        help: ArgumentHelp("Only this package, by id: [a-z0-9][a-z0-9._-]{0,63} (repeatable).", valueName: "ID"))
+    var packages: [PackageID] = []
+    @Option(help: ArgumentHelp("Override the app version of the config (SemVer 2.0.0).", valueName: "VERSION"))
+    var appVersion: SemanticVersion?
     @Option(help: "Override the channel of the config.") var channel: String?
     @Option(help: ArgumentHelp("HTTP attempts per request (retries on connection errors, 5xx, 429).", valueName: "N"))
     var attempts = 5
@@ -98,7 +98,7 @@ struct SyncArguments: ParsableArguments {
             "PEM certificates of a certificate authority trusted for https besides the system's "
                 + "(repeatable; default: the file LARDER_CA_FILE names, if set).",
             valueName: "FILE"))
-    var caFiles: [String] = []
+    var caFiles: [FilePath] = []
 
     func options() throws -> SyncOptions {
         var o = SyncOptions()
@@ -111,17 +111,12 @@ struct SyncArguments: ParsableArguments {
         o.http.minimumRate = minRate
         o.http.floorWindow = rateWindow
         o.http.deadline = deadline
-        o.http.caFiles = caFiles
+        o.http.caFiles = caFiles.map(\.string)
         if caFiles.isEmpty, let env = ProcessInfo.processInfo.environment["LARDER_CA_FILE"], !env.isEmpty {
             o.http.caFiles = [env]
         }
-        o.packages = packages
-        if let v = appVersion {
-            guard let sv = SemanticVersion(v) else {
-                throw ValidationError("--app-version \(quoted(v)) is not a SemVer version")
-            }
-            o.appVersion = sv
-        }
+        o.packages = packages.map(\.rawValue)
+        o.appVersion = appVersion
         o.channel = channel
         return o
     }
@@ -146,7 +141,7 @@ extension LarderCommand {
         func run() async throws {
             let options = try args.options()
             let (plan, _) = try await withSync("plan", output.json) { () async throws(SyncError) in
-                try await Syncer(root: FilePath(args.root), options: options).plan()
+                try await Syncer(root: args.root, options: options).plan()
             }
             try Output.emit(plan, json: output.json)
         }
@@ -184,7 +179,7 @@ extension LarderCommand {
             if renderer.mode != .none { options.progress = renderer.handle }
             let opts = options
             let report = try await withSync("sync", output.json) { () async throws(SyncError) in
-                try await Syncer(root: FilePath(args.root), options: opts).sync()
+                try await Syncer(root: args.root, options: opts).sync()
             }
             renderer.finish()
             try Output.emit(report, json: output.json)

@@ -20,18 +20,18 @@ extension LarderCommand {
                 (see docs/publishing.md, "Upload order").
                 """)
 
-        @Argument(help: "The repository directory (as `larder pack` writes it).") var repo: String
+        @Argument(help: "The repository directory (as `larder pack` writes it).") var repo: FilePath
         @Option(help: ArgumentHelp("Copy the repository to this directory in that order.", valueName: "DIR"))
-        var to: String?
+        var to: FilePath?
         @OptionGroup var output: OutputOptions
 
         func run() throws {
             do {
                 if let to {
-                    let report = try UploadOrder.perform(FilePath(repo), to: FilePath(to))
-                    try Output.emit(UploadOutput(target: to, report: report), json: output.json)
+                    let report = try UploadOrder.perform(repo, to: to)
+                    try Output.emit(UploadOutput(target: to.string, report: report), json: output.json)
                 } else {
-                    try Output.emit(UploadPlanOutput(steps: try UploadOrder.plan(FilePath(repo))), json: output.json)
+                    try Output.emit(UploadPlanOutput(steps: try UploadOrder.plan(repo)), json: output.json)
                 }
             } catch let e as PublishError {
                 throw Output.failure(command: "upload-order", code: e.code, message: e.description, json: output.json)

@@ -36,7 +36,7 @@ extension LarderCommand {
             help: ArgumentHelp(
                 "For a repository URL: also trust the CA certificates in this PEM file (repeatable).",
                 valueName: "FILE"))
-        var caFiles: [String] = []
+        var caFiles: [FilePath] = []
 
         @Flag(help: "For a repository URL: allow plain http to a host other than loopback.")
         var allowHttp = false
@@ -44,13 +44,13 @@ extension LarderCommand {
         @Option(
             name: .customLong("public-key"),
             help: ArgumentHelp("A trusted public key file (repeatable); required for a repository.", valueName: "FILE"))
-        var publicKeys: [String] = []
+        var publicKeys: [FilePath] = []
 
         @Flag(help: "Check a repository's structure without its signature.")
         var skipSignature = false
 
         @Option(help: ArgumentHelp("For a bundle: the files.json its tree must equal.", valueName: "FILES_JSON"))
-        var files: String?
+        var files: FilePath?
 
         @Option(help: "For a bundle: the entry file name used for directory links.")
         var entry = "index.html"
@@ -74,7 +74,7 @@ extension LarderCommand {
         func run() async throws {
             var keys: [PublicKey] = []
             for k in publicKeys {
-                do { keys.append(try PublisherKeys.loadPublicKey(FilePath(k))) } catch {
+                do { keys.append(try PublisherKeys.loadPublicKey(k)) } catch {
                     throw Output.failure(command: "verify", code: "key", message: "\(error)", json: output.json)
                 }
             }
@@ -87,7 +87,7 @@ extension LarderCommand {
             } else {
                 var list: FileList?
                 if let f = files {
-                    do { list = try Larder.loadFileList(FilePath(f)) } catch {
+                    do { list = try Larder.loadFileList(f) } catch {
                         throw Output.failure(
                             command: "verify", code: "file-list", message: "\(error)", json: output.json)
                     }
@@ -102,7 +102,8 @@ extension LarderCommand {
         /// The repository at `base`, downloaded into a temporary directory and verified there.
         private func verifyRemote(_ base: URL, _ verifier: Verifier) async throws -> VerifyReport {
             var options = HTTPOptions()
-            options.caFiles = caFiles + (ProcessInfo.processInfo.environment["LARDER_CA_FILE"].map { [$0] } ?? [])
+            options.caFiles =
+                caFiles.map(\.string) + (ProcessInfo.processInfo.environment["LARDER_CA_FILE"].map { [$0] } ?? [])
             options.allowInsecureHTTP = allowHttp
             let transport: HTTPTransport
             do { transport = try HTTPTransport(options: options, stack: .platform) } catch {
