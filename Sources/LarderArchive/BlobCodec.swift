@@ -152,7 +152,9 @@ package struct StoredCodec: BlobCodec {
         return EncodedBlob(size: size, sha256: hasher.finish(), storedSize: size)
     }
 
-    package func makeDecoder(limit: Int64) throws(BlobError) -> any BlobDecoder { PassDecoder(kind: kind, limit: limit) }
+    package func makeDecoder(limit: Int64) throws(BlobError) -> any BlobDecoder {
+        PassDecoder(kind: kind, limit: limit)
+    }
 }
 
 /// Hands stored bytes on unchanged, up to a limit.

@@ -106,7 +106,9 @@ package struct BytePipeline: Sendable {
         var hasher = SHA256Stream()
         // Room for the whole object when it is small (one among hundreds), never more than 256 KiB.
         let storedSize = (try? SystemCalls.fstat(input, path: stored).size) ?? Int64(256 << 10)
-        try decode(object, fd: input, path: stored, limit: size, bufferSize: Int(min(Int64(256 << 10), max(4096, storedSize)))) {
+        try decode(
+            object, fd: input, path: stored, limit: size, bufferSize: Int(min(Int64(256 << 10), max(4096, storedSize)))
+        ) {
             (chunk) throws(FileSystemError) in
             hasher.update(chunk)
             try SystemCalls.writeAll(output, chunk, path: target)
@@ -153,7 +155,8 @@ package struct BytePipeline: Sendable {
             throw .malformed(.patch, "reading the base or the patch failed: \(error)")
         }
         guard SHA256Digest.of(baseData) == ref.base else {
-            throw .malformed(.patch, "the base content on disk is not the one the patch applies to (altered or damaged)")
+            throw .malformed(
+                .patch, "the base content on disk is not the one the patch applies to (altered or damaged)")
         }
         try? SystemCalls.unlink(output)
         let fd: FileDescriptor
@@ -202,7 +205,9 @@ package struct BytePipeline: Sendable {
 
     /// Writes `files` as a bundle at `output`, returning each file's entry (size and SHA-256 of
     /// what was read).
-    package func writeBundle(_ files: [(path: RelativePath, source: FilePath)], to output: FilePath) throws(ArchiveError) -> [FileEntry] {
+    package func writeBundle(_ files: [(path: RelativePath, source: FilePath)], to output: FilePath)
+        throws(ArchiveError) -> [FileEntry]
+    {
         guard !(bundle is StoredCodec) else { return try ZipWriter.write(files, to: output) }
         let zip = FilePath(output.string + ".zip")
         defer { try? SystemCalls.unlink(zip) }
@@ -226,8 +231,10 @@ package struct BytePipeline: Sendable {
         let zip = FilePath(stored.string + ".zip")
         defer { try? SystemCalls.unlink(zip) }
         do {
-            try AtomicFile.replace(zip, durable: false, wrapping: { BlobError.io($0) }) { (out, temp) throws(BlobError) in
-                try decode(bundle, file: stored, limit: limit, bufferSize: 256 << 10) { (chunk) throws(FileSystemError) in
+            try AtomicFile.replace(zip, durable: false, wrapping: { BlobError.io($0) }) {
+                (out, temp) throws(BlobError) in
+                try decode(bundle, file: stored, limit: limit, bufferSize: 256 << 10) {
+                    (chunk) throws(FileSystemError) in
                     try SystemCalls.writeAll(out, chunk, path: temp)
                 }
             }
@@ -285,7 +292,9 @@ package struct BytePipeline: Sendable {
             while true {
                 let n = try SystemCalls.read(fd, into: &buffer, path: path)
                 if n == 0 { break }
-                try buffer.withUnsafeBytes { raw in try decoder.feed(UnsafeRawBufferPointer(rebasing: raw[0..<n]), guarded) }
+                try buffer.withUnsafeBytes { raw in
+                    try decoder.feed(UnsafeRawBufferPointer(rebasing: raw[0..<n]), guarded)
+                }
             }
             try decoder.finish(guarded)
         } catch let e as BlobError {

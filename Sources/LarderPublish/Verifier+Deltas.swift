@@ -89,7 +89,8 @@ extension Verifier {
                 continue
             }
             let baseObject = layout.resolve(RepositoryLayout.objectPath(p.base))
-            guard let size = sizes[p.base], let content = try? pipeline.decodeObject(file: baseObject, limit: size) else {
+            guard let size = sizes[p.base], let content = try? pipeline.decodeObject(file: baseObject, limit: size)
+            else {
                 problem(
                     "delta-base-missing", p.patch.path,
                     "the object of its base \(p.base.hex.prefix(12))… cannot be read")

@@ -27,7 +27,8 @@ extension Sandbox {
         try requireWritable()
         guard let id = PackageID(idText) else { throw .badID(idText) }
         guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
-        return try install(bundle: bundle, id: id, version: version, fileList: fileList, force: force, activate: activate)
+        return try install(
+            bundle: bundle, id: id, version: version, fileList: fileList, force: force, activate: activate)
     }
 
     /// As `install(bundle:id:version:fileList:force:)`, with the id and version typed.

@@ -398,6 +398,25 @@ public final class FaultOrigin: Sendable {
 
     private func update(_ index: Int, sent: Int) { state.withLock { $0.log[index].sent = sent } }
 
+    /// One request as the origin reads it, and how to log its answer.
+    private struct Asked {
+        let entry: Request
+        let fields: [String: String]
+        let path: String
+        let local: String
+        var target: String { entry.path }
+        var isHead: Bool { entry.method == "HEAD" }
+    }
+
+    /// Logs the answer to `asked`; returns its index in the log.
+    private func answer(_ asked: Asked, _ status: Int, fault: Fault?, declared: Int?) -> Int {
+        var entry = asked.entry
+        entry.status = status
+        entry.fault = fault
+        entry.declared = declared
+        return log(entry)
+    }
+
     /// Answers one request; false when the connection must end.
     private func respond(to head: HTTPRequestHead, body: Data, local: String, writer: Writer) async throws -> Bool {
         var fields: [String: String] = [:]
@@ -407,35 +426,35 @@ public final class FaultOrigin: Sendable {
         }
         let method = head.method.rawValue
         let target = head.uri
-        let path = String(target.prefix { $0 != "?" })
-        var entry = Request(
-            host: local, method: method, path: target, headers: fields, body: body, status: 0, fault: nil, sent: 0,
-            declared: nil, arrived: .now)
-        func answer(_ status: Int, fault: Fault?, declared: Int?) -> Int {
-            entry.status = status
-            entry.fault = fault
-            entry.declared = declared
-            return log(entry)
-        }
-
+        let asked = Asked(
+            entry: Request(
+                host: local, method: method, path: target, headers: fields, body: body, status: 0, fault: nil,
+                sent: 0, declared: nil, arrived: .now),
+            fields: fields, path: String(target.prefix { $0 != "?" }), local: local)
         if method != "GET" && method != "HEAD" {
             let echo = Data("\(method) \(target) body=".utf8) + body
-            let id = answer(201, fault: nil, declared: echo.count)
+            let id = answer(asked, 201, fault: nil, declared: echo.count)
             try await writer.head(201, [("Content-Type", "text/plain"), ("Content-Length", "\(echo.count)")])
             try await writer.body(echo)
             update(id, sent: echo.count)
             return true
         }
-        let isHead = method == "HEAD"
-        let fault = pick(path, hasRange: fields["range"] != nil)
+        let fault = pick(asked.path, hasRange: fields["range"] != nil)
+        if try await answerInjected(asked, fault: fault, writer: writer) { return true }
+        return try await answerFile(asked, fault: fault, writer: writer)
+    }
+
+    /// Answers an injected status or redirect; false when the fault is of another kind.
+    private func answerInjected(_ asked: Asked, fault: Fault?, writer: Writer) async throws -> Bool {
+        let (local, target, path) = (asked.local, asked.target, asked.path)
         switch fault {
         case .status(let code, let retryAfter):
             let text = Data("fault-origin: injected \(code)\n".utf8)
-            let id = answer(code, fault: fault, declared: text.count)
+            let id = answer(asked, code, fault: fault, declared: text.count)
             var h = [("Content-Type", "text/plain"), ("Content-Length", "\(text.count)")]
             if let retryAfter { h.append(("Retry-After", retryAfter)) }
             try await writer.head(code, h)
-            if !isHead {
+            if !asked.isHead {
                 try await writer.body(text)
                 update(id, sent: text.count)
             }
@@ -451,20 +470,25 @@ public final class FaultOrigin: Sendable {
                 location = "\(scheme)://\(local):\(port)\(path)?redirected=\(n?.applied ?? 1)"
             }
             let text = Data("moved\n".utf8)
-            _ = answer(302, fault: fault, declared: text.count)
+            _ = answer(asked, 302, fault: fault, declared: text.count)
             try await writer.head(
                 302, [("Location", location), ("Content-Type", "text/plain"), ("Content-Length", "\(text.count)")])
-            if !isHead { try await writer.body(text) }
+            if !asked.isHead { try await writer.body(text) }
             return true
         default:
-            break
+            return false
         }
+    }
 
-        guard let file = resolve(path), let data = try? Data(contentsOf: file) else {
+    /// Answers with the file the path names (404 without one), honouring If-None-Match, Range
+    /// and If-Range, shaped by `fault`.
+    private func answerFile(_ asked: Asked, fault: Fault?, writer: Writer) async throws -> Bool {
+        let fields = asked.fields
+        guard let file = resolve(asked.path), let data = try? Data(contentsOf: file) else {
             let text = Data("not found\n".utf8)
-            let id = answer(404, fault: fault, declared: text.count)
+            let id = answer(asked, 404, fault: fault, declared: text.count)
             try await writer.head(404, [("Content-Type", "text/plain"), ("Content-Length", "\(text.count)")])
-            if !isHead {
+            if !asked.isHead {
                 try await writer.body(text)
                 update(id, sent: text.count)
             }
@@ -482,7 +506,7 @@ public final class FaultOrigin: Sendable {
             inm.trimmingCharacters(in: .whitespaces) == "*"
                 || inm.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }).contains(tag)
         {
-            _ = answer(304, fault: nil, declared: nil)
+            _ = answer(asked, 304, fault: nil, declared: nil)
             try await writer.head(304, [("ETag", tag), ("Cache-Control", "no-cache")])
             return true
         }
@@ -493,10 +517,43 @@ public final class FaultOrigin: Sendable {
         }
         if fault == .ignoreRange { range = nil }
         if case .unsatisfiable = range {
-            _ = answer(416, fault: fault, declared: 0)
+            _ = answer(asked, 416, fault: fault, declared: 0)
             try await writer.head(416, [("Content-Range", "bytes */\(size)"), ("Content-Length", "0")])
             return true
         }
+        let shaped = Self.shape(data, range: range, fault: fault)
+        var h: [(String, String)] = [("Content-Type", Self.mime(asked.path))]
+        if let declared = shaped.declared { h.append(("Content-Length", "\(declared)")) }
+        h += [("ETag", tag), ("Accept-Ranges", "bytes"), ("Cache-Control", "no-cache")]
+        if shaped.status == 206 {
+            var total = size
+            if case .badContentRange(_, let t?) = fault { total = t }
+            h.append(
+                ("Content-Range", "bytes \(shaped.start)-\(shaped.start + max(shaped.bytes.count, 1) - 1)/\(total)"))
+        }
+        let closes = Self.closes(fault)
+        if closes { h.append(("Connection", "close")) }
+        let id = answer(asked, shaped.status, fault: fault, declared: shaped.declared)
+        try await writer.head(shaped.status, h)
+        if asked.isHead { return !closes }
+        return try await send(shaped.bytes, fault: fault, closes: closes, log: id, writer: writer)
+    }
+
+    /// Whether an answer shaped by `fault` ends its connection.
+    private static func closes(_ fault: Fault?) -> Bool {
+        switch fault {
+        case .truncate, .lengthMore, .lengthLess, .stall, .drip: true
+        case .extra(_, let isDeclared): !isDeclared
+        default: false
+        }
+    }
+
+    /// The status, first byte, body and declared length of a file's answer: its range, and the
+    /// body and length faults.
+    private static func shape(_ data: Data, range: ByteRange?, fault: Fault?) -> (
+        status: Int, start: Int, bytes: Data, declared: Int?
+    ) {
+        let size = data.count
         var status = 200
         var start = 0
         var end = size - 1
@@ -523,25 +580,12 @@ public final class FaultOrigin: Sendable {
         case .extra(_, let isDeclared) where !isDeclared: declared = nil
         default: break
         }
-        var h: [(String, String)] = [("Content-Type", Self.mime(path))]
-        if let declared { h.append(("Content-Length", "\(declared)")) }
-        h += [("ETag", tag), ("Accept-Ranges", "bytes"), ("Cache-Control", "no-cache")]
-        if status == 206 {
-            var total = size
-            if case .badContentRange(_, let t?) = fault { total = t }
-            h.append(("Content-Range", "bytes \(start)-\(start + max(bytes.count, 1) - 1)/\(total)"))
-        }
-        let closes: Bool
-        switch fault {
-        case .truncate, .lengthMore, .lengthLess, .stall, .drip: closes = true
-        case .extra(_, let isDeclared): closes = !isDeclared
-        default: closes = false
-        }
-        if closes { h.append(("Connection", "close")) }
-        let id = answer(status, fault: fault, declared: declared)
-        try await writer.head(status, h)
-        if isHead { return !closes }
+        return (status, start, bytes, declared)
+    }
 
+    /// Sends a body as `fault` says (cut, stalled, dripped or whole); false when the connection
+    /// must end.
+    private func send(_ bytes: Data, fault: Fault?, closes: Bool, log id: Int, writer: Writer) async throws -> Bool {
         switch fault {
         case .truncate(let after, let reset):
             let n = min(after ?? bytes.count / 2, bytes.count)

@@ -87,8 +87,12 @@ struct BytePipelineTests {
         let pipeline = Self.pipelines[which].1
         let stored = try pipeline.encodeDocument(Self.content)
         #expect(try pipeline.decodeDocument(stored, limit: Int64(Self.content.count), exact: true) == Self.content)
-        #expect(throws: BlobError.self) { _ = try pipeline.decodeDocument(stored.prefix(stored.count - 9), limit: 1 << 30) }
-        #expect(throws: BlobError.self) { _ = try pipeline.decodeDocument(stored, limit: Int64(Self.content.count) - 1) }
+        #expect(throws: BlobError.self) {
+            _ = try pipeline.decodeDocument(stored.prefix(stored.count - 9), limit: 1 << 30)
+        }
+        #expect(throws: BlobError.self) {
+            _ = try pipeline.decodeDocument(stored, limit: Int64(Self.content.count) - 1)
+        }
     }
 
     @Test("a patch made and placed: the result checked; another base or result is refused in words", arguments: [0, 1])
@@ -108,7 +112,10 @@ struct BytePipelineTests {
         #expect(try AtomicFile.read(output) == Self.edited)
 
         let altered = try file(dir, "altered", Self.edited)
-        #expect(throws: BlobError.malformed(.patch, "the base content on disk is not the one the patch applies to (altered or damaged)")) {
+        #expect(
+            throws: BlobError.malformed(
+                .patch, "the base content on disk is not the one the patch applies to (altered or damaged)")
+        ) {
             try pipeline.placePatched(ref, patchFile: patchFile, base: altered, at: output)
         }
         var lying = ref

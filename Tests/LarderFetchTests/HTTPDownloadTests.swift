@@ -435,10 +435,19 @@ struct HTTPDownloadTests {
             try await HTTPTransport(options: fastOptions(stall: 1.5)).download(
                 env.url("bundle.zip"), to: part, expecting: exactly(data), progress: nil)
             #expect(env.bytes(part) == data)
+            // One stall, then resumes: normally one, but on a loaded machine the resumed attempt
+            // can time out too (AsyncHTTPClient's read timeout also runs while the transport
+            // holds back reading: the known "stall while Larder is slow" issue), and resume again.
             let log = env.requests("bundle.zip")
-            try #require(log.map(\.status) == [200, 206], "\(log)")
-            let start = log[1].range.flatMap { Int($0.dropFirst("bytes=".count).dropLast()) } ?? -1
-            #expect((1...8_000).contains(start), "\(log)")
+            try #require(log.count >= 2 && log[0].status == 200, "\(log)")
+            #expect(log.dropFirst().allSatisfy { $0.status == 206 }, "\(log)")
+            let starts = log.dropFirst().map { r in
+                r.range.flatMap { Int($0.dropFirst("bytes=".count).dropLast()) } ?? -1
+            }
+            #expect((1...8_000).contains(starts[0]), "\(log)")
+            #expect(
+                zip(starts, starts.dropFirst()).allSatisfy { $0 <= $1 },
+                "each resume starts where the last ended: \(log)")
         }
     }
 

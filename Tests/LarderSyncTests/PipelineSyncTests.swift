@@ -49,10 +49,12 @@ struct PipelineSyncTests {
         defer { env.cleanup() }
         try publish(env, 0, deltas: 0)
         try publish(env, 1, deltas: 3)
-        for (path, data) in try servedFiles(env) where path.hasSuffix(".zip") || path.contains("objects/")
+        for (path, data) in try servedFiles(env)
+        where path.hasSuffix(".zip") || path.contains("objects/")
             || path.contains("patches/") || path.hasSuffix(".gz")
         {
-            #expect(data.prefix(4) != Data([0x50, 0x4B, 0x03, 0x04]) && data.prefix(2) != Data([0x1F, 0x8B]), "\(path)")
+            #expect(
+                data.prefix(4) != Data([0x50, 0x4B, 0x03, 0x04]) && data.prefix(2) != Data([0x1F, 0x8B]), "\(path)")
         }
         var verifier = Verifier(trustedKeys: [env.key.publicKey])
         verifier.pipeline = masked
