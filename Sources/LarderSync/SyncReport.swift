@@ -129,7 +129,7 @@ public struct SyncReport: Sendable, Codable, Equatable {
 /// Options of one sync.
 public struct SyncOptions: Sendable {
     /// Only these packages (all when empty).
-    public var packages: [String] = []
+    public var packages: [PackageID] = []
     /// Overrides the config's app version (for `minClientVersion`).
     public var appVersion: SemanticVersion?
     /// Overrides the config's channel.

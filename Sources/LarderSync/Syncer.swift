@@ -153,14 +153,14 @@ public struct Syncer: Sendable {
         var wanted = Set(options.packages)
         var frontier = Array(wanted)
         while let id = frontier.popLast() {
-            for e in index.packages where e.id.rawValue == id {
-                for d in e.dependencies where wanted.insert(d.id.rawValue).inserted { frontier.append(d.id.rawValue) }
+            for e in index.packages where e.id == id {
+                for d in e.dependencies where wanted.insert(d.id).inserted { frontier.append(d.id) }
             }
         }
-        for a in plan.actions where wanted.contains(a.id.rawValue) {
-            for member in a.group { wanted.insert(member.rawValue) }
+        for a in plan.actions where wanted.contains(a.id) {
+            for member in a.group { wanted.insert(member) }
         }
-        return Plan(actions: plan.actions.filter { wanted.contains($0.id.rawValue) })
+        return Plan(actions: plan.actions.filter { wanted.contains($0.id) })
     }
 
     func transportFor(_ base: URL, _ config: SyncConfig) throws(SyncError) -> any Transport {

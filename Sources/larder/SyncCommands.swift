@@ -115,7 +115,7 @@ struct SyncArguments: ParsableArguments {
         if caFiles.isEmpty, let env = ProcessInfo.processInfo.environment["LARDER_CA_FILE"], !env.isEmpty {
             o.http.caFiles = [env]
         }
-        o.packages = packages.map(\.rawValue)
+        o.packages = packages
         o.appVersion = appVersion
         o.channel = channel
         return o

@@ -429,7 +429,7 @@ struct SyncTests {
         try env.publish("1.0.0", id: "other")
         try env.initialise()
         var o = SyncOptions()
-        o.packages = ["app"]
+        o.packages = [PackageID("app")!]
         let r = try await Syncer(root: env.root, options: o).sync()
         #expect(r.hasFailures == false)
         #expect(try env.active("app") == "1.0.0" && env.active("ui") == "1.0.0")
