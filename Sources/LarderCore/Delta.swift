@@ -26,7 +26,7 @@ package struct PatchRef: Codable, Sendable, Equatable {
 /// signed one instead of downloading it), the patches that make contents `from` lacks out of
 /// contents it holds, and the contents left to fetch as objects. Every other content of `to` is
 /// one `from` holds already: it is linked.
-package struct DeltaManifest: Codable, Sendable, Equatable {
+package struct DeltaManifest: Codable, Sendable, Equatable, RepositoryDocument {
     /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
     package var schemaVersion: Int
     /// The package.

@@ -8,6 +8,16 @@ public enum ManifestError: Error, Sendable, Equatable, CustomStringConvertible {
     case unsupportedSchema(document: String, found: Int, supported: Int)
     /// The document is larger than readers accept.
     case tooLarge(document: String, size: Int, limit: Int)
+    /// A key appears twice in one object of the document (the key, quoted and capped, and
+    /// where the object is as a JSON pointer): manifests §2 makes such a document invalid.
+    case duplicateKey(document: String, key: String, at: String)
+
+    /// `duplicate-key` for a duplicate key, whatever the document; else `fallback`, the code the
+    /// caller gives this document's other errors (`index-schema`, `file-list-schema`, …).
+    package func code(or fallback: String) -> String {
+        if case .duplicateKey = self { return "duplicate-key" }
+        return fallback
+    }
 
     /// Names the document, what is wrong with it, and for a schema mismatch that larder needs an upgrade.
     public var description: String {
@@ -18,6 +28,8 @@ public enum ManifestError: Error, Sendable, Equatable, CustomStringConvertible {
             "\(doc) has schemaVersion \(found); this build reads schemaVersion \(supported) — upgrade larder"
         case .tooLarge(let doc, let size, let limit):
             "\(doc) is \(size) bytes; readers accept at most \(limit)"
+        case .duplicateKey(let doc, let key, let at):
+            "\(doc) is not a valid document: the key \(key) appears twice in the object at \(at) (duplicate keys are refused: readers disagree on which value wins)"
         }
     }
 }
@@ -52,6 +64,9 @@ package enum ManifestCoding {
     {
         guard data.count <= maxDocumentBytes else {
             throw .tooLarge(document: document, size: data.count, limit: maxDocumentBytes)
+        }
+        if T.self is any RepositoryDocument.Type, let dup = DuplicateKeys.first(in: data) {
+            throw .duplicateKey(document: document, key: quoted(dup.key), at: quoted(dup.path))
         }
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .custom { dec in

@@ -219,7 +219,7 @@ public struct DeltaRef: Codable, Sendable, Equatable {
 }
 
 /// The repository index (`index.json`): what every device polls.
-public struct RepositoryIndex: Codable, Sendable, Equatable {
+public struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument {
     /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
     public var schemaVersion: Int
     /// Grows with every publication; devices refuse a lower one (rollback attack).
@@ -326,7 +326,7 @@ public struct FileEntry: Codable, Sendable, Equatable {
 }
 
 /// `packages/<id>/<version>/files.json`: every file of a version, sorted by path bytes.
-public struct FileList: Codable, Sendable, Equatable {
+public struct FileList: Codable, Sendable, Equatable, RepositoryDocument {
     /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
     public var schemaVersion: Int
     /// The package this list belongs to.
@@ -464,7 +464,7 @@ public struct SignatureEntry: Codable, Sendable, Equatable {
 /// tell a signature and an index from two different publications (a CDN edge caches each on its
 /// own schedule) from a bad signature, and fetch the index the signature names. It is a name, not
 /// a proof: only the signatures are trusted. Absent in files written before it existed.
-public struct SignatureFile: Codable, Sendable, Equatable {
+public struct SignatureFile: Codable, Sendable, Equatable, RepositoryDocument {
     /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
     public var schemaVersion: Int
     /// The index the signatures are over; nil in signature files from before it existed.

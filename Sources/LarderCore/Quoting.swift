@@ -8,11 +8,19 @@
 /// paragraph separators, and the quote and backslash themselves. Escapes are written `\u{1B}`
 /// (Swift's own spelling), so the message can be read back unambiguously. Bytes that were not
 /// UTF-8 arrive here already as U+FFFD.
+///
+/// A text longer than `Quoting.maxQuotedBytes` (UTF-8) is cut there, at a character's end, and
+/// its full size noted after the closing quote (`"abc…" (10485760 bytes in all)`): a hostile
+/// 10 MB package id makes a short message, not a 10 MB one.
 package func quoted(_ value: some CustomStringConvertible) -> String {
     let text = value.description
+    let total = text.utf8.count
     var out = "\""
-    out.reserveCapacity(text.utf8.count + 2)
+    out.reserveCapacity(min(total, Quoting.maxQuotedBytes) + 2)
+    var taken = 0
     for scalar in text.unicodeScalars {
+        taken += UTF8.width(scalar)
+        if taken > Quoting.maxQuotedBytes { break }
         switch scalar {
         case "\"": out += "\\\""
         case "\\": out += "\\\\"
@@ -20,11 +28,15 @@ package func quoted(_ value: some CustomStringConvertible) -> String {
             Quoting.append(scalar, to: &out, escaping: Quoting.needsEscape(scalar))
         }
     }
-    return out + "\""
+    guard total > Quoting.maxQuotedBytes else { return out + "\"" }
+    return out + "…\" (\(total) bytes in all)"
 }
 
 /// The character classes `quoted(_:)` escapes, shared with the CLI's last line of defence.
 package enum Quoting {
+    /// The most of an untrusted text `quoted(_:)` shows, in UTF-8 bytes.
+    package static let maxQuotedBytes = 256
+
     /// Whether `scalar` must not reach a terminal or a log as itself.
     package static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {

@@ -82,7 +82,7 @@ public struct PrivateKey: Sendable {
 }
 
 /// The on-disk form of key files: `{"type": "ed25519-private" | "ed25519-public", "keyId": …, "key": base64}`.
-public struct KeyFile: Codable, Sendable, Equatable {
+public struct KeyFile: Codable, Sendable, Equatable, RepositoryDocument {
     /// `type` of a file holding a private key's 32-byte seed.
     public static let privateType = "ed25519-private"
     /// `type` of a file holding a public key's 32 raw bytes.

@@ -47,6 +47,9 @@ extension Verifier {
             manifest = try ManifestCoding.decode(
                 DeltaManifest.self, from: pipeline.decodeDocument(gz, limit: Int64(ManifestCoding.maxDocumentBytes)),
                 document: path)
+        } catch let e as ManifestError {
+            problem(e.code(or: "delta-schema"), path, e.description)
+            return
         } catch {
             problem("delta-schema", path, "\(error)")
             return

@@ -31,7 +31,7 @@ extension Verifier {
                 }
                 fileList = list
             } catch {
-                problem("file-list-schema", entry.files.path, error.description)
+                problem(error.code(or: "file-list-schema"), entry.files.path, error.description)
             }
         }
 

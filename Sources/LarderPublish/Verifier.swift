@@ -61,7 +61,7 @@ public struct Verifier: Sendable {
             index = try ManifestCoding.decode(
                 RepositoryIndex.self, from: indexBytes, document: RepositoryLayout.indexName)
         } catch {
-            problem("index-schema", error.description, file: RepositoryLayout.indexName)
+            problem(error.code(or: "index-schema"), error.description, file: RepositoryLayout.indexName)
             return report
         }
         report.serial = index.serial
@@ -103,6 +103,8 @@ public struct Verifier: Sendable {
         } catch let e as SigningError {
             let code = if case .invalidSignature = e { "signature-invalid" } else { "signature-untrusted" }
             problem(code, e.description, RepositoryLayout.signatureName)
+        } catch let e as ManifestError {
+            problem(e.code(or: "signature-malformed"), e.description, RepositoryLayout.signatureName)
         } catch let e as FileSystemError {
             problem(
                 "signature-missing", "cannot read \(RepositoryLayout.signatureName): \(e.errno)",

@@ -22,7 +22,7 @@ public enum PackageFailure: Error, Sendable, Equatable, CustomStringConvertible 
         case .fetch(let e): e.code
         case .store(let e): e.code
         case .fileListMismatch: "file-list-mismatch"
-        case .fileListSchema: "file-list-schema"
+        case .fileListSchema(let e): e.code(or: "file-list-schema")
         case .dependencyGroup: "dependency-group"
         }
     }

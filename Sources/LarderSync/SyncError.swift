@@ -31,7 +31,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case .config(let e): e.code
         case .fetch(let e): e.code
         case .signature: "signature"
-        case .manifest: "index-schema"
+        case .manifest(let e): e.code(or: "index-schema")
         case .rollbackAttack: "rollback-attack"
         case .serialReused: "serial-reused"
         case .expired: "index-expired"

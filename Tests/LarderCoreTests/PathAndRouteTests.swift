@@ -80,6 +80,17 @@ struct RouteTests {
 
 @Suite("Untrusted text in messages")
 struct QuotingTests {
+    @Test("a long text is cut at 256 bytes, at a character's end, with its full size noted")
+    func capped() {
+        let huge = String(repeating: "a", count: 10 << 20)
+        #expect(quoted(huge) == "\"" + String(repeating: "a", count: 256) + "…\" (10485760 bytes in all)")
+        let exact = String(repeating: "b", count: 256)
+        #expect(quoted(exact) == "\"" + exact + "\"")
+        // 85 three-byte characters fill 255 bytes; the 86th would pass the limit.
+        let wide = String(repeating: "日", count: 100)
+        #expect(quoted(wide) == "\"" + String(repeating: "日", count: 85) + "…\" (300 bytes in all)")
+    }
+
     @Test func controlsAreEscaped() {
         #expect(quoted("plain name.js") == #""plain name.js""#)
         #expect(quoted("a\u{1B}[2K\u{7}\rb") == #""a\u{1B}[2K\u{7}\u{D}b""#)
