@@ -239,8 +239,12 @@ package struct RouteTable: Sendable {
         let path = pathRange.isEmpty ? "/" : Self.string(b, pathRange)
         return .answer(
             .passthrough(
-                reason: "no package routes \(https ? "https" : "http")://\(host)\(port == 0 ? "" : ":\(port)")\(path)"))
+                reason: Self.unrouted + "\(https ? "https" : "http")://\(host)\(port == 0 ? "" : ":\(port)")\(path)"))
     }
+
+    /// How the reason for a URL no package routes begins: a front-end that tries several URLs
+    /// for one request (the gateway: https, then http) prefers another candidate's reason.
+    package static let unrouted = "no package routes "
 
     /// The longest route prefix of the path `b[path]` (each prefix ends in `/`): the package id
     /// and where the rest of the path starts (at its `/`; empty when the path names the prefix

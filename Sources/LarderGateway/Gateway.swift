@@ -105,6 +105,8 @@ public struct Gateway: Sendable {
         let watched = health != nil && method == .get && Self.isNavigation(request.headers)
         var passReason = ""
         for url in urls {
+            // The reason of a candidate whose origin a package routes (a bypassed path, a
+            // missing file) says more than "no package routes" for the other scheme's URL.
             let req = LoadRequest(
                 method: method, url: url, range: watched ? nil : request.headers[.range],
                 ifNoneMatch: watched ? nil : request.headers[.ifNoneMatch], cors: url.hasPrefix("larder:"))
@@ -117,7 +119,11 @@ public struct Gateway: Sendable {
                 log(line(method, url, r.status, "\(r.outcome)", r.header("Content-Length"), started))
                 return Self.response(r, head: method == .head)
             case .passthrough(let reason):
-                if passReason.isEmpty { passReason = reason }
+                if passReason.isEmpty
+                    || (passReason.hasPrefix(RouteTable.unrouted) && !reason.hasPrefix(RouteTable.unrouted))
+                {
+                    passReason = reason
+                }
             }
         }
         let url = urls[0]

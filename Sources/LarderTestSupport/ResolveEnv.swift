@@ -35,13 +35,18 @@ public final class ResolveEnv: @unchecked Sendable {
     public func cleanup() { temporary.remove() }
 
     /// Packs `version` of `id` (the sample app, with `catalog.json` naming the version), with
-    /// routes and policy by package.
-    public func publish(_ version: String, id: String = "sample-app") throws {
+    /// routes and policy by package, or the `routes` and `policy` given.
+    public func publish(
+        _ version: String, id: String = "sample-app", routes: [String]? = nil, policy: Policy? = nil
+    ) throws {
         let catalog = "{\"version\": \"\(version)\", \"items\": []}\n"
         try repository.publish(
             version, id: id, edit: { try Data(catalog.utf8).write(to: $0.appendingPathComponent("data/catalog.json")) }
         ) { r in
-            if id == "sample-app" {
+            if let routes, let policy {
+                r.routes = routes
+                r.policy = policy
+            } else if id == "sample-app" {
                 r.routes = ["https://app.example.com/"]
                 r.policy = Policy(mode: .localThenNetwork, bypass: ["/api/"])
             } else {

@@ -139,6 +139,27 @@ struct GatewayTests {
     }
 
     @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test("a bypassed path of a package routed on http:// is logged as bypassed, not as unrouted https")
+    func bypassReason() async throws {
+        let prepare = { (env: ResolveEnv) throws in
+            try env.publish(
+                "1.0.0", id: "plain", routes: ["http://plain.example.com/"],
+                policy: Policy(mode: .localThenNetwork, bypass: ["/api/"]))
+            try env.install("1.0.0", id: "plain")
+        }
+        try await withGateway(prepare) { world in
+            let r = try await world.gateway.send(.GET, "/api/items", host: "plain.example.com")
+            #expect(r.status == 502, "\(r)")
+            let line = try #require(world.gateway.log.last)
+            #expect(line.contains("matches the bypass prefix /api/ of plain"), "\(line)")
+            #expect(!line.contains("no package routes"), "\(line)")
+            // A host no package routes still says so.
+            _ = try await world.gateway.send(.GET, "/x.js", host: "elsewhere.example.org")
+            #expect(world.gateway.log.last?.contains("no package routes https://elsewhere.example.org/x.js") == true)
+        }
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
     @Test("a file the list names but the disk lacks: served from the fallback, and the failure recorded")
     func fallback() async throws {
         try await withGateway(pendingUpdate) { world in
