@@ -4,24 +4,41 @@ import LarderCore
 import LarderFetch
 import NIOCore
 import NIOHTTP1
+import NIOPosix
 
-/// Passthrough forwarding over AsyncHTTPClient's shared client (the gateway, the web-view
-/// driver): redirects followed, the body relayed as it arrives — not decoded, so
-/// `Content-Encoding` and `Content-Length` stay true — with back-pressure.
+/// Passthrough forwarding over AsyncHTTPClient (the gateway, the web-view driver), with a client
+/// of its own: a redirect is handed to the page with its fields (its `Set-Cookie` among them,
+/// each field kept apart), never followed here; a connection that cannot be made fails the
+/// request at once (no retried connection attempts: offline, a page's request fails in the time
+/// the system takes to say so) and connecting has its own deadline; the body is relayed as it
+/// arrives — not decoded, so `Content-Encoding` and `Content-Length` stay true — with
+/// back-pressure.
 package struct NIOExchange: NetworkExchange {
+    /// Seconds a connection attempt may take.
+    package static let connectTimeout: Int64 = 5
+
+    /// The passthrough's client, for the process's life.
+    static let client: HTTPClient = {
+        var config = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(connect: .seconds(connectTimeout)))
+        config.connectionPool.retryConnectionEstablishment = false
+        return HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: config)
+    }()
+
     /// Seconds a forwarded request may take to its response head.
     package var timeout: TimeInterval
 
     /// An exchange whose requests time out after `timeout` seconds.
     package init(timeout: TimeInterval) { self.timeout = timeout }
 
-    /// Sends `request` with the shared `HTTPClient`.
+    /// Sends `request` with the passthrough's client.
     package func send(_ request: ForwardRequest, maxBytes: Int) async throws -> ForwardResponse {
         var upstream = HTTPClientRequest(url: request.url)
         upstream.method = HTTPMethod(rawValue: request.method.rawValue)
         for (name, value) in request.headers { upstream.headers.add(name: name, value: value) }
         if let body = request.body { upstream.body = .bytes(ByteBuffer(bytes: body)) }
-        let response = try await HTTPClient.shared.execute(upstream, timeout: .seconds(Int64(timeout)))
+        let response = try await Self.client.execute(upstream, timeout: .seconds(Int64(timeout)))
         let reader = BodyReader(response.body.makeAsyncIterator(), limit: maxBytes)
         return ForwardResponse(
             status: Int(response.status.code), headers: response.headers.map { ($0.name, $0.value) },

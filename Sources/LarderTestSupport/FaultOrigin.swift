@@ -56,6 +56,9 @@ public final class FaultOrigin: Sendable {
         case redirect
         /// 302 to the same host, port and path over plain `http://` (from a TLS origin: a downgrade).
         case redirectToHTTP
+        /// 302 to the same path with `?redirected=N`, setting each cookie in a `Set-Cookie` field
+        /// of its own (a login flow's answer).
+        case redirectSettingCookies([String])
         /// The file followed by `count` bytes of junk: with a Content-Length that counts them, or
         /// (`declared: false`) with none, the body ending with the connection.
         case extra(Int, declared: Bool = true)
@@ -72,6 +75,7 @@ public final class FaultOrigin: Sendable {
             case .flip: "flip"
             case .drip: "drip"
             case .stall: "stall"
+            case .redirectSettingCookies: "redirect-cookies"
             case .redirectLoop: "redirect-loop"
             case .redirectToOtherHost: "redirect-host"
             case .redirect: "redirect"
@@ -459,20 +463,21 @@ public final class FaultOrigin: Sendable {
                 update(id, sent: text.count)
             }
             return true
-        case .redirect, .redirectLoop, .redirectToOtherHost, .redirectToHTTP:
+        case .redirect, .redirectLoop, .redirectToOtherHost, .redirectToHTTP, .redirectSettingCookies:
             let location: String
             switch fault {
             case .redirectLoop: location = "\(scheme)://\(local):\(port)\(target)"
             case .redirectToOtherHost: location = "\(scheme)://\(otherHost ?? "127.0.0.2"):\(port)\(target)"
             case .redirectToHTTP: location = "http://\(local):\(port)\(target)"
             default:
-                let n = state.withLock { s in s.rules.first { $0.fault == .redirect && path.hasPrefix($0.pathPrefix) } }
+                let n = state.withLock { s in s.rules.first { $0.fault == fault && path.hasPrefix($0.pathPrefix) } }
                 location = "\(scheme)://\(local):\(port)\(path)?redirected=\(n?.applied ?? 1)"
             }
             let text = Data("moved\n".utf8)
             _ = answer(asked, 302, fault: fault, declared: text.count)
-            try await writer.head(
-                302, [("Location", location), ("Content-Type", "text/plain"), ("Content-Length", "\(text.count)")])
+            var fields = [("Location", location), ("Content-Type", "text/plain"), ("Content-Length", "\(text.count)")]
+            if case .redirectSettingCookies(let cookies) = fault { fields += cookies.map { ("Set-Cookie", $0) } }
+            try await writer.head(302, fields)
             if !asked.isHead { try await writer.body(text) }
             return true
         default:

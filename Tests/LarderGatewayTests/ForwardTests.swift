@@ -104,10 +104,49 @@ struct ForwardTests {
     }
 
     @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test("a redirect is handed to the page with its fields, each Set-Cookie a field of its own, not followed")
+    func relaysRedirect() async throws {
+        try await withNetwork { world, origin in
+            let authority = "127.0.0.1:\(origin.port)"
+            let cookies = ["session=abc123; Path=/; HttpOnly", "theme=dark; Path=/; Max-Age=3600"]
+            origin.inject(.redirectSettingCookies(cookies), at: "/login")
+            // The test's own client must not follow the redirect either.
+            let client = HTTPClient(configuration: .init(redirectConfiguration: .disallow))
+            let r: Reply
+            do { r = try await world.gateway.send(.GET, "/login", host: authority, client: client) } catch {
+                try await client.shutdown()
+                throw error
+            }
+            try await client.shutdown()
+            #expect(r.status == 302, "\(r)")
+            #expect(r.header("Location") == "http://\(authority)/login?redirected=1", "\(r)")
+            #expect(r.headers["Set-Cookie"] == cookies, "each Set-Cookie field kept apart: \(r)")
+            #expect(origin.requests.count == 1, "the gateway did not follow it: \(origin.requests)")
+        }
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test("a connection that cannot be made fails at once: no retried attempts until the exchange's timeout")
+    func unreachableFailsFast() async throws {
+        let patient = Forwarder(network: .forward(scheme: "http"), exchange: NIOExchange(timeout: 60))
+        try await withNetwork(forwarder: patient) { world, _ in
+            let closed = try await FaultOrigin.start(serving: FileManager.default.temporaryDirectory, otherHost: nil)
+            let port = closed.port
+            await closed.stop()
+            let started = ContinuousClock.now
+            let r = try await world.gateway.send(.GET, "/hello.txt", host: "127.0.0.1:\(port)")
+            let waited = ContinuousClock.now - started
+            #expect(r.status == 502, "\(r)")
+            // A refused connection is known at once; before, the client retried it until the
+            // 60 s timeout. The bound is far from both, for a loaded machine.
+            #expect(waited < .seconds(15), "\(waited)")
+            #expect(world.gateway.log.contains { $0.contains("passthrough failed") }, "\(world.gateway.log)")
+        }
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
     @Test("a network that does not answer: 502 naming the URL")
     func unreachable() async throws {
-        // The shared client retries a refused connection until its 10 s connect timeout; the
-        // exchange's own timeout (1 s here) ends the wait first.
         let impatient = Forwarder(network: .forward(scheme: "http"), exchange: NIOExchange(timeout: 1))
         try await withNetwork(forwarder: impatient) { world, origin in
             // A port that was just listening and is closed now: the connection is refused.
