@@ -73,6 +73,7 @@ step "fuzz targets: every committed seed and hostile archive replayed through th
 step "publishing through a CDN edge (Varnish before nginx): releases published while devices sync, index and signature cached apart, no failure" scripts/integration/edge.py
 step "resolve makes no system call (strace over a pass of 1,000 resolves, with a control)" env BENCH_BIN="$bin/larder-bench-resolve" scripts/benchmarks/bench-resolve.sh --check-syscalls-only
 step "browser: headless Chromium loads the sample app through larder serve (v1, v2, fallback)" scripts/integration/browser.sh
+step "offline passthrough: in a network namespace with no route and no resolver, a forwarded request fails with 502 naming the cause, as fast as curl fails there" scripts/integration/offline-passthrough.sh
 step "page health in Chromium: a page that throws before ready is rolled back after the deadline, healthy and slow pages confirmed by their ready signal" scripts/integration/page-health.sh
 step "the README's Linux quick start (OfflinePackages behind the gateway) with Chromium: launch, sync, veto, background sync, confirmations" env QUICKSTART_BIN="$bin/larder-quickstart" scripts/integration/quickstart.sh
 
