@@ -20,9 +20,13 @@ let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
 // (Sources/LarderSync/Platform.swift); LARDER_URLSESSION=1 in the environment builds URLSession on
 // Linux too, for a side-by-side measurement (scripts/bench --net).
 let urlSessionEverywhere = Context.environment["LARDER_URLSESSION"] != nil
+// WebKitGTK's glue (LarderWebKitGTK) and the program that opens a package in it (larder-webview)
+// are built only on request, LARDER_WEBKITGTK=1 in the environment (scripts/webview and
+// scripts/test set it), so the package builds and tests without WebKitGTK installed.
+let webKitGTK = Context.environment["LARDER_WEBKITGTK"] != nil
 let apple: [Platform] = [.macOS, .iOS, .tvOS, .watchOS, .visionOS, .macCatalyst]
 
-let package = Package(
+var package = Package(
     name: "Larder",
     platforms: [.macOS(.v13), .iOS(.v16)],
     products: [
@@ -333,3 +337,30 @@ let package = Package(
         ),
     ]
 )
+
+if webKitGTK {
+    package.products.append(.library(name: "LarderWebKitGTK", targets: ["LarderWebKitGTK"]))
+    package.targets += [
+        // WebKitGTK 6.0 (GTK 4), imported by LarderWebKitGTK only.
+        .systemLibrary(
+            name: "CWebKitGTK",
+            pkgConfig: "webkitgtk-6.0",
+            providers: [.apt(["libwebkitgtk-6.0-dev"])]
+        ),
+        // WebKitGTK's glue over LarderWebView: the custom scheme, page health over the script
+        // message handler, recovery from a dead web process, the cookie bridge.
+        .target(
+            name: "LarderWebKitGTK",
+            dependencies: ["CWebKitGTK", "Larder", "LarderFileSystem"],
+            swiftSettings: strict
+        ),
+        // scripts/webview: opens a URL of a sandbox in a WebKitGTK view; not a product.
+        .executableTarget(
+            name: "larder-webview",
+            dependencies: [
+                "LarderWebKitGTK", "Larder", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+    ]
+}

@@ -52,8 +52,10 @@ public enum PageSignal: Sendable, Equatable {
     case scriptError(message: String, source: String?, line: Int?)
     /// The main document could not be loaded (a network or HTTP error, WebKit's `didFail`).
     case loadFailed(reason: String)
-    /// WebKit's web content process terminated.
-    case processTerminated
+    /// WebKit's web content process terminated as often as the container tolerates before the
+    /// page is ready (a single termination is not a failure: the container reloads the page);
+    /// `reason` says how often and why, as `WebViewHealth` words it.
+    case processTerminated(reason: String)
 }
 
 /// A page's health, once decided.
@@ -147,8 +149,8 @@ public struct HealthMonitor: Sendable, Equatable {
             return decide(.failed(reason: "\(count) before the page was ready, the last: \(lastError)"))
         case .loadFailed(let reason):
             return decide(.failed(reason: "the main document failed to load: \(reason)" + errorsSuffix))
-        case .processTerminated:
-            return decide(.failed(reason: "the web content process terminated" + errorsSuffix))
+        case .processTerminated(let reason):
+            return decide(.failed(reason: "the web content process \(reason)" + errorsSuffix))
         }
     }
 

@@ -59,6 +59,8 @@ package enum SystemCall: String, Sendable, Hashable, CaseIterable {
     case munmap
     /// `utimensat(2)`.
     case utimens = "utimensat"
+    /// `pipe(2)`.
+    case pipe
 
     /// The kinds a `Fault.loseWrite` may target: writes and flushes.
     package static let losable: Set<SystemCall> = [.write, .pwrite, .fsync, .fdatasync, .syncfs]

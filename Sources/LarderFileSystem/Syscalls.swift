@@ -114,6 +114,10 @@ func system_openat(_ dir: Int32, _ name: FilePath, _ flags: Int32, _ mode: mode_
 
 @inline(__always) func system_close(_ fd: Int32) -> Int32 { close(fd) }
 
+@inline(__always) func system_pipe(_ fds: UnsafeMutablePointer<Int32>) -> Int32 { pipe(fds) }
+
+@inline(__always) func system_setCloseOnExec(_ fd: Int32) { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+
 @inline(__always)
 func system_read(_ fd: Int32, _ buffer: UnsafeMutableRawBufferPointer) -> Int {
     read(fd, buffer.baseAddress, buffer.count)

@@ -165,6 +165,19 @@ package enum SystemCalls {
         }
     }
 
+    /// A pipe, both ends closed on exec: what is written to `write` is read from `read`.
+    package static func pipe() throws(FileSystemError) -> (read: FileDescriptor, write: FileDescriptor) {
+        var fds: [Int32] = [-1, -1]
+        _ = try fds.withUnsafeMutableBufferPointer { buffer in
+            Result { () throws(FileSystemError) in
+                try checked(.pipe, "pipe") { buffer.baseAddress.map(system_pipe) ?? -1 }
+            }
+        }.get()
+        system_setCloseOnExec(fds[0])
+        system_setCloseOnExec(fds[1])
+        return (FileDescriptor(rawValue: fds[0]), FileDescriptor(rawValue: fds[1]))
+    }
+
     /// Reads at most `buffer.count` bytes at the file offset; 0 at the end of the file.
     package static func read(
         _ fd: FileDescriptor, into buffer: UnsafeMutableRawBufferPointer, path: FilePath

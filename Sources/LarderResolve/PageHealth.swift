@@ -66,6 +66,13 @@ public final class PageHealthTracker: Sendable {
         return result.0
     }
 
+    /// Stops watching the page `token` with no verdict (its content process died and the page
+    /// will be loaded again as a new page); false when no such page is open.
+    @discardableResult
+    public func forget(page token: String) -> Bool {
+        pages.withLock { $0.removeValue(forKey: token) != nil }
+    }
+
     /// Applies the clock to every open page; the ones past their deadline fail.
     public func tick() {
         let now = clock()

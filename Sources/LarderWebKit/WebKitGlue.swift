@@ -1,8 +1,5 @@
-// The WebKit engine's glue (Apple platforms; elsewhere this module is empty): WebKit's delegate and
-// handler calls forwarded to the platform-neutral LarderWebView, where every decision is made.
+// WebKit's glue (Apple platforms; elsewhere empty): delegate calls forwarded to LarderWebView.
 #if canImport(WebKit)
-    import Foundation
-    import HTTPTypes
     import LarderResolve
     import LarderWebView
     @preconcurrency import WebKit
@@ -13,91 +10,72 @@
         public let driver: SchemeTaskDriver
         /// A handler over `driver`.
         public init(driver: SchemeTaskDriver) { self.driver = driver }
-        /// Starts a task; one whose method is not an HTTP method token fails at once (WebKit hands
-        /// over tokens only: fetch and XMLHttpRequest refuse anything else).
+        /// Starts a task (a method that is not an HTTP token fails at once).
         public func webView(_ webView: WKWebView, start task: any WKURLSchemeTask) {
-            guard let request = WebKitTask.schemeRequest(task.request) else {
-                let message = "\((task.request.httpMethod ?? "").debugDescription) is not an HTTP method"
-                task.didFailWithError(URLError(.badURL, userInfo: [NSLocalizedDescriptionKey: message]))
-                return
-            }
-            driver.start(WebKitTask(task, request: request))
-        }
-        /// Stops a task: no call reaches it afterwards (the driver reads only its identity).
-        public func webView(_ webView: WKWebView, stop task: any WKURLSchemeTask) {
-            driver.stop(WebKitTask(task, request: SchemeRequest(url: "")))
-        }
-    }
-
-    final class WebKitTask: SchemeTask, @unchecked Sendable {
-        // @unchecked: the driver calls it on the main thread only (DeliveryQueue.main), hence `onMain`.
-        let task: any WKURLSchemeTask
-        /// The task's request, read when it started.
-        let schemeRequest: SchemeRequest
-        init(_ task: any WKURLSchemeTask, request: SchemeRequest) {
-            self.task = task
-            self.schemeRequest = request
-        }
-        var taskIdentity: ObjectIdentifier { ObjectIdentifier(task) }
-        private func onMain<T: Sendable>(_ body: @MainActor () -> T) -> T { MainActor.assumeIsolated { body() } }
-        /// `r` in plain values (no method: GET, as URLRequest's default); nil when its method is
-        /// not an RFC 9110 token.
-        static func schemeRequest(_ r: URLRequest) -> SchemeRequest? {
-            guard let method = HTTPRequest.Method(r.httpMethod ?? "GET") else { return nil }
-            return SchemeRequest(
-                method: method, url: r.url?.absoluteString ?? "",
-                headers: (r.allHTTPHeaderFields ?? [:]).map { ($0.key, $0.value) }, body: r.httpBody,
-                isNavigation: r.mainDocumentURL == r.url)
-        }
-        func didReceive(_ head: SchemeResponseHead) {
-            let url = onMain { task.request.url } ?? URL(fileURLWithPath: "/")
+            let r = task.request
             guard
-                let r = HTTPURLResponse(url: url, statusCode: head.status, httpVersion: nil, headerFields: head.headers)
-            else { return didFail(SchemeTaskError(.badURL, "no response for \(url)")) }
-            onMain { task.didReceive(r) }
+                let request = SchemeRequest(
+                    methodName: r.httpMethod, url: r.url, fields: r.allHTTPHeaderFields, body: r.httpBody,
+                    mainDocumentURL: r.mainDocumentURL)
+            else { return task.didFailWithError(URLError(.badURL)) }
+            driver.start(WebKitTask(task, request))
         }
-        func didReceive(_ data: Data) { onMain { task.didReceive(data) } }
-        func didFinish() { onMain { task.didFinish() } }
-        func didFail(_ error: SchemeTaskError) {
-            let code: URLError.Code =
-                error.kind == .network ? .cannotConnectToHost : error.kind == .badURL ? .badURL : .fileDoesNotExist
-            onMain { task.didFailWithError(URLError(code, userInfo: [NSLocalizedDescriptionKey: error.message])) }
+        /// Stops a task: no call reaches it afterwards.
+        public func webView(_ w: WKWebView, stop task: any WKURLSchemeTask) {
+            driver.stop(WebKitTask(task, .init(url: "")))
         }
     }
 
-    /// Page health for one web view: adds the page-health script and its message handler to
+    final class WebKitTask: SchemeTask, @unchecked Sendable {  // called on the main thread only
+        let task: any WKURLSchemeTask, schemeRequest: SchemeRequest
+        init(_ task: any WKURLSchemeTask, _ request: SchemeRequest) { (self.task, schemeRequest) = (task, request) }
+        var taskIdentity: ObjectIdentifier { ObjectIdentifier(task) }
+        func didReceive(_ head: SchemeResponseHead) {
+            let url = task.request.url ?? URL(fileURLWithPath: "/")
+            HTTPURLResponse(url: url, statusCode: head.status, httpVersion: nil, headerFields: head.headers).map(
+                task.didReceive)
+        }
+        func didReceive(_ data: Data) { task.didReceive(data) }
+        func didFinish() { task.didFinish() }
+        func didFail(_ e: SchemeTaskError) { task.didFailWithError(e.urlError) }
+    }
+
+    /// Page health and recovery for one web view: adds the page-health script and its handler to
     /// `configuration`; set it as (or forward to it from) the web view's navigation delegate.
     @MainActor public final class LarderHealthDelegate: NSObject, WKNavigationDelegate, WKScriptMessageHandler {
-        /// The web view's page health.
-        public let health: WebViewHealth
+        /// The web view's recovery from a dead content process, and its page health.
+        public let recovery: WebViewRecovery
         /// Installs the script (first, at document start, main frame) and the `larderHealth` handler.
-        public init(health: WebViewHealth, configuration: WKWebViewConfiguration) {
-            self.health = health
+        public init(health: WebViewHealth, configuration: WKWebViewConfiguration, policy: RecoveryPolicy = .standard) {
+            recovery = WebViewRecovery(policy: policy, health: health)
             super.init()
-            let c = configuration.userContentController
-            c.addUserScript(
+            configuration.userContentController.addUserScript(
                 WKUserScript(source: PageHealthScript.source, injectionTime: .atDocumentStart, forMainFrameOnly: true))
-            c.add(self, name: PageHealthScript.messageHandler)
+            configuration.userContentController.add(self, name: PageHealthScript.messageHandler)
         }
         /// A navigation committed: its page is watched.
         public func webView(_ w: WKWebView, didCommit _: WKNavigation!) {
-            health.navigationStarted(url: w.url?.absoluteString ?? "")
+            recovery.navigationCommitted(url: w.url?.absoluteString ?? "")
         }
         /// The page's load event.
-        public func webView(_ w: WKWebView, didFinish _: WKNavigation!) { health.navigationFinished() }
-        /// The committed page failed to load.
-        public func webView(_ w: WKWebView, didFail _: WKNavigation!, withError e: any Error) {
-            health.navigationFailed("\(e)")
-        }
+        public func webView(_ w: WKWebView, didFinish _: WKNavigation!) { recovery.pageLoaded() }
         /// A navigation failed before it committed.
         public func webView(_ w: WKWebView, didFailProvisionalNavigation _: WKNavigation!, withError e: any Error) {
-            health.provisionalNavigationFailed(e)
+            recovery.health?.provisionalNavigationFailed(e)
         }
-        /// The web content process terminated.
-        public func webViewWebContentProcessDidTerminate(_ w: WKWebView) { health.processTerminated() }
+        /// The content process died: the page comes back (with back-off); no reason is given here.
+        public func webViewWebContentProcessDidTerminate(_ w: WKWebView) { recover(w, .unknown) }
+        /// Call on return to the foreground: a blank title means the system reclaimed the process.
+        public func checkOnForeground(_ w: WKWebView) { if (w.title ?? "").isEmpty { recover(w, .killed) } }
+        func recover(_ w: WKWebView, _ reason: TerminationReason) {
+            guard case .reload(let url, let delay) = recovery.processTerminated(reason, url: w.url?.absoluteString),
+                let to = URL(string: url)
+            else { return }
+            DispatchQueue.main.asyncAfter(deadline: .now() + delay) { [weak w] in _ = w?.load(URLRequest(url: to)) }
+        }
         /// A message from the page-health script.
         public func userContentController(_ c: WKUserContentController, didReceive m: WKScriptMessage) {
-            health.message(m.body)
+            recovery.message(m.body)
         }
     }
 #endif

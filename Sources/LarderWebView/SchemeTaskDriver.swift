@@ -29,6 +29,16 @@ public struct SchemeRequest: Sendable {
         self.isNavigation = isNavigation
     }
 
+    /// A request as an engine hands it over (`URLRequest`'s parts: a method name, nil for GET;
+    /// the URL; the fields; the body; the main document's URL, equal to `url` for a navigation).
+    /// Nil when the method is not an HTTP method token (fetch and XMLHttpRequest send only tokens).
+    public init?(methodName: String?, url: URL?, fields: [String: String]?, body: Data?, mainDocumentURL: URL?) {
+        guard let method = HTTPRequest.Method(methodName ?? "GET") else { return nil }
+        self.init(
+            method: method, url: url?.absoluteString ?? "", headers: (fields ?? [:]).map { ($0.key, $0.value) },
+            body: body, isNavigation: url != nil && mainDocumentURL == url)
+    }
+
     /// The value of a header field (case-insensitive name).
     public func header(_ name: String) -> String? {
         headers.first { $0.0.lowercased() == name.lowercased() }?.1
@@ -79,6 +89,18 @@ public struct SchemeTaskError: Error, Sendable, Equatable, CustomStringConvertib
 
     /// The message.
     public var description: String { message }
+
+    /// As a `URLError` for the engine (the message as its description).
+    public var urlError: URLError {
+        let code: URLError.Code =
+            switch kind {
+            case .badURL: .badURL
+            case .noLocalCopy: .fileDoesNotExist
+            case .network: .cannotConnectToHost
+            case .unreadable: .cannotDecodeRawData
+            }
+        return URLError(code, userInfo: [NSLocalizedDescriptionKey: message])
+    }
 }
 
 /// What the driver calls on a task: `WKURLSchemeTask`'s calls, as a protocol the WebKit glue
@@ -147,24 +169,30 @@ public final class SchemeTaskDriver: Sendable {
     public let forwarder: Forwarder
     /// Where task calls run.
     public let delivery: DeliveryQueue
+    /// Hears one line per task when it ends, as `larder serve` prints them: method, URL, status,
+    /// outcome (package@version, fallback, passthrough and why), bytes, time.
+    public let log: (@Sendable (String) -> Void)?
     private let work = DispatchQueue(label: "larder.scheme-tasks", qos: .userInitiated, attributes: .concurrent)
     private let active = Locked<Set<ObjectIdentifier>>([])
 
     /// A driver over `loader` (with `pins`), forwarding with `forwarder`, calling tasks on `delivery`.
     public init(
         loader: ResourceLoader, pins: SessionPins? = nil,
-        forwarder: Forwarder = Forwarder(network: .offline, exchange: nil), delivery: DeliveryQueue = .main
+        forwarder: Forwarder = Forwarder(network: .offline, exchange: nil), delivery: DeliveryQueue = .main,
+        log: (@Sendable (String) -> Void)? = nil
     ) {
         self.loader = loader
         self.pins = pins
         self.forwarder = forwarder
         self.delivery = delivery
+        self.log = log
     }
 
     /// Starts answering `task`: returns at once; the answer is delivered on the delivery queue.
     public func start(_ task: any SchemeTask) {
         let request = task.schemeRequest
         delivery.sync { _ = active.withLock { $0.insert(task.taskIdentity) } }
+        let started = Date()
         work.async { [self] in
             // A failed renewal (a package gone since) keeps the previous pins.
             if request.isNavigation { try? pins?.renew() }
@@ -174,9 +202,13 @@ public final class SchemeTaskDriver: Sendable {
                 ifNoneMatch: request.header("If-None-Match"), cors: true)
             switch loader.load(load, session: session) {
             case .response(let r):
-                relay(r, to: task, url: request.url)
+                let (bytes, end) = relay(r, to: task, url: request.url)
+                note(request, r.status, "\(r.outcome)\(end)", bytes, started)
             case .passthrough(let reason):
-                Task { await self.pass(request, reason: reason, session: session, to: task) }
+                Task {
+                    let (status, bytes, end) = await self.pass(request, reason: reason, session: session, to: task)
+                    self.note(request, status, "passthrough (\(reason))\(end)", bytes, started)
+                }
             }
         }
     }
@@ -190,48 +222,73 @@ public final class SchemeTaskDriver: Sendable {
     /// Tasks started and neither stopped nor ended.
     public var activeTasks: Int { active.withLock { $0.count } }
 
+    /// One line to `log`: `GET URL 200 outcome 123B 4ms`.
+    func note(_ request: SchemeRequest, _ status: Int?, _ outcome: String, _ bytes: Int, _ started: Date) {
+        guard let log else { return }
+        let ms = Int(Date().timeIntervalSince(started) * 1000)
+        log("\(request.method) \(request.url) \(status.map { "\($0)" } ?? "-") \(outcome) \(bytes)B \(ms)ms")
+    }
+
     /// Streams a loader response: head, chunks, end; stops reading when the task is stopped.
-    func relay(_ r: LoadResponse, to task: any SchemeTask, url: String) {
+    /// Returns the body bytes delivered and how the task ended, when not by finishing (for the log).
+    func relay(_ r: LoadResponse, to task: any SchemeTask, url: String) -> (Int, String) {
         defer { r.close() }
         let headers = Dictionary(r.headers, uniquingKeysWith: { a, _ in a })
+        var bytes = 0
         guard
             deliver(
                 task, last: false, { $0.didReceive(SchemeResponseHead(status: r.status, headers: headers, url: url)) })
-        else { return }
+        else { return (0, ", stopped") }
         do {
             while let chunk = try r.nextChunk() {
-                guard deliver(task, last: false, { $0.didReceive(chunk) }) else { return }
+                guard deliver(task, last: false, { $0.didReceive(chunk) }) else { return (bytes, ", stopped") }
+                bytes += chunk.count
             }
             deliver(task, last: true) { $0.didFinish() }
+            return (bytes, "")
         } catch {
             deliver(task, last: true) { $0.didFail(SchemeTaskError(.unreadable, "\(error)")) }
+            return (bytes, ", failed: \(error)")
         }
     }
 
     /// Sends a passed-through request to the network through the forwarder and relays the answer.
-    func pass(_ request: SchemeRequest, reason: String, session: ResolverSession?, to task: any SchemeTask) async {
+    /// Returns the status relayed, the body bytes and how the task ended when not by finishing.
+    func pass(
+        _ request: SchemeRequest, reason: String, session: ResolverSession?, to task: any SchemeTask
+    ) async -> (Int?, Int, String) {
         let table = session?.table().1 ?? loader.resolver.snapshot().table
         let marked = request.header(Forwarder.loopMarker) != nil
         switch forwarder.target(for: request.url, reason: reason, table: table, marked: marked) {
         case .refused(_, let why):
             deliver(task, last: true) { $0.didFail(SchemeTaskError(.noLocalCopy, why)) }
+            return (nil, 0, ", refused: \(why)")
         case .url(let to):
             let outgoing = forwarder.request(
                 method: request.method, url: to, headers: request.headers, body: request.body)
             switch await forwarder.send(outgoing) {
             case .failure(let why):
                 deliver(task, last: true) { $0.didFail(SchemeTaskError(.network, "\(to): \(why)")) }
+                return (nil, 0, ", failed: \(to): \(why)")
             case .success(let answer):
                 let headers = Dictionary(answer.headers, uniquingKeysWith: { a, b in "\(a), \(b)" })
                 let head = SchemeResponseHead(status: answer.status, headers: headers, url: request.url)
-                guard deliver(task, last: false, { $0.didReceive(head) }) else { return }
+                var bytes = 0
+                guard deliver(task, last: false, { $0.didReceive(head) }) else {
+                    return (answer.status, 0, ", stopped")
+                }
                 do {
                     for try await chunk in answer.body {
-                        guard deliver(task, last: false, { $0.didReceive(chunk) }) else { return }
+                        guard deliver(task, last: false, { $0.didReceive(chunk) }) else {
+                            return (answer.status, bytes, ", stopped")
+                        }
+                        bytes += chunk.count
                     }
                     deliver(task, last: true) { $0.didFinish() }
+                    return (answer.status, bytes, "")
                 } catch {
                     deliver(task, last: true) { $0.didFail(SchemeTaskError(.network, "\(to): \(error)")) }
+                    return (answer.status, bytes, ", failed: \(to): \(error)")
                 }
             }
         }

@@ -7,10 +7,12 @@ import LarderResolve
 /// page watches and what the events mean for it (`PageHealthTracker`, on the tracker's clock).
 ///
 /// A navigation to a URL the sandbox serves from an active version begins a watched page; its
-/// `didFinish` is the load event, `didFail` a load failure, a terminated content process a
-/// failure, and the page-health script's messages (`larderHealth` handler) ready signals and
-/// script errors. A page the sandbox does not serve (or serves from a pinned older version, or a
-/// fallback) is not watched.
+/// `didFinish` is the load event, `didFail` a load failure, and the page-health script's
+/// messages (`larderHealth` handler) ready signals and script errors. A terminated content
+/// process is not a failure by itself (the view reloads the page, `WebViewRecovery`): the page
+/// is dropped undecided, and only the `terminationLimit`-th termination of pages of one
+/// activation before any of them is ready fails it, naming the last reason. A page the sandbox
+/// does not serve (or serves from a pinned older version, or a fallback) is not watched.
 public final class WebViewHealth: Sendable {
     /// The monitors, their clock and where verdicts go.
     public let tracker: PageHealthTracker
@@ -18,13 +20,25 @@ public final class WebViewHealth: Sendable {
     public let loader: ResourceLoader
     /// The web view's pinned versions, if any.
     public let pins: SessionPins?
-    private let page = Locked<String?>(nil)
+    /// Terminations before ready that fail an activation (at least 1; 3 by default).
+    public let terminationLimit: Int
+    private let state = Locked(State())
 
-    /// Health for a web view loading through `loader` (with `pins`), reporting to `tracker`.
-    public init(tracker: PageHealthTracker, loader: ResourceLoader, pins: SessionPins? = nil) {
+    struct State {
+        /// The watched page: its token and activation.
+        var page: (token: String, activation: ActivationRef)?
+        /// Terminations before ready, per activation (cleared when one of its pages is ready).
+        var terminations: [ActivationRef: Int] = [:]
+    }
+
+    /// Health for a web view loading through `loader` (with `pins`), reporting to `tracker`;
+    /// `terminationLimit` terminations before ready fail an activation.
+    public init(tracker: PageHealthTracker, loader: ResourceLoader, pins: SessionPins? = nil, terminationLimit: Int = 3)
+    {
         self.tracker = tracker
         self.loader = loader
         self.pins = pins
+        self.terminationLimit = max(1, terminationLimit)
     }
 
     /// The activation a page at `url` comes from: the active version of the package that serves it.
@@ -45,8 +59,9 @@ public final class WebViewHealth: Sendable {
     /// undecided, keeps its own deadline). Returns whether this page is watched.
     @discardableResult
     public func navigationStarted(url: String) -> Bool {
-        let token = activation(for: url).flatMap { tracker.begin($0) }
-        page.withLock { $0 = token }
+        let ref = activation(for: url)
+        let token = ref.flatMap { tracker.begin($0) }
+        state.withLock { $0.page = token.flatMap { t in ref.map { (t, $0) } } }
         return token != nil
     }
 
@@ -61,14 +76,50 @@ public final class WebViewHealth: Sendable {
     /// before is not blamed.
     public func provisionalNavigationFailed(_ error: any Error) {
         let info = (error as NSError).userInfo
-        guard let url = (info[NSURLErrorFailingURLErrorKey] as? URL)?.absoluteString,
-            let token = activation(for: url).flatMap({ tracker.begin($0) })
-        else { return }
-        tracker.signal(.loadFailed(reason: "\(error.localizedDescription)"), page: token)
+        guard let url = (info[NSURLErrorFailingURLErrorKey] as? URL)?.absoluteString else { return }
+        provisionalNavigationFailed(url: url, reason: error.localizedDescription)
     }
 
-    /// The web content process terminated.
-    public func processTerminated() { send(.processTerminated) }
+    /// A navigation to `url` failed before it committed, for `reason` (WebKitGTK's `load-failed`
+    /// before `WEBKIT_LOAD_COMMITTED`): that page is watched and fails at once.
+    public func provisionalNavigationFailed(url: String, reason: String) {
+        guard let token = activation(for: url).flatMap({ tracker.begin($0) }) else { return }
+        tracker.signal(.loadFailed(reason: reason), page: token)
+    }
+
+    /// The web content process terminated for `reason`. Before the watched page is ready, the
+    /// page is dropped undecided (it will be loaded again), unless this is its activation's
+    /// `terminationLimit`-th such termination: then it fails, naming the count and the reason.
+    /// Returns whether this termination failed the page.
+    @discardableResult
+    public func processTerminated(_ reason: TerminationReason) -> Bool {
+        let action = state.withLock { s -> (token: String, fail: String?)? in
+            guard let page = s.page else { return nil }
+            s.page = nil
+            let count = (s.terminations[page.activation] ?? 0) + 1
+            guard count >= terminationLimit else {
+                s.terminations[page.activation] = count
+                return (page.token, nil)
+            }
+            s.terminations[page.activation] = nil
+            let text =
+                count == 1
+                ? "\(reason) before the page was ready"
+                : "terminated \(count) times before the page was ready (the last time it \(reason))"
+            return (page.token, text)
+        }
+        guard let action else { return false }
+        guard let reason = action.fail else {
+            tracker.forget(page: action.token)
+            return false
+        }
+        return tracker.signal(.processTerminated(reason: reason), page: action.token)
+    }
+
+    /// Terminations before ready counted against `activation` so far.
+    public func terminations(of activation: ActivationRef) -> Int {
+        state.withLock { $0.terminations[activation] ?? 0 }
+    }
 
     /// A message from the page-health script (a `WKScriptMessage`'s body: a dictionary).
     /// Returns why it was refused, if it was.
@@ -76,6 +127,13 @@ public final class WebViewHealth: Sendable {
     public func message(_ body: Any) -> PageSignalError? {
         guard JSONSerialization.isValidJSONObject(body), let data = try? JSONSerialization.data(withJSONObject: body)
         else { return PageSignalError("the message is not a JSON object") }
+        return message(json: data)
+    }
+
+    /// A message from the page-health script as JSON text (WebKitGTK's `JSCValue` as JSON).
+    /// Returns why it was refused, if it was.
+    @discardableResult
+    public func message(json data: Data) -> PageSignalError? {
         switch PageSignal.decode(data) {
         case .success(let signal):
             send(signal)
@@ -86,7 +144,12 @@ public final class WebViewHealth: Sendable {
     }
 
     private func send(_ signal: PageSignal) {
-        guard let token = page.withLock({ $0 }) else { return }
-        tracker.signal(signal, page: token)
+        guard
+            let page = state.withLock({ s -> (token: String, activation: ActivationRef)? in
+                if signal == .ready, let p = s.page { s.terminations[p.activation] = nil }
+                return s.page
+            })
+        else { return }
+        tracker.signal(signal, page: page.token)
     }
 }

@@ -59,12 +59,12 @@ struct HealthMonitorTests {
             steps: [(1, .loadFailed(reason: "HTTP 404"))],
             expected: .failed(reason: "the main document failed to load: HTTP 404")),
         Row(
-            name: "a terminated content process fails at once",
-            steps: [(1, .documentLoaded), (2, .processTerminated)],
-            expected: .failed(reason: "the web content process terminated")),
+            name: "a termination passed on as a failure fails at once",
+            steps: [(1, .documentLoaded), (2, .processTerminated(reason: "crashed 3 times"))],
+            expected: .failed(reason: "the web content process crashed 3 times")),
         Row(
             name: "the verdict is final: a failure after ready is ignored",
-            steps: [(1, .ready), (2, .processTerminated)], expected: .healthy),
+            steps: [(1, .ready), (2, .processTerminated(reason: "crashed"))], expected: .healthy),
         Row(
             name: "a second load event does not move the deadline",
             steps: [(1, .documentLoaded), (9, .documentLoaded), (11, nil)],

@@ -76,12 +76,61 @@ struct WebViewHealthTests {
                 ))
     }
 
-    @Test("a terminated content process fails the page at once")
-    func terminated() {
+    @Test("one termination is not a failure: the page is dropped undecided, and the reload is watched anew")
+    func oneTermination() throws {
         defer { env.cleanup() }
+        #expect(health.navigationStarted(url: "larder://sample-app/"))
+        #expect(!health.processTerminated(.memoryLimit))
+        #expect(health.tracker.openPages == 0)
+        advance(100)
+        health.tracker.tick()
+        #expect(verdicts.list.isEmpty)
+        // The reload: ready confirms, and clears the count.
+        #expect(health.navigationStarted(url: "larder://sample-app/"))
+        let activation = try #require(health.activation(for: "larder://sample-app/"))
+        #expect(health.terminations(of: activation) == 1)
+        health.message(["event": "ready"])
+        #expect(verdicts.list.first?.0 == .healthy)
+        #expect(health.terminations(of: activation) == 0)
+    }
+
+    @Test("the third termination before ready fails the activation, naming the count and the last reason")
+    func repeatedTerminations() {
+        defer { env.cleanup() }
+        for reason in [TerminationReason.crashed, .crashed] {
+            health.navigationStarted(url: "larder://sample-app/")
+            #expect(!health.processTerminated(reason))
+        }
         health.navigationStarted(url: "larder://sample-app/")
-        health.processTerminated()
-        #expect(verdicts.list.first?.0 == .failed(reason: "the web content process terminated"))
+        #expect(health.processTerminated(.memoryLimit))
+        #expect(
+            verdicts.list.map(\.0) == [
+                .failed(
+                    reason:
+                        "the web content process terminated 3 times before the page was ready (the last time it exceeded its memory limit)"
+                )
+            ])
+    }
+
+    @Test("a termination after ready changes nothing; one with no page watched neither")
+    func terminationAfterReady() {
+        defer { env.cleanup() }
+        #expect(!health.processTerminated(.crashed))
+        health.navigationStarted(url: "larder://sample-app/")
+        health.message(["event": "ready"])
+        for _ in 0..<5 { #expect(!health.processTerminated(.crashed)) }
+        #expect(verdicts.list.map(\.0) == [.healthy])
+    }
+
+    @Test("a limit of one fails at the first termination")
+    func limitOne() {
+        defer { env.cleanup() }
+        let strict = WebViewHealth(tracker: health.tracker, loader: loader, terminationLimit: 1)
+        strict.navigationStarted(url: "larder://sample-app/")
+        #expect(strict.processTerminated(.crashed))
+        #expect(
+            verdicts.list.first?.0
+                == .failed(reason: "the web content process crashed before the page was ready"))
     }
 
     @Test("a page the sandbox does not serve is not watched; its signals go nowhere")

@@ -2,7 +2,8 @@
 """Checks the module graph against the README's Layout table (between the module-graph markers):
   - every target's dependencies (from `swift package describe --type json`) are ones the table
     allows; a target missing from the table fails too;
-  - only LarderArchive imports the C libraries (CArchive, CZlib, CZstd);
+  - only LarderArchive imports the C libraries (CArchive, CZlib, CZstd), and only LarderWebKitGTK
+    imports WebKitGTK (CWebKitGTK);
   - only LarderGateway imports Hummingbird (HTTPTypes, the HTTP value types — `HTTPRequest.Method`
     in the loader's, forwarder's and web-view driver's requests — goes wherever the table shows it);
   - only LarderFetchNIO and LarderGateway import AsyncHTTPClient and NIO (and LarderTestSupport,
@@ -22,8 +23,9 @@ import sys
 
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.chdir(CHECKOUT)
+# With the targets built only on request (LARDER_WEBKITGTK: WebKitGTK's glue and larder-webview).
 described = subprocess.run(["swift", "package", "describe", "--type", "json"], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True)
+                           stderr=subprocess.DEVNULL, text=True, env={**os.environ, "LARDER_WEBKITGTK": "1"})
 if described.returncode != 0:
     sys.exit("check-layout: swift package describe --type json failed (exit %d)" % described.returncode)
 desc = json.loads(described.stdout)
@@ -81,7 +83,8 @@ def importers(modules):
                     found.setdefault(path.split(os.sep)[1], set()).add(mod)
     return found
 
-for modules, owners in ((["CArchive", "CZlib", "CZstd"], ["LarderArchive"]), (["Hummingbird"], ["LarderGateway"]),
+for modules, owners in ((["CArchive", "CZlib", "CZstd"], ["LarderArchive"]), (["CWebKitGTK"], ["LarderWebKitGTK"]),
+                        (["Hummingbird"], ["LarderGateway"]),
                         (["AsyncHTTPClient", "NIOCore", "NIOHTTP1", "NIOPosix", "NIOSSL"], ["LarderFetchNIO", "LarderGateway", "LarderTestSupport"]),
                         (["FoundationNetworking"], ["LarderFetchURLSession"])):
     owner = " and ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 2 else owners)

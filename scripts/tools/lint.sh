@@ -8,7 +8,7 @@
 #   scripts/tools/lint.sh layout   every script under scripts/ has the extension of its language
 #                                  (.sh or .py) so that the linters and `duplicates` read it, but
 #                                  the entry points (scripts/test, bench, bootstrap, demo,
-#                                  verify-bundles), each a wrapper of a few lines that execs a
+#                                  verify-bundles, webview), each a wrapper of a few lines that execs a
 #                                  script with one; and every program (#!) is executable
 #   scripts/tools/lint.sh          all three
 #
@@ -21,7 +21,7 @@ set -euo pipefail
 . "$(cd "$(dirname "$0")/.." && pwd)/lib/common.sh"
 cd "$LARDER_CHECKOUT"
 
-entry_points=(scripts/test scripts/bench scripts/bootstrap scripts/demo scripts/verify-bundles)
+entry_points=(scripts/test scripts/bench scripts/bootstrap scripts/demo scripts/verify-bundles scripts/webview)
 
 # Every script under scripts/, one a line, sorted (the fuzz seeds, data, and generated and built
 # trees left out).

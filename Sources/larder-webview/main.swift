@@ -1,0 +1,163 @@
+// larder-webview (scripts/webview): opens a URL of a sandbox in a WebKitGTK view, for developers
+// and for tests. One line per request, load, health verdict and web-process event, as
+// `larder serve` prints them.
+import ArgumentParser
+import Foundation
+import Larder
+import LarderWebKitGTK
+
+struct WebView: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "webview",
+        abstract: "Open a URL of a sandbox in a WebKitGTK view (under Xvfb when there is no display).",
+        discussion: """
+            The view serves larder: (and each --scheme) from the sandbox through Larder's scheme \
+            handler; what no package serves is forwarded to the network (--upstream-scheme), or \
+            fails with --offline. Prints one line per request (method, URL, status, outcome, \
+            bytes, time), per load event, per page-health verdict and per web-process event \
+            (a terminated web process is reloaded with back-off). After each page's load event \
+            and --settle seconds, --dump-dom prints the DOM between "dom begin" and "dom end" \
+            lines and --screenshot saves what the view shows. Exits --stay seconds after the \
+            first page settles; exit 1 when no page loads within --timeout seconds.
+            """)
+
+    @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
+    @Flag(help: "Watch page health: ready confirms, failure rolls back.") var pageHealth = false
+    @Option(help: ArgumentHelp("Seconds a page has to call larder.ready() after loading.", valueName: "S"))
+    var readyDeadline: Double = 30
+    @Option(help: ArgumentHelp("Uncaught script errors that fail a page before it is ready.", valueName: "N"))
+    var maxScriptErrors = 3
+    @Option(help: ArgumentHelp("Web-process terminations before ready that fail a release.", valueName: "N"))
+    var maxTerminations = 3
+    @Option(help: ArgumentHelp("The web process's memory limit in MB (0: WebKit's default).", valueName: "MB"))
+    var memoryLimit: UInt32 = 0
+    @Option(help: ArgumentHelp("Scheme of forwarded requests: https or http.", valueName: "SCHEME"))
+    var upstreamScheme = "https"
+    @Flag(help: "Fail what no package serves instead of forwarding it.") var offline = false
+    @Option(name: .customLong("scheme"), help: ArgumentHelp("Another custom scheme (repeatable).", valueName: "SCHEME"))
+    var schemes: [String] = []
+    @Flag(help: "Print the DOM after each page settles.") var dumpDom = false
+    @Option(help: ArgumentHelp("Save a PNG of the view after each page settles.", valueName: "FILE.png"))
+    var screenshot: String?
+    @Option(help: ArgumentHelp("Seconds after a page's load event before it counts as settled.", valueName: "S"))
+    var settle: Double = 1
+    @Option(help: ArgumentHelp("Seconds to keep running after the first page settles.", valueName: "S"))
+    var stay: Double = 0
+    @Option(help: ArgumentHelp("Seconds to wait for a first page before giving up.", valueName: "S"))
+    var timeout: Double = 60
+    @Argument(help: "The URL to open (larder://<package>/<path>, or a routed custom scheme).") var url: String
+
+    func validate() throws {
+        guard ["http", "https"].contains(upstreamScheme) else {
+            throw ValidationError("--upstream-scheme must be http or https, got \(upstreamScheme)")
+        }
+        guard (0.1...600).contains(readyDeadline) else {
+            throw ValidationError("--ready-deadline must be between 0.1 and 600 seconds, got \(readyDeadline)")
+        }
+    }
+
+    func run() throws {
+        let log: @Sendable (String) -> Void = { say($0) }
+        let root = FilePath(root)
+        let resolver: Resolver
+        do { resolver = try Resolver(root: root, schemes: Set(schemes)) } catch {
+            throw failure("the sandbox cannot be read: \(error)")
+        }
+        let loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: root))
+        var tracker: PageHealthTracker?
+        if pageHealth {
+            let recorder = StoreHealthRecorder(root: root) { result in
+                switch result {
+                case .success(let outcome): log("\(outcome)")
+                case .failure(let error): log("health: could not be recorded: \(error)")
+                }
+            }
+            tracker = PageHealthTracker(
+                settings: PageHealthSettings(readyDeadline: readyDeadline, maxScriptErrors: maxScriptErrors),
+                recorder: recorder)
+        }
+        guard GLibMain.initializeGTK() else { throw failure("GTK cannot open a display (run it under xvfb-run)") }
+        let view: GTKWebView
+        do {
+            view = try GTKWebView(
+                GTKWebView.Configuration(
+                    loader: loader,
+                    forwarder: Forwarder(
+                        network: offline ? .offline : .forward(scheme: upstreamScheme),
+                        exchange: HTTPStack.platform.makeExchange()),
+                    schemes: ["larder"] + schemes, tracker: tracker, terminationLimit: maxTerminations,
+                    memoryLimitMB: memoryLimit, log: log))
+        } catch {
+            throw failure("the sandbox cannot be read: \(error)")
+        }
+        view.presentInWindow(width: 1024, height: 768)
+
+        let session = Session(self, view)
+        view.onLoaded = { session.loaded($0) }
+        GLibMain.after(timeout) { session.timedOut() }
+        view.load(url)
+        GLibMain.runLoop()
+        if session.status != 0 { throw ExitCode(session.status) }
+    }
+
+    func failure(_ message: String) -> ExitCode {
+        FileHandle.standardError.write(Data("larder-webview: \(message)\n".utf8))
+        return ExitCode(1)
+    }
+}
+
+/// What happens after each load (on the main loop): settle, DOM, screenshot, the end.
+final class Session: @unchecked Sendable {
+    // @unchecked: used on the main loop only.
+    let options: WebView
+    let view: GTKWebView
+    var settled = false
+    var status: Int32 = 0
+    var loads = 0
+
+    init(_ options: WebView, _ view: GTKWebView) {
+        self.options = options
+        self.view = view
+    }
+
+    func loaded(_ url: String) {
+        loads += 1
+        let load = loads
+        GLibMain.after(options.settle) { [self] in
+            // A later load (a reload after a dead web process) settles on its own.
+            guard load == loads else { return }
+            report(url) { [self] in
+                guard !settled else { return }
+                settled = true
+                GLibMain.after(options.stay) { GLibMain.quit() }
+            }
+        }
+    }
+
+    func report(_ url: String, then: @escaping () -> Void) {
+        let shot = { [self] in
+            guard let path = options.screenshot else { return then() }
+            view.snapshot(to: path) { ok in
+                say(ok ? "screenshot \(path)" : "screenshot failed: \(path)")
+                then()
+            }
+        }
+        guard options.dumpDom else { return shot() }
+        view.evaluate("document.documentElement.outerHTML") { html in
+            say("dom begin \(url)\n\(html ?? "(no DOM)")\ndom end")
+            shot()
+        }
+    }
+
+    func timedOut() {
+        guard !settled else { return }
+        FileHandle.standardError.write(Data("larder-webview: no page loaded within \(options.timeout) s\n".utf8))
+        status = 1
+        GLibMain.quit()
+    }
+}
+
+/// One line on stdout, written at once (the output is read by tests as it comes).
+func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+
+WebView.main()
