@@ -1,6 +1,7 @@
 // WebKitGTK 6.0 (GTK 4) for LarderWebKitGTK, the only module that imports it. Besides the
 // library's own headers, a few inline helpers for what Swift cannot call directly: GObject's
-// variadic constructors and its cast macros.
+// variadic constructors and its cast macros. (SwiftPM does not see a change to this header:
+// after editing it, touch a Swift file of LarderWebKitGTK so that the module is rebuilt.)
 #ifndef LARDER_CWEBKITGTK_SHIM_H
 #define LARDER_CWEBKITGTK_SHIM_H
 

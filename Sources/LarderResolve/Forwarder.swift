@@ -51,23 +51,31 @@ public struct Forwarder: Sendable {
     /// custom-scheme URLs to their package's origin; `marked` says the request carries the loop
     /// marker (it came from a forwarder).
     package func target(for url: String, reason: String, table: RouteTable, marked: Bool) -> Target {
-        guard case .forward(let scheme) = network else {
+        guard case .forward = network else {
             return .refused(status: 502, reason: "offline: \(reason)")
         }
-        var to = url
-        let lower = url.lowercased()
-        if !lower.hasPrefix("http://") && !lower.hasPrefix("https://") {
-            guard let mapped = table.networkURL(forCustom: url) else {
-                return .refused(
-                    status: 502, reason: "\(reason); a custom-scheme URL with no http(s) route has no network")
-            }
-            to = mapped
+        guard let to = networkURL(for: url, table: table) else {
+            return .refused(status: 502, reason: "\(reason); a custom-scheme URL with no http(s) route has no network")
         }
-        if scheme == "http", to.lowercased().hasPrefix("https://") { to = "http://" + to.dropFirst(8) }
-        if scheme == "https", to.lowercased().hasPrefix("http://") { to = "https://" + to.dropFirst(7) }
         if marked { return .refused(status: 508, reason: "the request would loop back through a Larder forwarder") }
         guard exchange != nil else { return .refused(status: 502, reason: "\(reason); no network exchange") }
         return .url(to)
+    }
+
+    /// The http(s) URL `url` stands for on the network: a custom-scheme URL through its package's
+    /// http(s) route (nil when it has none), in the upstream scheme when forwarding (offline,
+    /// as routed). The cookie bridge keeps a page's cookies for it.
+    package func networkURL(for url: String, table: RouteTable) -> String? {
+        var to = url
+        let lower = url.lowercased()
+        if !lower.hasPrefix("http://") && !lower.hasPrefix("https://") {
+            guard let mapped = table.networkURL(forCustom: url) else { return nil }
+            to = mapped
+        }
+        guard case .forward(let scheme) = network else { return to }
+        if scheme == "http", to.lowercased().hasPrefix("https://") { to = "http://" + to.dropFirst(8) }
+        if scheme == "https", to.lowercased().hasPrefix("http://") { to = "https://" + to.dropFirst(7) }
+        return to
     }
 
     /// The request to send: the method and body as received, the header fields without hop-by-hop

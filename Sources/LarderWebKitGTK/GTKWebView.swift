@@ -24,6 +24,10 @@ public final class GTKWebView: @unchecked Sendable {
         public var recovery: RecoveryPolicy
         /// The web process's memory limit in MB (0: WebKit's default).
         public var memoryLimitMB: UInt32
+        /// Bridge cookies across the proxy (`CookieBridge` over the session's cookie manager).
+        public var bridgeCookies: Bool
+        /// Where the network session keeps cookies and its cache; nil: in memory only (ephemeral).
+        public var dataDirectory: String?
         /// Hears one line per request, load and process event.
         public var log: @Sendable (String) -> Void
 
@@ -31,8 +35,11 @@ public final class GTKWebView: @unchecked Sendable {
         public init(
             loader: ResourceLoader, forwarder: Forwarder = Forwarder(network: .offline, exchange: nil),
             schemes: [String] = ["larder"], tracker: PageHealthTracker? = nil, terminationLimit: Int = 3,
-            recovery: RecoveryPolicy = .standard, memoryLimitMB: UInt32 = 0, log: @escaping @Sendable (String) -> Void
+            recovery: RecoveryPolicy = .standard, memoryLimitMB: UInt32 = 0, bridgeCookies: Bool = true,
+            dataDirectory: String? = nil, log: @escaping @Sendable (String) -> Void
         ) {
+            self.bridgeCookies = bridgeCookies
+            self.dataDirectory = dataDirectory
             self.loader = loader
             self.forwarder = forwarder
             self.schemes = schemes
@@ -54,6 +61,10 @@ public final class GTKWebView: @unchecked Sendable {
     public let recovery: WebViewRecovery
     /// Answers the custom schemes.
     public let handler: GTKSchemeHandler
+    /// The cookie bridge, unless turned off.
+    public let cookies: CookieBridge?
+    /// The `WebKitNetworkSession` (its cookies and cache).
+    let session: OpaquePointer?
     /// Called on the main loop after each page's load event.
     public var onLoaded: ((String) -> Void)?
     let context: OpaquePointer
@@ -62,10 +73,17 @@ public final class GTKWebView: @unchecked Sendable {
     public init(_ configuration: Configuration) throws(StoreError) {
         self.configuration = configuration
         let pins = try SessionPins(resolver: configuration.loader.resolver)
+        let session =
+            configuration.dataDirectory.map {
+                webkit_network_session_new("\($0)/data", "\($0)/cache")
+            } ?? webkit_network_session_new_ephemeral()
+        self.session = session
+        let bridge = configuration.bridgeCookies ? session.map { CookieBridge(store: GTKCookieStore(session: $0)) } : nil
+        cookies = bridge
         handler = GTKSchemeHandler(
             driver: SchemeTaskDriver(
                 loader: configuration.loader, pins: pins, forwarder: configuration.forwarder,
-                delivery: DeliveryQueue(label: "larder.webkitgtk.tasks"), log: configuration.log))
+                delivery: DeliveryQueue(label: "larder.webkitgtk.tasks"), cookies: bridge, log: configuration.log))
         health = configuration.tracker.map {
             WebViewHealth(
                 tracker: $0, loader: configuration.loader, pins: pins, terminationLimit: configuration.terminationLimit)
@@ -73,11 +91,18 @@ public final class GTKWebView: @unchecked Sendable {
         recovery = WebViewRecovery(policy: configuration.recovery, health: health)
         context = larder_web_context_new(configuration.memoryLimitMB, configuration.memoryLimitMB > 0 ? 1 : 0)
         let manager = webkit_user_content_manager_new()
-        guard let view = larder_web_view_new(context, manager, webkit_network_session_get_default()) else {
+        guard let view = larder_web_view_new(context, manager, session) else {
             fatalError("WebKitGTK made no web view")
         }
         self.view = view
         handler.register(schemes: configuration.schemes, in: context)
+        if bridge != nil {
+            let script = webkit_user_script_new(
+                CookieBridge.pageScript, WEBKIT_USER_CONTENT_INJECT_ALL_FRAMES,
+                WEBKIT_USER_SCRIPT_INJECT_AT_DOCUMENT_START, nil, nil)
+            webkit_user_content_manager_add_script(manager, script)
+            webkit_user_script_unref(script)
+        }
         if health != nil {
             let script = webkit_user_script_new(
                 PageHealthScript.source, WEBKIT_USER_CONTENT_INJECT_TOP_FRAME,

@@ -132,6 +132,9 @@ public final class WebViewRecovery: Sendable {
         return health?.message(json: data)
     }
 
+    /// The page to come back to: the last one committed (or reloaded).
+    public var lastURL: String? { state.withLock { $0.lastURL } }
+
     /// Reloads in a row so far.
     public var streak: Int { state.withLock { $0.streak } }
 

@@ -169,6 +169,9 @@ public final class SchemeTaskDriver: Sendable {
     public let forwarder: Forwarder
     /// Where task calls run.
     public let delivery: DeliveryQueue
+    /// Cookies across the proxy (nil: forwarded requests carry only what the engine put in them,
+    /// and answers' `Set-Cookie` fields are dropped).
+    public let cookies: CookieBridge?
     /// Hears one line per task when it ends, as `larder serve` prints them: method, URL, status,
     /// outcome (package@version, fallback, passthrough and why), bytes, time.
     public let log: (@Sendable (String) -> Void)?
@@ -179,8 +182,9 @@ public final class SchemeTaskDriver: Sendable {
     public init(
         loader: ResourceLoader, pins: SessionPins? = nil,
         forwarder: Forwarder = Forwarder(network: .offline, exchange: nil), delivery: DeliveryQueue = .main,
-        log: (@Sendable (String) -> Void)? = nil
+        cookies: CookieBridge? = nil, log: (@Sendable (String) -> Void)? = nil
     ) {
+        self.cookies = cookies
         self.loader = loader
         self.pins = pins
         self.forwarder = forwarder
@@ -193,6 +197,13 @@ public final class SchemeTaskDriver: Sendable {
         let request = task.schemeRequest
         delivery.sync { _ = active.withLock { $0.insert(task.taskIdentity) } }
         let started = Date()
+        if let cookies, Self.isCookiePath(request.url) {
+            Task {
+                let (status, bytes) = await answerCookies(request, cookies, to: task)
+                note(request, status, "cookie bridge", bytes, started)
+            }
+            return
+        }
         work.async { [self] in
             // A failed renewal (a package gone since) keeps the previous pins.
             if request.isNavigation { try? pins?.renew() }
@@ -263,14 +274,12 @@ public final class SchemeTaskDriver: Sendable {
         case .refused(_, let why):
             deliver(task, last: true) { $0.didFail(SchemeTaskError(.noLocalCopy, why)) }
             return (nil, 0, ", refused: \(why)")
-        case .url(let to):
-            let outgoing = forwarder.request(
-                method: request.method, url: to, headers: request.headers, body: request.body)
-            switch await forwarder.send(outgoing) {
-            case .failure(let why):
-                deliver(task, last: true) { $0.didFail(SchemeTaskError(.network, "\(to): \(why)")) }
-                return (nil, 0, ", failed: \(to): \(why)")
-            case .success(let answer):
+        case .url(let first):
+            switch await exchange(request, to: first) {
+            case .failure(let failure):
+                deliver(task, last: true) { $0.didFail(SchemeTaskError(.network, "\(failure.url): \(failure.why)")) }
+                return (nil, 0, ", failed: \(failure.url): \(failure.why)")
+            case .success(let (answer, to, redirects)):
                 let headers = Dictionary(answer.headers, uniquingKeysWith: { a, b in "\(a), \(b)" })
                 let head = SchemeResponseHead(status: answer.status, headers: headers, url: request.url)
                 var bytes = 0
@@ -285,7 +294,7 @@ public final class SchemeTaskDriver: Sendable {
                         bytes += chunk.count
                     }
                     deliver(task, last: true) { $0.didFinish() }
-                    return (answer.status, bytes, "")
+                    return (answer.status, bytes, redirects == 0 ? "" : ", after \(redirects) redirect(s) to \(to)")
                 } catch {
                     deliver(task, last: true) { $0.didFail(SchemeTaskError(.network, "\(to): \(error)")) }
                     return (answer.status, bytes, ", failed: \(to): \(error)")

@@ -36,6 +36,9 @@ struct WebView: ParsableCommand {
     @Flag(help: "Fail what no package serves instead of forwarding it.") var offline = false
     @Option(name: .customLong("scheme"), help: ArgumentHelp("Another custom scheme (repeatable).", valueName: "SCHEME"))
     var schemes: [String] = []
+    @Flag(help: "Do not bridge cookies across the proxy.") var noCookieBridge = false
+    @Option(help: ArgumentHelp("Keep cookies and cache in DIR (default: in memory only).", valueName: "DIR"))
+    var dataDir: String?
     @Flag(help: "Print the DOM after each page settles.") var dumpDom = false
     @Option(help: ArgumentHelp("Save a PNG of the view after each page settles.", valueName: "FILE.png"))
     var screenshot: String?
@@ -65,10 +68,15 @@ struct WebView: ParsableCommand {
         }
         let loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: root))
         var tracker: PageHealthTracker?
+        let shown = Shown()
         if pageHealth {
             let recorder = StoreHealthRecorder(root: root) { result in
                 switch result {
-                case .success(let outcome): log("\(outcome)")
+                case .success(let outcome):
+                    log("\(outcome)")
+                    // As an app does: the page of a version rolled back is loaded again (from the
+                    // version now active).
+                    if case .rolledBack = outcome.effect { shown.reload(log) }
                 case .failure(let error): log("health: could not be recorded: \(error)")
                 }
             }
@@ -86,11 +94,12 @@ struct WebView: ParsableCommand {
                         network: offline ? .offline : .forward(scheme: upstreamScheme),
                         exchange: HTTPStack.platform.makeExchange()),
                     schemes: ["larder"] + schemes, tracker: tracker, terminationLimit: maxTerminations,
-                    memoryLimitMB: memoryLimit, log: log))
+                    memoryLimitMB: memoryLimit, bridgeCookies: !noCookieBridge, dataDirectory: dataDir, log: log))
         } catch {
             throw failure("the sandbox cannot be read: \(error)")
         }
         view.presentInWindow(width: 1024, height: 768)
+        shown.view = view
 
         let session = Session(self, view)
         view.onLoaded = { session.loaded($0) }
@@ -103,6 +112,20 @@ struct WebView: ParsableCommand {
     func failure(_ message: String) -> ExitCode {
         FileHandle.standardError.write(Data("larder-webview: \(message)\n".utf8))
         return ExitCode(1)
+    }
+}
+
+/// The view, for a verdict's outcome to reload it (set once on the main loop, read there).
+final class Shown: @unchecked Sendable {
+    // @unchecked: `view` is set before the loop runs and read on the loop only.
+    var view: GTKWebView?
+
+    func reload(_ log: @escaping @Sendable (String) -> Void) {
+        GLibMain.async { [self] in
+            guard let view, let url = view.recovery.lastURL else { return }
+            log("reloading \(url) after the rollback")
+            view.load(url)
+        }
     }
 }
 

@@ -1,0 +1,309 @@
+import Foundation
+
+/// A cookie as a cookie store keeps it (RFC 6265 §5.3's storage model, less the times a store
+/// keeps for itself).
+public struct WebCookie: Sendable, Equatable, CustomStringConvertible {
+    /// The `SameSite` attribute.
+    public enum SameSite: String, Sendable, Equatable {
+        /// `SameSite=Strict`.
+        case strict = "Strict"
+        /// `SameSite=Lax`.
+        case lax = "Lax"
+        /// `SameSite=None`.
+        case none = "None"
+    }
+
+    /// The name.
+    public var name: String
+    /// The value.
+    public var value: String
+    /// The host (a host-only cookie) or the domain (lower case, no leading dot) it is sent to.
+    public var domain: String
+    /// Whether only `domain` itself gets it (no `Domain` attribute), not its subdomains.
+    public var hostOnly: Bool
+    /// The path it is sent under.
+    public var path: String
+    /// When it expires; nil for a session cookie (it ends with the session).
+    public var expires: Date?
+    /// Sent over secure connections only.
+    public var secure: Bool
+    /// Never visible to script.
+    public var httpOnly: Bool
+    /// Its `SameSite` attribute, if any.
+    public var sameSite: SameSite?
+
+    /// Creates one.
+    public init(
+        name: String, value: String, domain: String, hostOnly: Bool = true, path: String = "/", expires: Date? = nil,
+        secure: Bool = false, httpOnly: Bool = false, sameSite: SameSite? = nil
+    ) {
+        self.name = name
+        self.value = value
+        self.domain = domain
+        self.hostOnly = hostOnly
+        self.path = path
+        self.expires = expires
+        self.secure = secure
+        self.httpOnly = httpOnly
+        self.sameSite = sameSite
+    }
+
+    /// Whether it has expired at `now` (a session cookie never has).
+    public func isExpired(at now: Date) -> Bool { expires.map { $0 <= now } ?? false }
+
+    /// Whether a request to `url` carries it (RFC 6265 §5.4: domain, path and Secure).
+    public func matches(_ url: URL) -> Bool {
+        guard let host = url.host?.lowercased(), let scheme = url.scheme?.lowercased() else { return false }
+        if secure && scheme != "https" { return false }
+        let domainOK = hostOnly ? host == domain : SetCookie.domainMatches(host, domain)
+        return domainOK && SetCookie.pathMatches(url.path.isEmpty ? "/" : url.path, path)
+    }
+
+    /// `name=value; Domain=…; Path=…; …`, as a `Set-Cookie` field would give it.
+    public var description: String {
+        var parts = ["\(name)=\(value)", hostOnly ? "host \(domain)" : "Domain=\(domain)", "Path=\(path)"]
+        if let expires { parts.append("Expires=\(Int(expires.timeIntervalSince1970))") }
+        if secure { parts.append("Secure") }
+        if httpOnly { parts.append("HttpOnly") }
+        if let sameSite { parts.append("SameSite=\(sameSite.rawValue)") }
+        return parts.joined(separator: "; ")
+    }
+}
+
+/// `Set-Cookie` fields read as RFC 6265 §5.2 and §5.3 say a user agent reads them.
+public enum SetCookie {
+    /// The cookie `field` sets for a response from `url`, or nil when a user agent ignores it
+    /// (no `=` in its first part, an empty name, a `Domain` that does not cover the host or is a
+    /// single label other than the host). `Max-Age` wins over `Expires`; a cookie with neither
+    /// is a session cookie; an expiry in the past means "delete it".
+    public static func parse(_ field: String, for url: URL, now: Date = Date()) -> WebCookie? {
+        guard let host = url.host?.lowercased(), !host.isEmpty else { return nil }
+        var parts = field.split(separator: ";", omittingEmptySubsequences: false).map(String.init)
+        let pair = parts.removeFirst()
+        guard let eq = pair.firstIndex(of: "=") else { return nil }
+        let name = pair[..<eq].trimmingCharacters(in: .whitespaces)
+        let value = pair[pair.index(after: eq)...].trimmingCharacters(in: .whitespaces)
+        guard !name.isEmpty else { return nil }
+        var cookie = WebCookie(name: name, value: value, domain: host, path: defaultPath(url))
+        var maxAge: Date?
+        var expires: Date?
+        for part in parts {
+            let (key, val) = attribute(part)
+            switch key {
+            case "expires": if let d = parseDate(val) { expires = d }
+            case "max-age":
+                guard let first = val.first, first == "-" || first.isNumber,
+                    val.dropFirst().allSatisfy(\.isNumber), let seconds = Int(val.prefix(18))
+                else { continue }
+                maxAge = seconds <= 0 ? Date(timeIntervalSince1970: 0) : now.addingTimeInterval(TimeInterval(seconds))
+            case "domain":
+                var d = val.lowercased()
+                if d.hasPrefix(".") { d.removeFirst() }
+                guard !d.isEmpty else { continue }
+                guard domainMatches(host, d), d.contains(".") || d == host else { return nil }
+                cookie.domain = d
+                cookie.hostOnly = false
+            case "path": cookie.path = val.hasPrefix("/") ? val : defaultPath(url)
+            case "secure": cookie.secure = true
+            case "httponly": cookie.httpOnly = true
+            case "samesite":
+                cookie.sameSite = WebCookie.SameSite.allCases.first { $0.rawValue.lowercased() == val.lowercased() }
+            default: continue
+            }
+        }
+        cookie.expires = maxAge ?? expires
+        return cookie
+    }
+
+    static func attribute(_ part: String) -> (String, String) {
+        guard let eq = part.firstIndex(of: "=") else { return (part.trimmingCharacters(in: .whitespaces).lowercased(), "") }
+        return (
+            part[..<eq].trimmingCharacters(in: .whitespaces).lowercased(),
+            part[part.index(after: eq)...].trimmingCharacters(in: .whitespaces)
+        )
+    }
+
+    /// RFC 6265 §5.1.3: `host` is `domain` or ends in `.domain` (and is not an IP address then).
+    static func domainMatches(_ host: String, _ domain: String) -> Bool {
+        if host == domain { return true }
+        let isIP = host.allSatisfy { $0.isNumber || $0 == "." } || host.contains(":")
+        return !isIP && host.hasSuffix("." + domain)
+    }
+
+    /// RFC 6265 §5.1.4: the request path is the cookie path, or under it.
+    static func pathMatches(_ requestPath: String, _ cookiePath: String) -> Bool {
+        guard requestPath.hasPrefix(cookiePath) else { return false }
+        return requestPath.count == cookiePath.count || cookiePath.hasSuffix("/")
+            || requestPath[requestPath.index(requestPath.startIndex, offsetBy: cookiePath.count)] == "/"
+    }
+
+    /// RFC 6265 §5.1.4's default path: the request path up to (not including) its last `/`.
+    static func defaultPath(_ url: URL) -> String {
+        let path = url.path
+        guard path.hasPrefix("/"), let last = path.lastIndex(of: "/"), last != path.startIndex else { return "/" }
+        return String(path[..<last])
+    }
+
+    /// RFC 6265 §5.1.1's cookie-date algorithm (any order of time, day, month and year tokens).
+    static func parseDate(_ text: String) -> Date? {
+        let delimiters = CharacterSet(charactersIn: "\t !\"#$%&'()*+,-./;<=>?@[\\]^_`{|}~")
+        var time: (Int, Int, Int)?
+        var day: Int?
+        var month: Int?
+        var year: Int?
+        let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+        for token in text.components(separatedBy: delimiters) where !token.isEmpty {
+            if time == nil, let t = timeToken(token) {
+                time = t
+            } else if day == nil, let d = leadingDigits(token, 1...2) {
+                day = d
+            } else if month == nil, let m = months.firstIndex(of: String(token.prefix(3)).lowercased()) {
+                month = m + 1
+            } else if year == nil, let y = leadingDigits(token, 2...4) {
+                year = y
+            }
+        }
+        guard let (h, mi, s) = time, let day, let month, var year else { return nil }
+        if (70...99).contains(year) { year += 1900 } else if (0...69).contains(year) { year += 2000 }
+        guard (1...31).contains(day), year >= 1601, h <= 23, mi <= 59, s <= 59 else { return nil }
+        var parts = DateComponents()
+        (parts.year, parts.month, parts.day, parts.hour, parts.minute, parts.second) = (year, month, day, h, mi, s)
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC") ?? calendar.timeZone
+        guard let date = calendar.date(from: parts), calendar.component(.day, from: date) == day else { return nil }
+        return date
+    }
+
+    private static func leadingDigits(_ token: String, _ count: ClosedRange<Int>) -> Int? {
+        let digits = token.prefix { $0.isASCII && $0.isNumber }
+        guard count.contains(digits.count) else { return nil }
+        return Int(digits)
+    }
+
+    private static func timeToken(_ token: String) -> (Int, Int, Int)? {
+        let fields = token.split(separator: ":", omittingEmptySubsequences: false)
+        guard fields.count == 3 else { return nil }
+        let numbers = fields.enumerated().compactMap { i, f -> Int? in
+            let digits = f.prefix { $0.isASCII && $0.isNumber }
+            guard (1...2).contains(digits.count), i == 2 || digits.count == f.count else { return nil }
+            return Int(digits)
+        }
+        guard numbers.count == 3 else { return nil }
+        return (numbers[0], numbers[1], numbers[2])
+    }
+}
+
+extension WebCookie.SameSite: CaseIterable {}
+
+/// The engine's cookie store, as the cookie bridge needs it (WebKitGTK's `WebKitCookieManager`,
+/// WebKit's `WKHTTPCookieStore`; a fake in tests). One call per cookie: the jar is never
+/// replaced whole.
+public protocol CookieStore: Sendable {
+    /// The cookies a request to `url` carries, as the store matches them (HttpOnly ones too).
+    func cookies(for url: URL) async -> [WebCookie]
+    /// Stores `cookie`, replacing the one with its name, domain and path; an expired cookie
+    /// deletes that one instead.
+    func save(_ cookie: WebCookie) async
+}
+
+/// Cookies across the proxy: a web view's forwarded requests carry the cookies the engine's
+/// store holds for the package's http(s) origin, a forwarded answer's `Set-Cookie` fields go to
+/// the store before the answer reaches the page, and a page on a custom scheme sees and sets the
+/// origin's script-visible cookies through `document.cookie` (`pageScript` and the reserved
+/// path `/.larder/cookies`).
+public final class CookieBridge: Sendable {
+    /// The engine's store.
+    public let store: any CookieStore
+    let clock: @Sendable () -> Date
+
+    /// A bridge over `store`; `clock` gives the current time (for Max-Age).
+    public init(store: any CookieStore, clock: @escaping @Sendable () -> Date = { Date() }) {
+        self.store = store
+        self.clock = clock
+    }
+
+    /// The fields of a forwarded request to `url`: any `Cookie` field the engine put is
+    /// replaced by the store's cookies for `url` (longest path first), in one field.
+    public func outgoing(_ fields: [(String, String)], to url: String) async -> [(String, String)] {
+        var out = fields.filter { $0.0.lowercased() != "cookie" }
+        guard let u = URL(string: url) else { return out }
+        let now = clock()
+        let cookies = await store.cookies(for: u).filter { !$0.isExpired(at: now) && $0.matches(u) }
+        if !cookies.isEmpty { out.append(("Cookie", Self.header(cookies))) }
+        return out
+    }
+
+    /// A forwarded answer from `url`: each `Set-Cookie` field (each kept apart) is saved to the
+    /// store, in order, before this returns; the fields come back without them (WebKit ignores
+    /// them on a scheme handler's response, and script must never read them).
+    public func incoming(_ fields: [(String, String)], from url: String) async -> [(String, String)] {
+        guard let u = URL(string: url) else { return fields.filter { $0.0.lowercased() != "set-cookie" } }
+        let now = clock()
+        for (name, value) in fields where name.lowercased() == "set-cookie" {
+            if let cookie = SetCookie.parse(value, for: u, now: now) { await store.save(cookie) }
+        }
+        return fields.filter { $0.0.lowercased() != "set-cookie" }
+    }
+
+    /// What `document.cookie` reads on a page whose origin is `url`: the script-visible cookies
+    /// (no HttpOnly), `a=1; b=2`.
+    public func scriptCookies(for url: String) async -> String {
+        guard let u = URL(string: url) else { return "" }
+        let now = clock()
+        return Self.header(await store.cookies(for: u).filter { !$0.httpOnly && !$0.isExpired(at: now) && $0.matches(u) })
+    }
+
+    /// `document.cookie = text` on a page whose origin is `url`: saved as a `Set-Cookie` from
+    /// script would be (an `HttpOnly` attribute is refused, and so is replacing an HttpOnly cookie).
+    /// Returns whether it was saved.
+    @discardableResult
+    public func scriptSets(_ text: String, for url: String) async -> Bool {
+        guard let u = URL(string: url), let cookie = SetCookie.parse(text, for: u, now: clock()), !cookie.httpOnly
+        else { return false }
+        let existing = await store.cookies(for: u)
+        if existing.contains(where: {
+            $0.httpOnly && $0.name == cookie.name && $0.domain == cookie.domain && $0.path == cookie.path
+        }) {
+            return false
+        }
+        await store.save(cookie)
+        return true
+    }
+
+    /// `a=1; b=2`, longer paths first (RFC 6265 §5.4 step 2), the store's order otherwise.
+    static func header(_ cookies: [WebCookie]) -> String {
+        cookies.enumerated().sorted { ($0.element.path.count, -$0.offset) > ($1.element.path.count, -$1.offset) }
+            .map { "\($0.element.name)=\($0.element.value)" }.joined(separator: "; ")
+    }
+
+    /// The reserved path a page's `document.cookie` bridge talks to on its own custom-scheme origin.
+    public static let path = "/.larder/cookies"
+
+    /// The user script that bridges `document.cookie` on pages of a custom scheme (where the
+    /// engine keeps no cookies): reading it asks `/.larder/cookies?page=URL` (a synchronous GET
+    /// the scheme handler answers with `scriptCookies`), writing it posts the text there
+    /// (`scriptSets`), for the http(s) URL the page's URL maps to.
+    /// Pages on http(s) keep the engine's own `document.cookie`.
+    public static let pageScript = """
+        (function () {
+          'use strict';
+          if (location.protocol === 'http:' || location.protocol === 'https:' || window.__larderCookies) return;
+          window.__larderCookies = true;
+          function call(method, body) {
+            try {
+              var x = new XMLHttpRequest();
+              x.open(method, location.protocol + '//' + location.host + '/.larder/cookies?page=' +
+                encodeURIComponent(location.href), false);
+              x.send(body);
+              return x.status === 200 ? x.responseText : '';
+            } catch (e) { return ''; }
+          }
+          Object.defineProperty(document, 'cookie', {
+            configurable: true,
+            get: function () { return call('GET', null); },
+            set: function (v) { call('POST', String(v)); }
+          });
+        })();
+
+        """
+}
