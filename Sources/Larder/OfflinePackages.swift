@@ -187,11 +187,16 @@ public final class OfflinePackages: Sendable {
 
     /// What one web view needs: a scheme-task driver over the sandbox, pinned (when `pinning`
     /// is not empty: those packages; nil: every active package) to the versions its page loaded
-    /// with and renewed at each navigation, and that web view's page health.
-    public func webView(pinning ids: [String]? = nil) throws(StoreError) -> WebViewPackages {
+    /// with and renewed at each navigation, and that web view's page health. With `cookies` (the
+    /// engine's store: `WebKitCookies(webView.configuration.websiteDataStore.httpCookieStore)`),
+    /// cookies cross the proxy (`CookieBridge`).
+    public func webView(pinning ids: [String]? = nil, cookies: (any CookieStore)? = nil) throws(StoreError)
+        -> WebViewPackages
+    {
         let pins = ids == [] ? nil : try SessionPins(resolver: resolver, ids: ids)
         return WebViewPackages(
-            driver: SchemeTaskDriver(loader: loader, pins: pins, forwarder: forwarder),
+            driver: SchemeTaskDriver(
+                loader: loader, pins: pins, forwarder: forwarder, cookies: cookies.map { CookieBridge(store: $0) }),
             health: WebViewHealth(tracker: pageHealth, loader: loader, pins: pins), pins: pins)
     }
 
@@ -210,8 +215,8 @@ public final class OfflinePackages: Sendable {
 }
 
 /// One web view's share of `OfflinePackages`: register `driver` as its scheme handler
-/// (`LarderSchemeHandler(driver:)`), give `health` its navigation and script-message events
-/// (`LarderHealthDelegate`), and `release()` when the web view goes away.
+/// and give `health` its navigation and script-message events (WebKit: `WebViewGlue(driver:health:
+/// configuration:)`), and `release()` when the web view goes away.
 public final class WebViewPackages: Sendable {
     /// Answers the web view's scheme tasks.
     public let driver: SchemeTaskDriver

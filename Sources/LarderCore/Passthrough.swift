@@ -41,8 +41,10 @@ public struct ForwardResponse: Sendable {
 }
 
 /// What carries a forwarded request (`HTTPStack.makeExchange()`: AsyncHTTPClient on Linux,
-/// URLSession on Apple platforms; a fake in tests). Redirects are followed; the body is streamed;
-/// a body longer than `maxBytes` ends its stream with an error.
+/// URLSession on Apple platforms; a fake in tests). A redirect comes back as it is (the gateway
+/// relays it to the browser; the web-view driver follows it itself, with cookies) — except through
+/// URLSession's exchange, which still follows redirects; the body is streamed; a body longer than
+/// `maxBytes` ends its stream with an error.
 public protocol NetworkExchange: Sendable {
     /// Sends `request`; returns when the response head arrived.
     func send(_ request: ForwardRequest, maxBytes: Int) async throws -> ForwardResponse

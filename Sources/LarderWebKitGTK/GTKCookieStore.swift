@@ -63,7 +63,7 @@ public final class GTKCookieStore: CookieStore, @unchecked Sendable {
     static func soup(_ c: WebCookie) -> OpaquePointer? {
         // Max-Age -1: a session cookie; a persistent one gets its expiry below.
         let maxAge: Int32 = c.expires == nil ? -1 : 0
-        guard let cookie = soup_cookie_new(c.name, c.value, c.hostOnly ? c.domain : "." + c.domain, c.path, maxAge)
+        guard let cookie = soup_cookie_new(c.name, c.value, c.cookieDomain, c.path, maxAge)
         else { return nil }
         if let expires = c.expires {
             let date = g_date_time_new_from_unix_utc(Int(expires.timeIntervalSince1970.rounded(.down)))
@@ -84,19 +84,19 @@ public final class GTKCookieStore: CookieStore, @unchecked Sendable {
 
     /// A libsoup cookie in plain values.
     static func cookie(_ c: OpaquePointer) -> WebCookie {
-        let domain = String(cString: soup_cookie_get_domain(c))
-        let expires = soup_cookie_get_expires(c).map { Date(timeIntervalSince1970: TimeInterval(g_date_time_to_unix($0))) }
-        let sameSite: WebCookie.SameSite =
+        let sameSite =
             switch soup_cookie_get_same_site_policy(c) {
-            case SOUP_SAME_SITE_POLICY_STRICT: .strict
-            case SOUP_SAME_SITE_POLICY_NONE: .none
-            default: .lax
+            case SOUP_SAME_SITE_POLICY_STRICT: "Strict"
+            case SOUP_SAME_SITE_POLICY_NONE: "None"
+            default: "Lax"
             }
         return WebCookie(
             name: String(cString: soup_cookie_get_name(c)), value: String(cString: soup_cookie_get_value(c)),
-            domain: domain.hasPrefix(".") ? String(domain.dropFirst()) : domain, hostOnly: !domain.hasPrefix("."),
-            path: String(cString: soup_cookie_get_path(c)), expires: expires, secure: soup_cookie_get_secure(c) != 0,
-            httpOnly: soup_cookie_get_http_only(c) != 0, sameSite: sameSite)
+            cookieDomain: String(cString: soup_cookie_get_domain(c)), path: String(cString: soup_cookie_get_path(c)),
+            expires: soup_cookie_get_expires(c).map {
+                Date(timeIntervalSince1970: TimeInterval(g_date_time_to_unix($0)))
+            },
+            secure: soup_cookie_get_secure(c) != 0, httpOnly: soup_cookie_get_http_only(c) != 0, sameSite: sameSite)
     }
 
     struct Unchecked: @unchecked Sendable {

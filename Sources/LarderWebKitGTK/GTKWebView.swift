@@ -78,7 +78,8 @@ public final class GTKWebView: @unchecked Sendable {
                 webkit_network_session_new("\($0)/data", "\($0)/cache")
             } ?? webkit_network_session_new_ephemeral()
         self.session = session
-        let bridge = configuration.bridgeCookies ? session.map { CookieBridge(store: GTKCookieStore(session: $0)) } : nil
+        let bridge =
+            configuration.bridgeCookies ? session.map { CookieBridge(store: GTKCookieStore(session: $0)) } : nil
         cookies = bridge
         handler = GTKSchemeHandler(
             driver: SchemeTaskDriver(

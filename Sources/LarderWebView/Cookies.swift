@@ -48,6 +48,53 @@ public struct WebCookie: Sendable, Equatable, CustomStringConvertible {
         self.sameSite = sameSite
     }
 
+    /// A cookie as engines' stores give it (`HTTPCookie`, libsoup): `cookieDomain` with a leading
+    /// dot for a domain cookie, without for a host-only one; `sameSite` as text (`Lax`, `strict`…).
+    public init(
+        name: String, value: String, cookieDomain: String, path: String, expires: Date?, secure: Bool,
+        httpOnly: Bool, sameSite: String?
+    ) {
+        self.init(
+            name: name, value: value,
+            domain: cookieDomain.hasPrefix(".") ? String(cookieDomain.dropFirst()) : cookieDomain,
+            hostOnly: !cookieDomain.hasPrefix("."), path: path, expires: expires, secure: secure, httpOnly: httpOnly,
+            sameSite: sameSite.flatMap { s in SameSite.allCases.first { $0.rawValue.lowercased() == s.lowercased() } })
+    }
+
+    /// A cookie an engine's store gave (`HTTPCookie`, made `EngineCookie` by the glue).
+    public init(_ c: some EngineCookie) {
+        self.init(
+            name: c.name, value: c.value, cookieDomain: c.domain, path: c.path, expires: c.expiresDate,
+            secure: c.isSecure, httpOnly: c.isHTTPOnly, sameSite: nil)
+    }
+
+    /// Its domain as engines' stores take it: with a leading dot for a domain cookie.
+    public var cookieDomain: String { hostOnly ? domain : "." + domain }
+
+    /// As a `Set-Cookie` field for `setCookieURL` would set it (`HTTPCookie.cookies(withResponseHeaderFields:for:)`
+    /// reads it back whole): a host-only cookie without `Domain`.
+    public var setCookieFields: [String: String] {
+        var parts = ["\(name)=\(value)", "Path=\(path)"]
+        if !hostOnly { parts.append("Domain=.\(domain)") }
+        if let expires {
+            let f = DateFormatter()
+            f.locale = Locale(identifier: "en_US_POSIX")
+            f.timeZone = TimeZone(identifier: "GMT")
+            f.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+            parts.append("Expires=\(f.string(from: expires))")
+        }
+        if secure { parts.append("Secure") }
+        if httpOnly { parts.append("HttpOnly") }
+        if let sameSite { parts.append("SameSite=\(sameSite.rawValue)") }
+        return ["Set-Cookie": parts.joined(separator: "; ")]
+    }
+
+    /// The URL `setCookieFields` are read for: its domain, its path.
+    public var setCookieURL: URL {
+        URL(string: "\(secure ? "https" : "http")://\(domain)\(path.hasPrefix("/") ? path : "/")")
+            ?? URL(fileURLWithPath: "/")
+    }
+
     /// Whether it has expired at `now` (a session cookie never has).
     public func isExpired(at now: Date) -> Bool { expires.map { $0 <= now } ?? false }
 
@@ -68,6 +115,25 @@ public struct WebCookie: Sendable, Equatable, CustomStringConvertible {
         if let sameSite { parts.append("SameSite=\(sameSite.rawValue)") }
         return parts.joined(separator: "; ")
     }
+}
+
+/// The parts of an engine's cookie the bridge reads: `HTTPCookie`'s, which WebKit's glue declares
+/// it has (`extension HTTPCookie: EngineCookie {}`).
+public protocol EngineCookie {
+    /// The name.
+    var name: String { get }
+    /// The value.
+    var value: String { get }
+    /// The domain, with a leading dot for a domain cookie.
+    var domain: String { get }
+    /// The path.
+    var path: String { get }
+    /// The expiry; nil for a session cookie.
+    var expiresDate: Date? { get }
+    /// Secure only.
+    var isSecure: Bool { get }
+    /// Hidden from script.
+    var isHTTPOnly: Bool { get }
 }
 
 /// `Set-Cookie` fields read as RFC 6265 §5.2 and §5.3 say a user agent reads them.
@@ -116,7 +182,9 @@ public enum SetCookie {
     }
 
     static func attribute(_ part: String) -> (String, String) {
-        guard let eq = part.firstIndex(of: "=") else { return (part.trimmingCharacters(in: .whitespaces).lowercased(), "") }
+        guard let eq = part.firstIndex(of: "=") else {
+            return (part.trimmingCharacters(in: .whitespaces).lowercased(), "")
+        }
         return (
             part[..<eq].trimmingCharacters(in: .whitespaces).lowercased(),
             part[part.index(after: eq)...].trimmingCharacters(in: .whitespaces)
@@ -250,7 +318,8 @@ public final class CookieBridge: Sendable {
     public func scriptCookies(for url: String) async -> String {
         guard let u = URL(string: url) else { return "" }
         let now = clock()
-        return Self.header(await store.cookies(for: u).filter { !$0.httpOnly && !$0.isExpired(at: now) && $0.matches(u) })
+        return Self.header(
+            await store.cookies(for: u).filter { !$0.httpOnly && !$0.isExpired(at: now) && $0.matches(u) })
     }
 
     /// `document.cookie = text` on a page whose origin is `url`: saved as a `Set-Cookie` from

@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderResolve
 
 /// Why a web view's content process ended (WebKit: `webViewWebContentProcessDidTerminate` on
 /// Apple platforms, which gives no reason; WebKitGTK's `web-process-terminated` signal).
@@ -57,6 +58,13 @@ public enum RecoveryAction: Sendable, Equatable, CustomStringConvertible {
     /// Stop trying; `reason` says why, for a person (the app shows its own error page).
     case giveUp(reason: String)
 
+    /// The URL to load again and after how long, for `reload` (nil for `giveUp`, or a URL that is
+    /// not one).
+    public var reload: (url: URL, delay: TimeInterval)? {
+        guard case .reload(let url, let delay) = self, let u = URL(string: url) else { return nil }
+        return (u, delay)
+    }
+
     /// `reload URL in N s`, or `give up: …`.
     public var description: String {
         switch self {
@@ -107,6 +115,17 @@ public final class WebViewRecovery: Sendable {
         state.withLock { $0.lastURL = url }
     }
 
+    /// A main-frame navigation to `url` committed (an engine's `URL`).
+    public func navigationCommitted(_ url: URL?) { navigationCommitted(url: url?.absoluteString ?? "") }
+
+    /// The scripts a web view adds to every page at document start, all frames: page health
+    /// (`PageHealthScript`, whose messages go to the handler `messageHandler`) and the
+    /// `document.cookie` bridge (`CookieBridge.pageScript`).
+    public static let pageScripts = PageHealthScript.source + CookieBridge.pageScript
+
+    /// The name of the page-health script's message handler.
+    public static let messageHandler = PageHealthScript.messageHandler
+
     /// The page finished loading (its load event, for `health` too).
     public func pageLoaded() {
         health?.navigationFinished()
@@ -137,6 +156,11 @@ public final class WebViewRecovery: Sendable {
 
     /// Reloads in a row so far.
     public var streak: Int { state.withLock { $0.streak } }
+
+    /// The content process terminated for `reason` while the view showed `url` (an engine's `URL`).
+    public func processTerminated(_ reason: TerminationReason, url: URL?) -> RecoveryAction {
+        processTerminated(reason, url: url?.absoluteString)
+    }
 
     /// The content process terminated for `reason` while the view showed `url` (nil: the last
     /// committed page). Returns what to do; `health` hears of it first.

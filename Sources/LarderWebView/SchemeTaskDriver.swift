@@ -39,10 +39,33 @@ public struct SchemeRequest: Sendable {
             body: body, isNavigation: url != nil && mainDocumentURL == url)
     }
 
+    /// A request as an engine hands it over (`URLRequest`, made `EngineRequest` by the glue).
+    /// Nil when its method is not an HTTP method token.
+    public init?(_ r: some EngineRequest) {
+        self.init(
+            methodName: r.httpMethod, url: r.url, fields: r.allHTTPHeaderFields, body: r.httpBody,
+            mainDocumentURL: r.mainDocumentURL)
+    }
+
     /// The value of a header field (case-insensitive name).
     public func header(_ name: String) -> String? {
         headers.first { $0.0.lowercased() == name.lowercased() }?.1
     }
+}
+
+/// The parts of an engine's request the driver reads: `URLRequest`'s, which WebKit's glue
+/// declares it has (`extension URLRequest: EngineRequest {}`).
+public protocol EngineRequest {
+    /// The method name; nil for GET.
+    var httpMethod: String? { get }
+    /// The URL.
+    var url: URL? { get }
+    /// The header fields.
+    var allHTTPHeaderFields: [String: String]? { get }
+    /// The body, if any.
+    var httpBody: Data? { get }
+    /// The main document's URL (equal to `url` for a navigation).
+    var mainDocumentURL: URL? { get }
 }
 
 /// A response head for a scheme task.
@@ -226,8 +249,11 @@ public final class SchemeTaskDriver: Sendable {
 
     /// Stops delivering to `task` (WebKit calls it on the main thread). After it returns, no
     /// call reaches the task.
-    public func stop(_ task: any SchemeTask) {
-        delivery.sync { _ = active.withLock { $0.remove(task.taskIdentity) } }
+    public func stop(_ task: any SchemeTask) { stop(id: task.taskIdentity) }
+
+    /// Stops delivering to the task whose `taskIdentity` is `id`.
+    public func stop(id: ObjectIdentifier) {
+        delivery.sync { _ = active.withLock { $0.remove(id) } }
     }
 
     /// Tasks started and neither stopped nor ended.

@@ -35,11 +35,12 @@ extension SchemeTaskDriver {
             } else {
                 answer.headers.removeAll { $0.0.lowercased() == "set-cookie" }
             }
-            guard [301, 302, 303, 307, 308].contains(answer.status), hop < Self.maxRedirects,
+            guard [301, 302, 303, 307, 308].contains(answer.status),
                 let location = answer.headers.first(where: { $0.0.lowercased() == "location" })?.1,
                 let next = URL(string: location, relativeTo: URL(string: url))?.absoluteURL,
                 ["http", "https"].contains(next.scheme?.lowercased() ?? "")
             else { return .success((answer, url, hop)) }
+            guard hop < Self.maxRedirects else { break }
             // The redirect's own body is read and dropped, so its connection can be reused.
             var drained = 0
             while drained < 1 << 20, let chunk = try? await answer.body.next() { drained += chunk.count }

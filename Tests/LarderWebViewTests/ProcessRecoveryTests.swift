@@ -80,3 +80,13 @@ struct ProcessRecoveryTests {
         #expect(r.processTerminated(.killed, url: "") == .reload(url: "larder://app/b.html", delay: 0.5))
     }
 }
+
+@Suite("WebKit path: a recovery action as the glue reads it")
+struct RecoveryActionTests {
+    @Test("reload gives the URL and delay; giving up gives nothing")
+    func reload() {
+        #expect(RecoveryAction.reload(url: "larder://app/", delay: 0.5).reload?.url == URL(string: "larder://app/"))
+        #expect(RecoveryAction.reload(url: "larder://app/", delay: 0.5).reload?.delay == 0.5)
+        #expect(RecoveryAction.giveUp(reason: "x").reload == nil)
+    }
+}

@@ -11,7 +11,8 @@
 #                 python3, nginx-light (the sync integration test), time, chromium
 #                 (the browser end-to-end test), strace (resolving makes no system call), curl,
 #                 varnish (the CDN edge of scripts/integration/edge.py), shellcheck and pyflakes3
-#                 (the scripts' own gates, scripts/tools/lint.sh);
+#                 (the scripts' own gates, scripts/tools/lint.sh), libwebkitgtk-6.0-dev, xvfb and
+#                 xauth (WebKitGTK under Xvfb: scripts/webview and scripts/integration/webkit.py);
 #                 and python3-jsonschema python3-cryptography (scripts/tools/check-manifests.py: the
 #                 schemas and the example signature), unless a python3 already imports both
 # A working python3 command (a pyenv, say) stands for python3, and any nginx for nginx-light.
@@ -30,7 +31,7 @@ case "$purpose" in
   demo) packages+=(python3) ;;
   test)
     packages+=(libarchive-tools zip unzip gzip zstd python3 nginx-light time chromium strace curl varnish
-      shellcheck pyflakes3)
+      shellcheck pyflakes3 libwebkitgtk-6.0-dev xvfb xauth)
     ;;
 esac
 
