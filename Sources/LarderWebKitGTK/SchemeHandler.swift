@@ -92,6 +92,8 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
     weak var driver: SchemeTaskDriver?
     private let writer = DispatchQueue(label: "larder.webkitgtk.body")
     private var fd: FileDescriptor?
+    /// Body bytes WebKit took (on `writer`).
+    private var written = 0
     private var headSent = false
 
     init(_ request: OpaquePointer, _ schemeRequest: SchemeRequest, driver: SchemeTaskDriver) {
@@ -133,10 +135,15 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
     func didReceive(_ data: Data) {
         writer.async { [self] in
             guard let fd else { return }
-            do { try SystemCalls.writeAll(fd, contentsOf: data, path: Self.pipePath) } catch {
+            do {
+                try SystemCalls.writeAll(fd, contentsOf: data, path: Self.pipePath)
+                written += data.count
+            } catch {
                 // WebKit closed its end (EPIPE): the load was cancelled.
                 closeBody()
                 driver?.stop(self)
+                let r = schemeRequest
+                driver?.log?("\(r.method) \(r.url) cancelled by WebKit after \(written)B of the body")
             }
         }
     }

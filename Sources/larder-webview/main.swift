@@ -16,8 +16,9 @@ struct WebView: ParsableCommand {
             fails with --offline. Prints one line per request (method, URL, status, outcome, \
             bytes, time), per load event, per page-health verdict and per web-process event \
             (a terminated web process is reloaded with back-off). After each page's load event \
-            and --settle seconds, --dump-dom prints the DOM between "dom begin" and "dom end" \
-            lines and --screenshot saves what the view shows. Exits --stay seconds after the \
+            and --settle seconds, --dump-cookies prints the cookies the store holds for a URL, \
+            --dump-dom prints the DOM between "dom begin" and "dom end" lines and --screenshot \
+            saves what the view shows. Exits --stay seconds after the \
             first page settles; exit 1 when no page loads within --timeout seconds.
             """)
 
@@ -40,6 +41,10 @@ struct WebView: ParsableCommand {
     @Option(help: ArgumentHelp("Keep cookies and cache in DIR (default: in memory only).", valueName: "DIR"))
     var dataDir: String?
     @Flag(help: "Print the DOM after each page settles.") var dumpDom = false
+    @Option(
+        help: ArgumentHelp(
+            "After each page settles, print the cookies the store holds for URL (repeatable).", valueName: "URL"))
+    var dumpCookies: [String] = []
     @Option(help: ArgumentHelp("Save a PNG of the view after each page settles.", valueName: "FILE.png"))
     var screenshot: String?
     @Option(help: ArgumentHelp("Seconds after a page's load event before it counts as settled.", valueName: "S"))
@@ -115,6 +120,13 @@ struct WebView: ParsableCommand {
     }
 }
 
+/// A closure made and run on the main loop, carried across a task in between.
+struct MainLoopOnly: @unchecked Sendable {
+    // @unchecked: created and called on the main loop only.
+    let body: () -> Void
+    init(_ body: @escaping () -> Void) { self.body = body }
+}
+
 /// The view, for a verdict's outcome to reload it (set once on the main loop, read there).
 final class Shown: @unchecked Sendable {
     // @unchecked: `view` is set before the loop runs and read on the loop only.
@@ -165,10 +177,22 @@ final class Session: @unchecked Sendable {
                 then()
             }
         }
-        guard options.dumpDom else { return shot() }
-        view.evaluate("document.documentElement.outerHTML") { html in
-            say("dom begin \(url)\n\(html ?? "(no DOM)")\ndom end")
-            shot()
+        let dom = { [self] in
+            guard options.dumpDom else { return shot() }
+            view.evaluate("document.documentElement.outerHTML") { html in
+                say("dom begin \(url)\n\(html ?? "(no DOM)")\ndom end")
+                shot()
+            }
+        }
+        guard let store = view.cookies?.store, !options.dumpCookies.isEmpty else { return dom() }
+        let (urls, next) = (options.dumpCookies, MainLoopOnly(dom))
+        Task {
+            for u in urls {
+                for cookie in await store.cookies(for: URL(string: u) ?? URL(fileURLWithPath: "/")) {
+                    say("cookie \(u): \(cookie)")
+                }
+            }
+            GLibMain.async { next.body() }
         }
     }
 

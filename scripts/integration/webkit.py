@@ -5,13 +5,16 @@ from a file:// repository and an origin on 127.0.0.1 (a Python HTTP server start
 
   1. sample app: v1 loads from larder://sample-app/ with its script, styles, image, font and
      fetched JSON, every request served from sample-app@1.0.0; the DOM the app's script builds says
-     "Catalogue v1.0.0 — 5 items"; screenshot artifacts/webkit-v1.png.
+     "Catalogue v1.0.0 — 5 items"; screenshot artifacts/webkit-v1.png. A probe page asks for a
+     Range (206 and the 10 bytes), HEAD (the length, no body), If-None-Match (304), a file the
+     package lacks (404), and aborts a 24 MiB fetch after its first chunk (WebKit closes the
+     stream and the task stops).
   2. cookies and POST: a page of the package (routed to the origin, /api/ bypassed) logs in
      through a 302 that sets an HttpOnly cookie, gets a script-visible one from the page it
      lands on, sets one from script, then asks the origin what it received, and posts a 100 KB
      body: the page sees only the script-visible cookies in document.cookie, the origin receives
-     all three on the later request, the body arrives intact (length and SHA-256), the session
-     cookie stays a session cookie.
+     all three on the later request, the body arrives intact (length and SHA-256), and in
+     WebKit's store the session cookie stays a session cookie.
   3. a dead web process (SIGKILL to WebKitWebProcess) while a pending v2 is shown: the page comes
      back (reloaded), page health confirms v2 — no rollback.
   4. a release whose script throws (v3): failed through the larderHealth message handler, rolled
@@ -29,6 +32,7 @@ import hashlib
 import http.server
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -69,6 +73,39 @@ COOKIE_PAGE = """<!doctype html>
 })();
 </script></body></html>
 """
+
+PROBE_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>probe</title></head>
+<body><pre id="out">running</pre>
+<script>
+(async function () {
+  var out = {};
+  try {
+    var r = await fetch('big.bin', { headers: { Range: 'bytes=1000-1009' } });
+    var b = new Uint8Array(await r.arrayBuffer());
+    out.range = { status: r.status, length: b.length, first: b[0], contentRange: r.headers.get('Content-Range') };
+    var h = await fetch('big.bin', { method: 'HEAD' });
+    out.head = { status: h.status, length: h.headers.get('Content-Length'), body: (await h.arrayBuffer()).byteLength };
+    var e = await fetch('data/catalog.json', { cache: 'no-store' });
+    var etag = e.headers.get('ETag');
+    var n = await fetch('data/catalog.json', { headers: { 'If-None-Match': etag } });
+    out.etag = { etag: etag, status: n.status };
+    var m = await fetch('no/such/file.txt');
+    out.missing = { status: m.status };
+    var ac = new AbortController();
+    var s = await fetch('big.bin', { signal: ac.signal, cache: 'no-store' });
+    var reader = s.body.getReader();
+    var first = await reader.read();
+    ac.abort();
+    out.cancel = { firstChunk: first.value ? first.value.length : 0 };
+  } catch (err) { out.error = String(err); }
+  document.getElementById('out').textContent = JSON.stringify(out);
+})();
+</script></body></html>
+"""
+BIG_BYTES = 24 << 20
+# Incompressible (a zip of repeating bytes trips the zip-bomb ratio limit), the same every run.
+BIG = random.Random(28).randbytes(BIG_BYTES)
 
 THROWING_SCRIPT = "throw new Error('release 3.0.0 is broken');\n"
 HOG_SCRIPT = """// A release whose page uses more and more memory before it is ready.
@@ -170,6 +207,15 @@ class Run:
         return pids
 
 
+def page_result(run):
+    """The JSON a test page leaves in its <pre id="out">, from the last DOM printed ({} if none)."""
+    m = re.search(r"<pre id=\"out\">(.*?)</pre>", run.last_dom(), re.S)
+    try:
+        return json.loads(m.group(1).replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")) if m else {}
+    except ValueError:
+        return {}
+
+
 def main():
     larder = ls.larder_binary()
     env = ls.loopback_env()
@@ -206,6 +252,10 @@ def main():
                 f.write(text)
             with open(os.path.join(app, "cookies.html"), "w") as f:
                 f.write(COOKIE_PAGE)
+            with open(os.path.join(app, "probe.html"), "w") as f:
+                f.write(PROBE_PAGE)
+            with open(os.path.join(app, "big.bin"), "wb") as f:
+                f.write(BIG)
             if change:
                 change(app)
             ls.run([larder, "pack", app, "--repo", "repo", "--id", "sample-app", "--version", version,
@@ -238,16 +288,33 @@ def main():
         check("a screenshot of the page: artifacts/webkit-v1.png",
               os.path.getsize(os.path.join(ARTIFACTS, "webkit-v1.png")) > 10000)
 
+        # 1b. What a scheme handler must do besides GET: Range, HEAD, ETag/304, a missing file, cancellation.
+        run = webview("probe", "larder://sample-app/probe.html")
+        code = run.finish()
+        out = page_result(run)
+        log = run.text()
+        detail = "exit %s; page: %s\n%s" % (code, out, log[-1500:])
+        rng = out.get("range", {})
+        check("Range: 206 with the 10 bytes asked for and Content-Range",
+              rng.get("status") == 206 and rng.get("length") == 10 and rng.get("first") == BIG[1000]
+              and rng.get("contentRange") == "bytes 1000-1009/%d" % BIG_BYTES, detail)
+        head = out.get("head", {})
+        check("HEAD: 200 with the file's Content-Length and no body",
+              head.get("status") == 200 and head.get("length") == str(BIG_BYTES) and head.get("body") == 0, detail)
+        check("If-None-Match with the file's ETag: 304",
+              out.get("etag", {}).get("status") == 304 and bool(out.get("etag", {}).get("etag")), detail)
+        check("a file the package does not have: 404", out.get("missing", {}).get("status") == 404, detail)
+        check("a fetch aborted after its first chunk stops the task: WebKit closes the stream, the rest is not sent",
+              out.get("cancel", {}).get("firstChunk", 0) > 0
+              and re.search(r"^GET larder://sample-app/big\.bin cancelled by WebKit after \d+B", log, re.M) is not None,
+              detail)
+
         # 2. Cookies and POST.
         Origin.log.clear()
-        run = webview("cookies", "larder://sample-app/cookies.html", "--page-health")
+        run = webview("cookies", "larder://sample-app/cookies.html", "--page-health",
+                      "--dump-cookies", "http://127.0.0.1:%d/api/" % port)
         code = run.finish()
-        m = re.search(r"<pre id=\"out\">(.*?)</pre>", run.last_dom(), re.S)
-        out = {}
-        try:
-            out = json.loads(m.group(1).replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")) if m else {}
-        except ValueError:
-            pass
+        out = page_result(run)
         detail = "exit %s; page: %s\norigin: %s\n%s" % (code, out, Origin.log, run.text()[-1500:])
         login = out.get("login", {})
         check("a forwarded 302 is followed as a browser would: the page gets the page it lands on (200)",
@@ -260,6 +327,13 @@ def main():
         who = out.get("whoami", {}).get("cookie", "")
         check("a later forwarded request carries all three: the HttpOnly, the script-visible and the script's",
               all(c in who for c in ("sid=s3cret", "theme=dark", "page=script")), detail)
+        cookies = re.findall(r"^cookie \S+: (.*)$", run.text(), re.M)
+        sid = [c for c in cookies if c.startswith("sid=")]
+        theme = [c for c in cookies if c.startswith("theme=")]
+        check("in WebKit's store: the session cookie stays a session cookie (no expiry), HttpOnly kept; the "
+              "Max-Age one has an expiry",
+              len(sid) == 1 and "Expires=" not in sid[0] and "HttpOnly" in sid[0]
+              and len(theme) == 1 and "Expires=" in theme[0], "cookies: %s" % cookies)
         want_body = ("x" * 100000 + "\u00e9\u2713").encode()
         echo = out.get("echo", {})
         check("a forwarded POST's 100 KB body reaches the origin intact (length, SHA-256, Content-Type)",
