@@ -112,11 +112,16 @@ package struct DeltaError: Error, Sendable, Equatable, CustomStringConvertible {
 }
 
 /// How the publisher finds, for a content the base version lacks, a content of the base version
-/// to patch from: a bundler renames chunks on every build (`app.3f2a9c.js` → `app.9c1e07.js`),
-/// so the same path is not enough.
+/// to patch from. By content first: the base contents holding the largest share of the target's
+/// bytes (`ContentSketch`, `SimilarityIndex`), whatever they are named — bundlers rename chunks
+/// on every build, and each in its own way. Names are hints only: the same path is always
+/// tried, and the masked name and the same type and size only for a content too small to have a
+/// sketch, or when nothing holds any of it.
 package enum BaseSelection {
     /// Which rule proposed a base.
     package enum Rule: String, Codable, Sendable, CaseIterable {
+        /// A base holding much of the target's content (its sketch).
+        case content = "content"
         /// The same path, with other content.
         case samePath = "same-path"
         /// The same path once hash-like parts of the file name are masked.
@@ -125,17 +130,46 @@ package enum BaseSelection {
         case sizeAndType = "size-and-type"
     }
 
-    /// Up to `limit` distinct base contents for `target`, each with the rule that proposed it, in
-    /// the order to try them: same path, masked path (nearest size first), then size and type.
-    package static func candidates(for target: FileEntry, in base: FileList, limit: Int = 3) -> [(FileEntry, Rule)] {
+    /// A target with fewer features than this is judged by its name too (a few hundred bytes).
+    package static let smallSketch = 8
+    /// A base must hold at least this share of the target's features to be proposed by content.
+    package static let minimumContainment = 0.1
+
+    /// The distinct contents of `base` (one entry each) and their index, from each content's
+    /// sketch (`sketch(entry)`; nil: not sketched, e.g. too large to patch).
+    package static func index<E: Error>(
+        _ base: FileList, sketch: (FileEntry) throws(E) -> ContentSketch?
+    ) throws(E) -> (contents: [FileEntry], index: SimilarityIndex) {
+        var seen: Set<SHA256Digest> = []
+        var contents: [FileEntry] = []
+        var index = SimilarityIndex()
+        for f in base.files where f.size > 0 && seen.insert(f.sha256).inserted {
+            guard let s = try sketch(f) else { continue }
+            index.add(contents.count, s)
+            contents.append(f)
+        }
+        return (contents, index)
+    }
+
+    /// Up to `limit` distinct base contents for `target`, each with the rule that proposed it: the
+    /// same path, then the bases holding the most of `sketch` (from `index` over `contents`), then
+    /// — for a small target, or when nothing holds any of it — the masked name (nearest size
+    /// first) and the same type and size.
+    package static func candidates(
+        for target: FileEntry, sketch: ContentSketch? = nil, in base: FileList, contents: [FileEntry] = [],
+        index: SimilarityIndex = SimilarityIndex(), limit: Int = 3
+    ) -> [(FileEntry, Rule)] {
         var out: [(FileEntry, Rule)] = []
         var seen: Set<SHA256Digest> = [target.sha256]
         func add(_ f: FileEntry, _ r: Rule) {
             guard out.count < limit, f.size > 0, seen.insert(f.sha256).inserted else { return }
             out.append((f, r))
         }
-        let byPath = base.files.first { $0.path == target.path }
-        if let f = byPath { add(f, .samePath) }
+        if let f = base.files.first(where: { $0.path == target.path }) { add(f, .samePath) }
+        let near = sketch.map { index.nearest($0, limit: limit, minimum: minimumContainment) } ?? []
+        for (id, _) in near where id < contents.count { add(contents[id], .content) }
+        let small = (sketch?.features.count ?? 0) < smallSketch
+        guard small || near.isEmpty else { return out }
         let key = masked(target.path.string)
         let distance = { (f: FileEntry) in abs(log(Double(max(f.size, 1)) / Double(max(target.size, 1)))) }
         if key != target.path.string {

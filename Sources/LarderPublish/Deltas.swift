@@ -30,10 +30,13 @@ public struct DeltaReport: Sendable, Codable, Equatable {
     public var seconds: Double
 }
 
-/// Makes the delta from one earlier version to the version being packed: for each content the
-/// base lacks, up to three base contents proposed by `BaseSelection` are tried with a fast
-/// patch, the smallest is made again at zstd level 19, and kept when it is smaller than the
-/// content's object. Patches go to `patches/` (content-addressed, written once), the manifest to
+/// Makes the delta from one earlier version to the version being packed: every base content is
+/// sketched (`ContentSketch`) and indexed; for each content the base lacks, up to three base
+/// contents proposed by `BaseSelection` — the same path and those holding most of its bytes —
+/// are tried with a fast patch (zstd level 3), the smallest is made again at level 19, and kept
+/// when it is smaller than the content's object. The work is bounded per release: each content
+/// of both versions is read and sketched once, at most three trial patches and one final patch
+/// are made per new content, and no file over `BinaryPatch.maxFileSize` is patched. Patches go to `patches/` (content-addressed, written once), the manifest to
 /// the new version's staging directory.
 struct DeltaBuilder {
     let layout: RepositoryLayout
@@ -61,10 +64,14 @@ struct DeltaBuilder {
         var objectBytes: Int64 = 0
         var withoutPatches: Int64 = 0
         var baseCache: [SHA256Digest: Data] = [:]
+        // Every base content that could be patched from, sketched once (read from its object).
+        let (contents, index) = try BaseSelection.index(base) { (f: FileEntry) throws(PublishError) -> ContentSketch? in
+            guard f.size <= BinaryPatch.maxFileSize else { return nil }
+            return ContentSketch(try readBase(f, fail))
+        }
         for f in target.files where !held.contains(f.sha256) && seen.insert(f.sha256).inserted {
             withoutPatches += f.objectCost
-            let candidates = f.size <= BinaryPatch.maxFileSize ? BaseSelection.candidates(for: f, in: base) : []
-            guard !candidates.isEmpty, let source = sources[f.sha256] else {
+            guard f.size <= BinaryPatch.maxFileSize, let source = sources[f.sha256] else {
                 objects.append(f.sha256)
                 objectBytes += f.objectCost
                 continue
@@ -74,6 +81,13 @@ struct DeltaBuilder {
                 throw fail("\(source): \(error)")
             }
             guard SHA256Digest.of(content) == f.sha256 else { throw .changedWhilePacking(path: f.path.string) }
+            let candidates = BaseSelection.candidates(
+                for: f, sketch: ContentSketch(content), in: base, contents: contents, index: index)
+            guard !candidates.isEmpty else {
+                objects.append(f.sha256)
+                objectBytes += f.objectCost
+                continue
+            }
             // Rank the candidates with a fast patch; make the winner's at level 19.
             var best: (entry: FileEntry, rule: BaseSelection.Rule, size: Int)?
             for (candidate, rule) in candidates {
@@ -130,11 +144,20 @@ struct DeltaBuilder {
         return (DeltaRef(from: base.version, manifest: ref), report)
     }
 
-    /// A content of the base version, read from its object (and checked).
+    /// A content of the base version, read from its object (and checked), through `cache`.
     func baseContent(
         _ f: FileEntry, _ cache: inout [SHA256Digest: Data], _ fail: (String) -> PublishError
     ) throws(PublishError) -> Data {
         if let d = cache[f.sha256] { return d }
+        let data = try readBase(f, fail)
+        // A few bases are tried for many targets; keep the cache small.
+        if cache.count > 64 { cache.removeAll() }
+        cache[f.sha256] = data
+        return data
+    }
+
+    /// A content of the base version, read from its object and checked.
+    func readBase(_ f: FileEntry, _ fail: (String) -> PublishError) throws(PublishError) -> Data {
         let path = layout.resolve(RepositoryLayout.objectPath(f.sha256))
         let data: Data
         do { data = try pipeline.decodeObject(file: path, limit: f.size) } catch {
@@ -143,9 +166,6 @@ struct DeltaBuilder {
         guard data.count == f.size, SHA256Digest.of(data) == f.sha256 else {
             throw fail("the object of \(f.path) does not hold its content")
         }
-        // A few bases are tried for many targets; keep the cache small.
-        if cache.count > 64 { cache.removeAll() }
-        cache[f.sha256] = data
         return data
     }
 

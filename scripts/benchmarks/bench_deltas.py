@@ -39,8 +39,9 @@ BEGIN = "<!-- bench-deltas:begin -->"
 END = "<!-- bench-deltas:end -->"
 
 PAIRS = [
-    {"name": "jupyterlab", "dist": "jupyterlab", "old": "4.6.5", "new": "4.6.6", "tree": "share/jupyter/lab"},
-    {"name": "notebook", "dist": "notebook", "old": "7.6.4", "new": "7.6.5", "tree": None},
+    {"name": "jupyterlab", "dist": "jupyterlab", "old": "4.6.5", "new": "4.6.6", "tree": "share/jupyter/lab",
+     "tool": "webpack"},
+    {"name": "notebook", "dist": "notebook", "old": "7.6.4", "new": "7.6.5", "tree": None, "tool": "webpack"},
 ]
 
 
@@ -117,7 +118,7 @@ def measure(pair, wheels, larder, nginx_bin, work):
     key = os.path.join(work, "keys", "pub")
     if not os.path.exists(key + ".key"):
         run([larder, "keygen", "--out", key])
-    result = {"name": name, "old": pair["old"], "new": pair["new"], "files": nnew}
+    result = {"name": name, "old": pair["old"], "new": pair["new"], "files": nnew, "tool": pair.get("tool", "?")}
     repos = {}
     for mode, deltas in (("delta", "3"), ("objects", "0")):
         repo = os.path.join(work, name, "repo-" + mode)
@@ -155,6 +156,8 @@ def measure(pair, wheels, larder, nginx_bin, work):
             result["wire_" + mode] = wire(log)
             result["requests_" + mode] = len(log)
             result["method_" + mode] = report.get("method")
+            result["metadata_" + mode] = sum(x["body_bytes_sent"] for x in log
+                                             if "/patches/" not in x["uri"] and "/objects/" not in x["uri"])
             if mode == "delta":
                 result["sync_s"] = secs
                 result["rss_mib"] = peak(p.stderr)
@@ -188,13 +191,14 @@ def table(results, machine):
     lines = [""]
     lines.append("Run on %s, %s. Command: `scripts/bench --deltas`." % (machine, time.strftime("%Y-%m-%d")))
     lines.append("")
-    lines.append("| release pair | full bundle | update by delta (wire, whole) | ÷ bundle | ÷ tar-patch floor | by objects + gzipped list (wire) | content-addressed ideal (objects) | tar-patch floor | target |")
-    lines.append("|---|---|---|---|---|---|---|---|---|")
+    lines.append("| release pair (build tool) | full bundle | update by delta (wire, whole) | ÷ bundle | ÷ tar-patch floor | of which metadata (signature, index, delta manifest) | by objects + gzipped list (wire) | content-addressed ideal (objects) | tar-patch floor | target |")
+    lines.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         ratio = r["wire_delta"] / r["bundle"]
-        lines.append("| %s %s → %s (%d files, %d contents new) | %s | %s in %d requests (%s) | **%.2f %%** | **%.1f×** | %s in %d requests (%.1f %%) | %s | %s (%.2f %%) | ≤ 1 %%; ≤ 3× floor |" % (
-            r["name"], r["old"], r["new"], r["files"], r["missing"], kib(r["bundle"]), kib(r["wire_delta"]),
-            r["requests_delta"], r["method_delta"], 100 * ratio, r["wire_delta"] / r["floor"], kib(r["wire_objects"]),
+        lines.append("| %s %s → %s (%s; %d files, %d contents new) | %s | %s in %d requests (%s) | **%.2f %%** | **%.1f×** | %s | %s in %d requests (%.1f %%) | %s | %s (%.2f %%) | ≤ 1 %%; ≤ 3× floor |" % (
+            r["name"], r["old"], r["new"], r["tool"], r["files"], r["missing"], kib(r["bundle"]), kib(r["wire_delta"]),
+            r["requests_delta"], r["method_delta"], 100 * ratio, r["wire_delta"] / r["floor"],
+            kib(r["metadata_delta"]), kib(r["wire_objects"]),
             r["requests_objects"], 100.0 * r["wire_objects"] / r["bundle"], kib(r["ideal"]), kib(r["floor"]),
             100.0 * r["floor"] / r["bundle"]))
     lines.append("")
