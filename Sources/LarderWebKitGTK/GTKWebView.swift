@@ -28,6 +28,8 @@ public final class GTKWebView: @unchecked Sendable {
         public var bridgeCookies: Bool
         /// Where the network session keeps cookies and its cache; nil: in memory only (ephemeral).
         public var dataDirectory: String?
+        /// Follow forwarded redirects in the driver (WebKitGTK does not follow a scheme handler's 3xx).
+        public var followRedirects = true
         /// Hears one line per request, load and process event.
         public var log: @Sendable (String) -> Void
 
@@ -84,7 +86,8 @@ public final class GTKWebView: @unchecked Sendable {
         handler = GTKSchemeHandler(
             driver: SchemeTaskDriver(
                 loader: configuration.loader, pins: pins, forwarder: configuration.forwarder,
-                delivery: DeliveryQueue(label: "larder.webkitgtk.tasks"), cookies: bridge, log: configuration.log))
+                delivery: DeliveryQueue(label: "larder.webkitgtk.tasks"), cookies: bridge,
+                followsRedirects: configuration.followRedirects, log: configuration.log))
         health = configuration.tracker.map {
             WebViewHealth(
                 tracker: $0, loader: configuration.loader, pins: pins, terminationLimit: configuration.terminationLimit)

@@ -192,6 +192,9 @@ public final class SchemeTaskDriver: Sendable {
     public let forwarder: Forwarder
     /// Where task calls run.
     public let delivery: DeliveryQueue
+    /// Whether a forwarded 3xx is followed here (the default: WebKit does not follow a scheme
+    /// handler's redirect) or handed to the engine as it came.
+    public let followsRedirects: Bool
     /// Cookies across the proxy (nil: forwarded requests carry only what the engine put in them,
     /// and answers' `Set-Cookie` fields are dropped).
     public let cookies: CookieBridge?
@@ -205,9 +208,10 @@ public final class SchemeTaskDriver: Sendable {
     public init(
         loader: ResourceLoader, pins: SessionPins? = nil,
         forwarder: Forwarder = Forwarder(network: .offline, exchange: nil), delivery: DeliveryQueue = .main,
-        cookies: CookieBridge? = nil, log: (@Sendable (String) -> Void)? = nil
+        cookies: CookieBridge? = nil, followsRedirects: Bool = true, log: (@Sendable (String) -> Void)? = nil
     ) {
         self.cookies = cookies
+        self.followsRedirects = followsRedirects
         self.loader = loader
         self.pins = pins
         self.forwarder = forwarder

@@ -35,7 +35,7 @@ extension SchemeTaskDriver {
             } else {
                 answer.headers.removeAll { $0.0.lowercased() == "set-cookie" }
             }
-            guard [301, 302, 303, 307, 308].contains(answer.status),
+            guard followsRedirects, [301, 302, 303, 307, 308].contains(answer.status),
                 let location = answer.headers.first(where: { $0.0.lowercased() == "location" })?.1,
                 let next = URL(string: location, relativeTo: URL(string: url))?.absoluteURL,
                 ["http", "https"].contains(next.scheme?.lowercased() ?? "")

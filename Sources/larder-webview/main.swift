@@ -38,6 +38,8 @@ struct WebView: ParsableCommand {
     @Option(name: .customLong("scheme"), help: ArgumentHelp("Another custom scheme (repeatable).", valueName: "SCHEME"))
     var schemes: [String] = []
     @Flag(help: "Do not bridge cookies across the proxy.") var noCookieBridge = false
+    @Flag(help: "Hand forwarded redirects to WebKit as they come instead of following them.")
+    var relayRedirects = false
     @Option(help: ArgumentHelp("Keep cookies and cache in DIR (default: in memory only).", valueName: "DIR"))
     var dataDir: String?
     @Flag(help: "Print the DOM after each page settles.") var dumpDom = false
@@ -90,17 +92,16 @@ struct WebView: ParsableCommand {
                 recorder: recorder)
         }
         guard GLibMain.initializeGTK() else { throw failure("GTK cannot open a display (run it under xvfb-run)") }
+        var configuration = GTKWebView.Configuration(
+            loader: loader,
+            forwarder: Forwarder(
+                network: offline ? .offline : .forward(scheme: upstreamScheme),
+                exchange: HTTPStack.platform.makeExchange()),
+            schemes: ["larder"] + schemes, tracker: tracker, terminationLimit: maxTerminations,
+            memoryLimitMB: memoryLimit, bridgeCookies: !noCookieBridge, dataDirectory: dataDir, log: log)
+        configuration.followRedirects = !relayRedirects
         let view: GTKWebView
-        do {
-            view = try GTKWebView(
-                GTKWebView.Configuration(
-                    loader: loader,
-                    forwarder: Forwarder(
-                        network: offline ? .offline : .forward(scheme: upstreamScheme),
-                        exchange: HTTPStack.platform.makeExchange()),
-                    schemes: ["larder"] + schemes, tracker: tracker, terminationLimit: maxTerminations,
-                    memoryLimitMB: memoryLimit, bridgeCookies: !noCookieBridge, dataDirectory: dataDir, log: log))
-        } catch {
+        do { view = try GTKWebView(configuration) } catch {
             throw failure("the sandbox cannot be read: \(error)")
         }
         view.presentInWindow(width: 1024, height: 768)

@@ -1,8 +1,11 @@
 """`scripts/bench --deltas`: what an update moves between real consecutive releases.
 
 For each pair of releases of a real web app (the web assets inside PyPI wheels, downloaded once
-into .bench-cache/): jupyterlab 4.6.5 → 4.6.6 (its share/jupyter/lab tree) and notebook
-7.6.4 → 7.6.5 (every file of the wheel that is not Python code or wheel metadata).
+into .bench-cache/), built by different tools: jupyterlab 4.6.5 → 4.6.6 and notebook 7.6.4 →
+7.6.5 (webpack), marimo, airflow, streamlit, gradio, prefect and phoenix (Vite), mlflow and
+label-studio (webpack), dagster-webserver (Next.js static export) and optuna-dashboard (webpack,
+one 13.6 MB bundle): the PAIRS list below names the versions and the tree inside each wheel.
+BENCH_DELTAS_ONLY=name,name… measures only those.
 
   1. `larder pack` publishes the old release, then the new one twice, into two repositories:
      with deltas (the default, --deltas 3) and without (--deltas 0); each pack of the new release
@@ -42,6 +45,25 @@ PAIRS = [
     {"name": "jupyterlab", "dist": "jupyterlab", "old": "4.6.5", "new": "4.6.6", "tree": "share/jupyter/lab",
      "tool": "webpack"},
     {"name": "notebook", "dist": "notebook", "old": "7.6.4", "new": "7.6.5", "tree": None, "tool": "webpack"},
+    {"name": "marimo", "dist": "marimo", "old": "0.25.0", "new": "0.25.1", "tree": "marimo/_static", "tool": "Vite"},
+    {"name": "mlflow", "dist": "mlflow", "old": "3.16.1", "new": "3.17.0", "tree": "mlflow/server/js/build",
+     "tool": "webpack"},
+    {"name": "dagster", "dist": "dagster-webserver", "old": "1.13.27", "new": "1.13.28",
+     "tree": "dagster_webserver/webapp/build", "tool": "Next.js"},
+    {"name": "airflow", "dist": "apache-airflow-core", "old": "3.3.1", "new": "3.3.2", "tree": "airflow/ui/dist",
+     "tool": "Vite"},
+    {"name": "streamlit", "dist": "streamlit", "old": "1.65.0", "new": "1.66.0", "tree": "streamlit/static",
+     "tool": "Vite"},
+    {"name": "gradio", "dist": "gradio", "old": "6.29.0", "new": "6.29.1", "tree": "gradio/templates/frontend",
+     "tool": "Vite (Rollup)"},
+    {"name": "prefect", "dist": "prefect", "old": "3.9.0", "new": "3.9.1", "tree": "prefect/server/ui-v2",
+     "tool": "Vite"},
+    {"name": "phoenix", "dist": "arize-phoenix", "old": "20.26.0", "new": "20.26.1", "tree": "phoenix/server/static",
+     "tool": "Vite"},
+    {"name": "label-studio", "dist": "label-studio", "old": "1.22.0", "new": "1.23.0", "tree": "web/dist",
+     "tool": "webpack (Nx)"},
+    {"name": "optuna-dashboard", "dist": "optuna-dashboard", "old": "0.19.0", "new": "0.20.0",
+     "tree": "optuna_dashboard/public", "tool": "webpack, one bundle"},
 ]
 
 
@@ -184,6 +206,8 @@ def measure(pair, wheels, larder, nginx_bin, work):
     patch = os.path.join(work, name, "tar.patch.zst")
     run(["zstd", "-q", "-f", "-19", "--long=31", "--patch-from=" + ot, nt, "-o", patch])
     result["floor"] = os.path.getsize(patch)
+    # Each pair's trees, repositories and sandboxes (hundreds of MB for the large apps) go now.
+    shutil.rmtree(os.path.join(work, name), ignore_errors=True)
     return result
 
 
@@ -230,7 +254,8 @@ def main(larder, wheel_for, write):
     work = tempfile.mkdtemp(prefix="larder-bench-deltas.", dir=base)
     results = []
     try:
-        for pair in PAIRS:
+        only = [n for n in os.environ.get("BENCH_DELTAS_ONLY", "").split(",") if n]
+        for pair in [p for p in PAIRS if not only or p["name"] in only]:
             wheels = [wheel_for(pair["dist"], pair["old"]), wheel_for(pair["dist"], pair["new"])]
             r = measure(pair, wheels, larder, nginx_bin, work)
             results.append(r)
