@@ -7,6 +7,7 @@ Usage: scripts/bench [--quick] [-k RUNS] [--no-write]   every row in one table (
        scripts/bench --net [--quick] [--no-write] [-k RUNS]     (see bench_net.py)
        scripts/bench --edge [--devices N] [--jobs N] [--no-write] (see bench_edge.py)
        scripts/bench --deltas [--no-write]                      (see bench_deltas.py)
+       scripts/bench --offline [-k RUNS] [--no-write]           (see bench_offline.py; root)
 (scripts/bench runs this file, scripts/benchmarks/bench.py; the modules named are beside it.)
 
 Without a mode, the script measures every row (install, resolve, serve, network, memory, deltas,
@@ -92,6 +93,9 @@ def main():
                     help="instead: the wire bytes of updates between real consecutive releases, by delta and by "
                          "objects, against the bundle and the tar-patch floor (scripts/benchmarks/bench_deltas.py); "
                          "writes its table into BENCHMARKS.md")
+    ap.add_argument("--offline", action="store_true",
+                    help="instead: how fast a forwarded request fails in a network namespace with no route or "
+                         "resolver, beside curl (root)")
     ap.add_argument("--devices", type=int, default=1000, help="with --edge: the number of devices (default 1000)")
     ap.add_argument("--jobs", type=int, default=16, help="with --edge: syncs at once (default 16)")
     ap.add_argument("--quick", action="store_true",
@@ -103,10 +107,13 @@ def main():
     a = ap.parse_args()
     if a.runs is not None and a.runs < 1:
         die("the number of runs must be at least 1")
-    if not (a.install or a.scale or a.net or a.edge or a.deltas):
+    if not (a.install or a.scale or a.net or a.edge or a.deltas or a.offline):
         import bench_table
         write = a.write or not (a.quick or a.no_write)
         sys.exit(bench_table.main(a.quick, a.runs, write))
+    if a.offline:
+        import bench_offline
+        sys.exit(bench_offline.main(ls.larder_binary("release"), a.runs or 9, not a.no_write))
     if a.deltas:
         import bench_deltas
         bench_deltas.main(ls.larder_binary("release"), bi.wheel_of, not a.no_write)

@@ -55,8 +55,9 @@ def wheel_path(spec):
         if not os.path.isfile(w):
             die("%s=%s is not a file" % (spec["env"], w))
         return w
-    pattern = os.path.join(CACHE, "%s-%s-*.whl" % (spec["dist"], spec["version"]))
-    have = sorted(glob.glob(pattern))
+    # A wheel's file name spells the distribution with underscores (dagster_webserver-…).
+    names = {spec["dist"], spec["dist"].replace("-", "_")}
+    have = sorted(w for n in names for w in glob.glob(os.path.join(CACHE, "%s-%s-*.whl" % (n, spec["version"]))))
     if have:
         return have[-1]
     os.makedirs(CACHE, exist_ok=True)
@@ -64,7 +65,7 @@ def wheel_path(spec):
     say("bench: downloading the %s wheel into .bench-cache/ (once)" % req)
     p = subprocess.run(pip_command() + ["download", "--no-deps", "--only-binary=:all:", "-d", CACHE, req],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    have = sorted(glob.glob(pattern))
+    have = sorted(w for n in names for w in glob.glob(os.path.join(CACHE, "%s-%s-*.whl" % (n, spec["version"]))))
     if p.returncode != 0 or not have:
         die("pip download %s failed:\n%s" % (req, p.stdout[-2000:]))
     return have[-1]
