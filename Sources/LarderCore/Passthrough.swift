@@ -94,3 +94,35 @@ public struct ForwardTooLarge: Error, Sendable, CustomStringConvertible {
     /// What happened.
     public var description: String { "the answer is larger than \(limit) bytes" }
 }
+
+/// `Set-Cookie` fields as an HTTP stack may hand them over.
+package enum SetCookieFields {
+    /// Several `Set-Cookie` fields that an HTTP stack joined into one with commas (Foundation's
+    /// `allHeaderFields` does), apart again: a comma starts a new cookie only where a name and `=`
+    /// follow before any `;` — the comma of an `Expires` date (`Wed, 09 Jun 2100 …`) does not.
+    package static func split(joined: String) -> [String] {
+        var out: [String] = []
+        var current = ""
+        var rest = Substring(joined)
+        while let comma = rest.firstIndex(of: ",") {
+            current += rest[..<comma]
+            let after = rest[rest.index(after: comma)...]
+            let next = after.drop { $0 == " " || $0 == "\t" }
+            let head = next.prefix { $0 != ";" && $0 != "," }
+            if let eq = head.firstIndex(of: "="), eq != head.startIndex,
+                !head[..<eq].contains(where: { $0 == " " || $0 == "\t" })
+            {
+                out.append(current.trimmingCharacters(in: .whitespaces))
+                current = ""
+                rest = next
+            } else {
+                current += ","
+                rest = after
+            }
+        }
+        current += rest
+        out.append(current.trimmingCharacters(in: .whitespaces))
+        return out.filter { !$0.isEmpty }
+    }
+
+}

@@ -238,7 +238,26 @@ package struct URLSessionExchange: NetworkExchange {
     /// An exchange whose requests time out after `timeout` seconds.
     package init(timeout: TimeInterval) { self.timeout = timeout }
 
-    /// Sends `request` with URLSession's shared session.
+    /// Forwarded requests' session: no cookie jar of its own (the caller's cookies pass through as
+    /// fields, the answer's `Set-Cookie` fields come back to it) and no redirect followed.
+    static let session: URLSession = {
+        let config = URLSessionConfiguration.ephemeral
+        config.httpCookieStorage = nil
+        config.httpShouldSetCookies = false
+        config.urlCache = nil
+        return URLSession(configuration: config, delegate: NoRedirects(), delegateQueue: nil)
+    }()
+
+    /// Hands a 3xx back as it came instead of following it.
+    final class NoRedirects: NSObject, URLSessionTaskDelegate, Sendable {
+        func urlSession(
+            _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+            newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+        ) { completionHandler(nil) }
+    }
+
+    /// Sends `request` (a redirect comes back as it is; several `Set-Cookie` fields, which
+    /// Foundation joins, come back apart).
     package func send(_ request: ForwardRequest, maxBytes: Int) async throws -> ForwardResponse {
         guard let url = URL(string: request.url) else { throw URLError(.badURL) }
         var r = URLRequest(url: url, timeoutInterval: timeout)
@@ -247,14 +266,18 @@ package struct URLSessionExchange: NetworkExchange {
             r.addValue(value, forHTTPHeaderField: name)
         }
         r.httpBody = request.body
-        let (bytes, response) = try await URLSession.shared.bytes(for: r)
+        let (bytes, response) = try await Self.session.bytes(for: r)
         guard let http = response as? HTTPURLResponse else { throw URLError(.badServerResponse) }
         var headers: [(String, String)] = []
         let decoded = http.value(forHTTPHeaderField: "Content-Encoding") != nil
         for (k, v) in http.allHeaderFields {
             guard let name = k as? String, let value = v as? String else { continue }
             if decoded, ["content-encoding", "content-length"].contains(name.lowercased()) { continue }
-            headers.append((name, value))
+            if name.lowercased() == "set-cookie" {
+                headers += SetCookieFields.split(joined: value).map { (name, $0) }
+            } else {
+                headers.append((name, value))
+            }
         }
         let reader = BytesReader(bytes.makeAsyncIterator(), limit: maxBytes)
         return ForwardResponse(

@@ -80,3 +80,22 @@ struct ContentSketchTests {
         #expect(picked.map(\.1) == [.content])
     }
 }
+
+@Suite("Core: Set-Cookie fields an HTTP stack joined, apart again")
+struct SetCookieFieldsTests {
+    @Test(
+        "a comma starts a cookie only where a name and = follow; an Expires date's comma does not",
+        arguments: [
+            ("a=1, b=2", ["a=1", "b=2"]),
+            (
+                "sid=s; Path=/; Expires=Wed, 09 Jun 2100 10:18:14 GMT; HttpOnly, theme=dark; Max-Age=60",
+                ["sid=s; Path=/; Expires=Wed, 09 Jun 2100 10:18:14 GMT; HttpOnly", "theme=dark; Max-Age=60"]
+            ),
+            ("one=1", ["one=1"]),
+            ("v=a,b; Path=/", ["v=a,b; Path=/"]),
+            ("x=1,y=2,  z=3", ["x=1", "y=2", "z=3"]),
+        ])
+    func split(_ joined: String, _ want: [String]) {
+        #expect(SetCookieFields.split(joined: joined) == want)
+    }
+}
