@@ -74,6 +74,8 @@ step "publishing through a CDN edge (Varnish before nginx): releases published w
 step "resolve makes no system call (strace over a pass of 1,000 resolves, with a control)" env BENCH_BIN="$bin/larder-bench-resolve" scripts/benchmarks/bench-resolve.sh --check-syscalls-only
 step "browser: headless Chromium loads the sample app through larder serve (v1, v2, fallback)" scripts/integration/browser.sh
 step "offline passthrough: in a network namespace with no route and no resolver, a forwarded request fails with 502 naming the cause, as fast as curl fails there" scripts/integration/offline-passthrough.sh
+step "cookies through larder serve in Chromium: a forwarded 302 with two Set-Cookie fields relayed, stored and followed by the browser; HttpOnly kept from script" \
+  scripts/integration/browser-cookies.sh
 step "WebKitGTK under Xvfb (scripts/webview): the sample app from larder://, cookies through a 302 (HttpOnly kept from script), a forwarded POST body, a killed web process reloaded with no rollback, a throwing and a memory-hungry release rolled back" \
   scripts/integration/webkit.py
 step "page health in Chromium: a page that throws before ready is rolled back after the deadline, healthy and slow pages confirmed by their ready signal" scripts/integration/page-health.sh
