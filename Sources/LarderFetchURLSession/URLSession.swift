@@ -229,32 +229,17 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
     }
 }
 
-/// Passthrough forwarding over URLSession's shared session, which decodes a `Content-Encoding`:
-/// the field and the length are then dropped.
+/// Passthrough forwarding over URLSession, one session per request with no cookie jar (the
+/// caller's cookies pass through as fields; the answer's `Set-Cookie` fields come back to it),
+/// no redirect followed, and a `Content-Encoding` decoded (the field and the length are then
+/// dropped). The body is pulled through a bounded mailbox: the delegate waits while 256 KiB are
+/// unread, and its bounded queue then holds the network back.
 package struct URLSessionExchange: NetworkExchange {
     /// Seconds a forwarded request may take to its response head.
     package var timeout: TimeInterval
 
     /// An exchange whose requests time out after `timeout` seconds.
     package init(timeout: TimeInterval) { self.timeout = timeout }
-
-    /// Forwarded requests' session: no cookie jar of its own (the caller's cookies pass through as
-    /// fields, the answer's `Set-Cookie` fields come back to it) and no redirect followed.
-    static let session: URLSession = {
-        let config = URLSessionConfiguration.ephemeral
-        config.httpCookieStorage = nil
-        config.httpShouldSetCookies = false
-        config.urlCache = nil
-        return URLSession(configuration: config, delegate: NoRedirects(), delegateQueue: nil)
-    }()
-
-    /// Hands a 3xx back as it came instead of following it.
-    final class NoRedirects: NSObject, URLSessionTaskDelegate, Sendable {
-        func urlSession(
-            _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-            newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
-        ) { completionHandler(nil) }
-    }
 
     /// Sends `request` (a redirect comes back as it is; several `Set-Cookie` fields, which
     /// Foundation joins, come back apart).
@@ -266,8 +251,19 @@ package struct URLSessionExchange: NetworkExchange {
             r.addValue(value, forHTTPHeaderField: name)
         }
         r.httpBody = request.body
-        let (bytes, response) = try await Self.session.bytes(for: r)
-        guard let http = response as? HTTPURLResponse else { throw URLError(.badServerResponse) }
+        let config = URLSessionConfiguration.ephemeral
+        config.httpCookieStorage = nil
+        config.httpShouldSetCookies = false
+        config.urlCache = nil
+        config.timeoutIntervalForRequest = timeout
+        let mailbox = Mailbox(limit: maxBytes)
+        let delegate = ExchangeDelegate(mailbox)
+        let session = URLSession(configuration: config, delegate: delegate, delegateQueue: BoundedDelegateQueue())
+        let http: HTTPURLResponse = try await withCheckedThrowingContinuation { head in
+            delegate.head = head
+            session.dataTask(with: r).resume()
+        }
+        session.finishTasksAndInvalidate()
         var headers: [(String, String)] = []
         let decoded = http.value(forHTTPHeaderField: "Content-Encoding") != nil
         for (k, v) in http.allHeaderFields {
@@ -279,28 +275,130 @@ package struct URLSessionExchange: NetworkExchange {
                 headers.append((name, value))
             }
         }
-        let reader = BytesReader(bytes.makeAsyncIterator(), limit: maxBytes)
         return ForwardResponse(
-            status: http.statusCode, headers: headers, body: ForwardBody { try await reader.next() })
+            status: http.statusCode, headers: headers, body: ForwardBody { try await mailbox.next() })
     }
 
-    /// Pulls the body in chunks of up to 64 KiB, counting it against the limit.
-    final class BytesReader: @unchecked Sendable {
-        // @unchecked: one reader pulls at a time.
-        var iterator: URLSession.AsyncBytes.AsyncIterator
-        var total = 0
+    /// The body between URLSession's delegate (which puts, and waits while `bound` bytes are
+    /// unread) and the reader (which takes, and waits for the next chunk without a thread).
+    final class Mailbox: @unchecked Sendable {
+        // @unchecked: every field is guarded by `condition`.
         let limit: Int
-        init(_ iterator: URLSession.AsyncBytes.AsyncIterator, limit: Int) {
-            self.iterator = iterator
-            self.limit = limit
+        static let bound = 256 << 10
+        private let condition = NSCondition()
+        private var chunks: [Data] = []
+        private var buffered = 0
+        private var total = 0
+        private var end: (any Error)??
+        private var waiter: CheckedContinuation<Data?, any Error>?
+
+        init(limit: Int) { self.limit = limit }
+
+        /// A chunk from the network (delegate queue): handed to a waiting reader, else kept;
+        /// waits while `bound` bytes are unread.
+        func put(_ data: Data) {
+            condition.lock()
+            total += data.count
+            if total > limit {
+                condition.unlock()
+                return finish(ForwardTooLarge(limit: limit))
+            }
+            if let w = waiter {
+                waiter = nil
+                condition.unlock()
+                return w.resume(returning: data)
+            }
+            chunks.append(data)
+            buffered += data.count
+            // A reader that stops reading for a minute has let the body go: end it rather than
+            // hold the delegate queue (and the session) for ever.
+            let deadline = Date().addingTimeInterval(60)
+            while buffered >= Self.bound && end == nil {
+                if !condition.wait(until: deadline) {
+                    condition.unlock()
+                    return finish(URLError(.timedOut))
+                }
+            }
+            condition.unlock()
         }
+
+        /// The end of the body (nil) or its failure.
+        func finish(_ error: (any Error)?) {
+            condition.lock()
+            if end == nil { end = .some(error) }
+            let w = waiter
+            waiter = nil
+            condition.broadcast()
+            condition.unlock()
+            guard let w else { return }
+            if let error { w.resume(throwing: error) } else { w.resume(returning: nil) }
+        }
+
+        /// The next chunk, or nil at the end.
         func next() async throws -> Data? {
-            var chunk = Data()
-            while chunk.count < 64 << 10, let byte = try await iterator.next() { chunk.append(byte) }
-            guard !chunk.isEmpty else { return nil }
-            total += chunk.count
-            if total > limit { throw ForwardTooLarge(limit: limit) }
-            return chunk
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Data?, any Error>) in
+                condition.lock()
+                if !chunks.isEmpty {
+                    let d = chunks.removeFirst()
+                    buffered -= d.count
+                    condition.signal()
+                    condition.unlock()
+                    return c.resume(returning: d)
+                }
+                if let end {
+                    condition.unlock()
+                    if let e = end { return c.resume(throwing: e) }
+                    return c.resume(returning: nil)
+                }
+                waiter = c
+                condition.unlock()
+            }
+        }
+    }
+
+    /// URLSession's calls for one forwarded request.
+    final class ExchangeDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+        // @unchecked: every callback runs on the session's serial delegate queue; `head` is set
+        // before the task starts.
+        let mailbox: Mailbox
+        var head: CheckedContinuation<HTTPURLResponse, any Error>?
+
+        init(_ mailbox: Mailbox) { self.mailbox = mailbox }
+
+        func urlSession(
+            _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+            newRequest: URLRequest, completionHandler: @escaping (URLRequest?) -> Void
+        ) { completionHandler(nil) }
+
+        func urlSession(
+            _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+            completionHandler: @escaping (URLSession.ResponseDisposition) -> Void
+        ) {
+            guard let http = response as? HTTPURLResponse else {
+                head?.resume(throwing: URLError(.badServerResponse))
+                head = nil
+                return completionHandler(.cancel)
+            }
+            head?.resume(returning: http)
+            head = nil
+            completionHandler(.allow)
+        }
+
+        func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+            mailbox.put(data)
+        }
+
+        func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+            if let head {
+                // No answer came (or a redirect refused before any: its response is the answer).
+                if let r = task.response as? HTTPURLResponse, error == nil {
+                    head.resume(returning: r)
+                } else {
+                    head.resume(throwing: error ?? URLError(.badServerResponse))
+                }
+                self.head = nil
+            }
+            mailbox.finish(error)
         }
     }
 }
