@@ -16,10 +16,10 @@ struct WebView: ParsableCommand {
             fails with --offline. Prints one line per request (method, URL, status, outcome, \
             bytes, time), per load event, per page-health verdict and per web-process event \
             (a terminated web process is reloaded with back-off). After each page's load event \
-            and --settle seconds, --dump-cookies prints the cookies the store holds for a URL, \
+            once no request has been in flight for --settle seconds, --dump-cookies prints the cookies the store holds for a URL, \
             --dump-dom prints the DOM between "dom begin" and "dom end" lines and --screenshot \
             saves what the view shows. Exits --stay seconds after the \
-            first page settles; exit 1 when no page loads within --timeout seconds.
+            first page settles; exit 1 when no page settles within --timeout seconds.
             """)
 
     @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: String
@@ -49,7 +49,10 @@ struct WebView: ParsableCommand {
     var dumpCookies: [String] = []
     @Option(help: ArgumentHelp("Save a PNG of the view after each page settles.", valueName: "FILE.png"))
     var screenshot: String?
-    @Option(help: ArgumentHelp("Seconds after a page's load event before it counts as settled.", valueName: "S"))
+    @Option(
+        help: ArgumentHelp(
+            "Seconds with no request in flight after a page's load event before it counts as settled.",
+            valueName: "S"))
     var settle: Double = 1
     @Option(help: ArgumentHelp("Seconds to keep running after the first page settles.", valueName: "S"))
     var stay: Double = 0
@@ -150,6 +153,8 @@ final class Session: @unchecked Sendable {
     var settled = false
     var status: Int32 = 0
     var loads = 0
+    /// Since when no request of the view has been in flight (the current load's).
+    var idleSince: Date?
 
     init(_ options: WebView, _ view: GTKWebView) {
         self.options = options
@@ -159,14 +164,25 @@ final class Session: @unchecked Sendable {
     func loaded(_ url: String) {
         loads += 1
         let load = loads
-        GLibMain.after(options.settle) { [self] in
+        // Settled: no request of the view in flight for `settle` seconds after the load event (a
+        // page's scripts go on fetching after it), checked every 100 ms.
+        idleSince = nil
+        GLibMain.every(0.1) { [self] in
             // A later load (a reload after a dead web process) settles on its own.
-            guard load == loads else { return }
+            guard load == loads else { return false }
+            guard view.handler.driver.activeTasks == 0 else {
+                idleSince = nil
+                return true
+            }
+            let since = idleSince ?? Date()
+            idleSince = since
+            guard Date().timeIntervalSince(since) >= options.settle else { return true }
             report(url) { [self] in
                 guard !settled else { return }
                 settled = true
                 GLibMain.after(options.stay) { GLibMain.quit() }
             }
+            return false
         }
     }
 
@@ -199,7 +215,7 @@ final class Session: @unchecked Sendable {
 
     func timedOut() {
         guard !settled else { return }
-        FileHandle.standardError.write(Data("larder-webview: no page loaded within \(options.timeout) s\n".utf8))
+        FileHandle.standardError.write(Data("larder-webview: no page settled within \(options.timeout) s\n".utf8))
         status = 1
         GLibMain.quit()
     }
