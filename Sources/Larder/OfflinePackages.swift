@@ -41,6 +41,10 @@ public final class OfflinePackages: Sendable {
         public var network = NetworkMode.forward(scheme: "https")
         /// Options of each sync (HTTP policy and engine, retention, lock timeout).
         public var syncOptions = SyncOptions()
+        /// The most bytes the sandbox's packages may hold: after each sync, on-demand packages
+        /// are evicted, least recently used first (never eager ones, nor one an open page
+        /// pins). Nil: no budget.
+        public var diskBudget: Int64?
 
         /// A configuration with the defaults for everything but where and whom to trust.
         public init(root: FilePath, repository: String, trustedKeys: [PublicKey]) {
@@ -108,10 +112,12 @@ public final class OfflinePackages: Sendable {
         let c = configuration
         let existing = try? SyncConfig.load(root: c.root)
         let wanted = c.repository.hasSuffix("/") ? c.repository : c.repository + "/"
-        if existing?.repository != wanted || existing?.channel != c.channel || existing?.appVersion != c.appVersion {
+        if existing?.repository != wanted || existing?.channel != c.channel || existing?.appVersion != c.appVersion
+            || existing?.diskBudget != c.diskBudget
+        {
             _ = try SyncConfig.initialise(
                 root: c.root, repository: c.repository, keys: c.trustedKeys, channel: c.channel,
-                appVersion: c.appVersion, allowInsecureHTTP: false)
+                appVersion: c.appVersion, allowInsecureHTTP: false, diskBudget: c.diskBudget)
         }
         resolver = try Resolver(root: c.root, schemes: c.schemes, handoff: handoff)
         loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: c.root, handoff: handoff))

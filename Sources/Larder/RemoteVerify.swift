@@ -84,17 +84,23 @@ extension Larder {
             for ref in entry.deltas ?? [] { await delta(ref, of: entry) }
         }
 
-        /// A delta: its manifest, the base's list, every patch and every base content's object.
+        /// A delta: its manifest, the base's list, the patch file and every base content's object.
         mutating func delta(_ ref: DeltaRef, of entry: PackageEntry) async {
             let maxIndex = ManifestCoding.maxDocumentBytes
             guard let gz = await document(ref.manifest.path, maxBytes: Int(min(ref.manifest.size, Int64(maxIndex)))),
                 let json = try? BytePipeline.standard.decodeDocument(gz, limit: Int64(maxIndex)),
                 let manifest = try? ManifestCoding.decode(DeltaManifest.self, from: json, document: "delta")
             else { return }
+            // The base's list names the patches' bases; it is read here (once) to know them.
             let baseList = RepositoryLayout.fileListPath(entry.id, ref.from)
-            if seen.insert(baseList).inserted { _ = await document(baseList, maxBytes: maxIndex) }
-            for patch in manifest.patches {
-                if seen.insert(patch.patch.path).inserted { downloads.append((patch.patch.path, patch.patch.size)) }
+            let cached = try? AtomicFile.read(scratch.appending(baseList), limit: maxIndex)
+            guard
+                let baseBytes = seen.insert(baseList).inserted ? await document(baseList, maxBytes: maxIndex) : cached,
+                let base = try? ManifestCoding.decode(FileList.self, from: baseBytes, document: baseList),
+                case .success(let delta) = manifest.resolve(from: base)
+            else { return }
+            if let file = delta.patchFile, seen.insert(file.path).inserted { downloads.append((file.path, file.size)) }
+            for patch in delta.patches {
                 let base = RepositoryLayout.objectPath(patch.base)
                 if seen.insert(base).inserted { downloads.append((base, Int64(BinaryPatch.maxFileSize) + (1 << 20))) }
             }

@@ -136,21 +136,22 @@ package struct BytePipeline: Sendable {
         return out
     }
 
-    /// Applies the stored patch at `patchFile` (`patchSize` bytes) to the content at `base`
-    /// (which must be `ref.base`), writing the result to a new `output` and checking its size and
-    /// SHA-256 against `ref`; the output is removed when anything fails. Memory: the base, the
-    /// patch and one 64 KiB chunk. The error's description says why, in words for a report.
+    /// Applies the stored patch at `ref.offset` in `patchFile` (`ref.length` bytes) to the
+    /// content at `base` (which must be `ref.base`), writing the result to a new `output` and
+    /// checking its size and SHA-256 against `ref`; the output is removed when anything fails.
+    /// Memory: the base, the patch and one 64 KiB chunk. The error's description says why, in
+    /// words for a report.
     package func placePatched(_ ref: PatchRef, patchFile: FilePath, base: FilePath, at output: FilePath)
         throws(BlobError)
     {
-        guard ref.size <= BinaryPatch.maxFileSize else {
+        guard ref.size <= BinaryPatch.maxFileSize, ref.length <= Int64(BinaryPatch.maxFileSize) else {
             throw .malformed(.patch, "the content is larger than patches are applied for")
         }
         let baseData: Data
         let stored: Data
         do {
             baseData = try AtomicFile.read(base, limit: Int(BinaryPatch.maxFileSize))
-            stored = try AtomicFile.read(patchFile, limit: Int(ref.patch.size))
+            stored = try AtomicFile.read(patchFile, offset: ref.offset, length: Int(ref.length))
         } catch {
             throw .malformed(.patch, "reading the base or the patch failed: \(error)")
         }

@@ -8,12 +8,22 @@ package struct ClientContext: Sendable, Equatable {
     package var deviceID: String
     /// The release channel this device follows.
     package var channel: String
+    /// On-demand packages to install now (first use, `larder fetch`); the others are installed
+    /// only once held.
+    package var wanted: Set<PackageID>
+    /// When set, a preload on this network: the on-demand packages whose hint allows it are wanted too.
+    package var preload: NetworkKind?
 
     /// Creates a context.
-    package init(appVersion: SemanticVersion, deviceID: String, channel: String = Channel.default) {
+    package init(
+        appVersion: SemanticVersion, deviceID: String, channel: String = Channel.default, wanted: Set<PackageID> = [],
+        preload: NetworkKind? = nil
+    ) {
         self.appVersion = appVersion
         self.deviceID = deviceID
         self.channel = channel
+        self.wanted = wanted
+        self.preload = preload
     }
 }
 
@@ -108,6 +118,8 @@ package enum SkipReason: String, Codable, Sendable, Equatable {
     case olderThanActive = "older-than-active"
     case dependencyUnavailable = "dependency-unavailable"
     case fileListNeeded = "file-list-needed"
+    /// An on-demand package the device does not hold and nothing asked for.
+    case onDemand = "on-demand"
 }
 
 /// One step of a plan.
@@ -162,18 +174,19 @@ package enum Differ {
     package static func plan(
         index: RepositoryIndex, state: SandboxState, context: ClientContext,
         fileLists: [PackageID: FileList] = [:], localContents: Set<SHA256Digest> = [],
-        deltas: [PackageID: DeltaManifest] = [:]
+        deltas: [PackageID: ResolvedDelta] = [:]
     ) -> Plan {
         let entries = Dictionary(
             index.packages.filter { $0.channel == context.channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a }
         )
         var actions = removals(index: index, state: state)
         var candidates: [PackageID: PlanAction] = [:]
+        let installing = installSet(entries, state: state, context: context)
         for id in entries.keys.sorted() {
             guard let e = entries[id] else { continue }
             candidates[id] = candidate(
                 e, state: state[id], context: context, fileList: fileLists[id], localContents: localContents,
-                delta: deltas[id])
+                delta: deltas[id], wanted: installing.contains(id))
         }
         actions += otherChannelSkips(index: index, state: state, entries: entries, context: context)
         dropUnsatisfiedDependencies(&candidates, entries: entries, state: state)
@@ -191,9 +204,34 @@ package enum Differ {
             placed.insert(id)
             actions.append(a)
         }
-        for id in changing.sorted() { place(id, []) }
+        // Higher install priority first (downloads start in this order), then by id.
+        let priority = { (id: PackageID) in entries[id]?.install?.priority ?? 0 }
+        for id in changing.sorted(by: { (priority($0), $1) > (priority($1), $0) }) { place(id, []) }
         actions += candidates.values.filter { $0.kind == .skip }.sorted { $0.id < $1.id }
         return Plan(actions: actions)
+    }
+
+    /// The packages of this channel a sync installs or updates: every eager one, every one held
+    /// here, the on-demand ones asked for (or, in a preload, whose hint allows the network), and
+    /// — transitively — whatever those depend on. An
+    /// on-demand package outside it is skipped without its file list being fetched, so that an
+    /// index of thousands of them costs a device about what those it holds cost.
+    static func installSet(
+        _ entries: [PackageID: PackageEntry], state: SandboxState, context: ClientContext
+    ) -> Set<PackageID> {
+        var out: Set<PackageID> = []
+        var frontier: [PackageID] = []
+        for (id, e) in entries
+        where !e.isOnDemand || state[id].active != nil || context.wanted.contains(id)
+            || context.preload.map({ e.install?.allowsPreload(on: $0) == true }) == true
+        {
+            out.insert(id)
+            frontier.append(id)
+        }
+        while let id = frontier.popLast() {
+            for d in entries[id]?.dependencies ?? [] where out.insert(d.id).inserted { frontier.append(d.id) }
+        }
+        return out
     }
 
     /// Packages installed here but gone from the index (on every channel).
@@ -217,7 +255,7 @@ package enum Differ {
     /// install / update by the cheaper method.
     static func candidate(
         _ e: PackageEntry, state pkg: PackageState, context: ClientContext, fileList: FileList?,
-        localContents: Set<SHA256Digest>, delta: DeltaManifest? = nil
+        localContents: Set<SHA256Digest>, delta: ResolvedDelta? = nil, wanted: Bool = true
     ) -> PlanAction {
         let id = e.id
         func skip(_ r: SkipReason, _ text: String) -> PlanAction {
@@ -237,6 +275,9 @@ package enum Differ {
             // Nothing to go back to: an install of a newer good release below may still help.
         }
         if pkg.active == e.version { return skip(.unchanged, "\(e.version) is active") }
+        if pkg.active == nil, !wanted {
+            return skip(.onDemand, "installed on demand: at first use, or by `larder fetch \(id)`")
+        }
         if e.revoked.contains(e.version) { return skip(.revoked, "\(e.version) is revoked") }
         if pkg.hasFailed(e.version) {
             return skip(.previouslyFailed, "\(e.version) was rolled back off on this device")
@@ -336,11 +377,11 @@ package enum Differ {
 
     /// The cheapest way to get `list`: every content already local → `local`; else the least of
     /// objects for the missing contents (their compressed sizes where the list gives them), the
-    /// delta (a patch for each missing content it patches from a content held here, an object for
-    /// the rest) and the bundle, each request weighing `requestWeight` bytes. Ties go to the
+    /// delta (its patch file, in one request, when it patches a missing content from one held
+    /// here, and an object for each of the rest) and the bundle, each request weighing `requestWeight` bytes. Ties go to the
     /// delta, then objects.
     package static func choose(
-        list: FileList, bundleSize: Int64, localContents: Set<SHA256Digest>, delta: DeltaManifest? = nil
+        list: FileList, bundleSize: Int64, localContents: Set<SHA256Digest>, delta: ResolvedDelta? = nil
     ) -> FetchCost {
         var missing: [SHA256Digest: FileEntry] = [:]
         var reused = 0
@@ -355,14 +396,22 @@ package enum Differ {
         if let delta {
             let patches = Dictionary(delta.patches.map { ($0.target, $0) }, uniquingKeysWith: { a, _ in a })
             var bytes: Int64 = 0
+            var requests = 0
+            var patching = false
             for (digest, f) in missing {
                 if let p = patches[digest], localContents.contains(p.base) {
-                    bytes += p.patch.size
+                    patching = true
                 } else {
                     bytes += f.objectCost
+                    requests += 1
                 }
             }
-            alternatives.insert(FetchAlternative(method: .delta, bytes: bytes, requests: missing.count), at: 0)
+            // The patch file is fetched whole, in one request, when any of its patches is used.
+            if patching, let file = delta.patchFile {
+                bytes += file.size
+                requests += 1
+            }
+            alternatives.insert(FetchAlternative(method: .delta, bytes: bytes, requests: requests), at: 0)
         }
         alternatives.append(FetchAlternative(method: .bundle, bytes: bundleSize, requests: 1))
         let weighed = { (a: FetchAlternative) in a.bytes + Int64(a.requests) * requestWeight }

@@ -85,11 +85,18 @@ package enum ManifestCoding {
             if T.self is any SchemaVersioned.Type {
                 let value: T
                 do { value = try decoder.decode(T.self, from: data) } catch {
-                    try checkSchema(decoder, data, document)
+                    try checkSchema(
+                        decoder, data, document,
+                        supported: (T.self as? any SchemaVersioned.Type)?.supportedSchemaVersion
+                            ?? currentSchemaVersion)
                     throw error
                 }
-                if let v = (value as? any SchemaVersioned)?.schemaVersion, v != currentSchemaVersion {
-                    throw ManifestError.unsupportedSchema(document: document, found: v, supported: currentSchemaVersion)
+                if let versioned = value as? any SchemaVersioned {
+                    let supported = Swift.type(of: versioned).supportedSchemaVersion
+                    if versioned.schemaVersion != supported {
+                        throw ManifestError.unsupportedSchema(
+                            document: document, found: versioned.schemaVersion, supported: supported)
+                    }
                 }
                 return value
             }
@@ -107,11 +114,11 @@ package enum ManifestCoding {
     private struct SchemaProbe: Decodable { let schemaVersion: Int? }
 
     /// Throws `unsupportedSchema` when the document declares a schema version other than ours.
-    private static func checkSchema(_ decoder: JSONDecoder, _ data: Data, _ document: String) throws {
-        if let probe = try? decoder.decode(SchemaProbe.self, from: data), let v = probe.schemaVersion,
-            v != currentSchemaVersion
-        {
-            throw ManifestError.unsupportedSchema(document: document, found: v, supported: currentSchemaVersion)
+    private static func checkSchema(
+        _ decoder: JSONDecoder, _ data: Data, _ document: String, supported: Int = currentSchemaVersion
+    ) throws {
+        if let probe = try? decoder.decode(SchemaProbe.self, from: data), let v = probe.schemaVersion, v != supported {
+            throw ManifestError.unsupportedSchema(document: document, found: v, supported: supported)
         }
     }
 
@@ -255,6 +262,13 @@ package enum ManifestCoding {
 package protocol SchemaVersioned {
     /// The document's format version.
     var schemaVersion: Int { get }
+    /// The one version of this document a reader here accepts.
+    static var supportedSchemaVersion: Int { get }
+}
+
+extension SchemaVersioned {
+    /// `currentSchemaVersion`, for every document but those versioned apart (delta manifests).
+    package static var supportedSchemaVersion: Int { currentSchemaVersion }
 }
 
 extension RepositoryIndex: SchemaVersioned {}

@@ -89,6 +89,74 @@ public struct Rollout: Codable, Sendable, Equatable {
     }
 }
 
+/// When a device installs a package: at every sync (`eager`, the default), or only once it is
+/// used or asked for (`on-demand`), with a hint for fetching it ahead of use. Set at pack time;
+/// a device that does not know it installs every package, as before.
+public struct InstallPolicy: Codable, Sendable, Equatable {
+    /// The two ways a package gets onto a device.
+    public enum Mode: String, Codable, Sendable, CaseIterable {
+        /// Installed and updated by every sync.
+        case eager
+        /// Installed at first use (or by `larder fetch`); updated by syncs once held.
+        case onDemand = "on-demand"
+    }
+
+    /// When an on-demand package may be fetched ahead of use (`larder fetch --preload`).
+    public enum Preload: String, Codable, Sendable, CaseIterable {
+        /// Only at first use or when asked for by name.
+        case never
+        /// Ahead of use on an unmetered network (Wi-Fi, Ethernet), when the app allows it.
+        case unmetered
+        /// Ahead of use on any network, when the app allows it.
+        case always
+    }
+
+    /// Eager or on demand.
+    public var mode: Mode
+    /// The preload hint (on-demand packages only).
+    public var preload: Preload
+    /// Higher first when several packages are preloaded (0 by default).
+    public var priority: Int
+
+    /// Creates one.
+    public init(mode: Mode = .eager, preload: Preload = .never, priority: Int = 0) {
+        self.mode = mode
+        self.preload = preload
+        self.priority = priority
+    }
+
+    /// Every sync installs it.
+    public static let eager = InstallPolicy()
+
+    /// Whether its hint lets a preload on `network` fetch it (an on-demand package only).
+    public func allowsPreload(on network: NetworkKind) -> Bool {
+        mode == .onDemand && (preload == .always || (preload == .unmetered && network == .unmetered))
+    }
+
+    enum CodingKeys: String, CodingKey { case mode, preload, priority }
+
+    /// Decodes one; `preload` and `priority` default to `never` and 0, and a priority is an
+    /// integer in -1000...1000.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        mode = try c.decode(Mode.self, forKey: .mode)
+        preload = try c.decodeIfPresent(Preload.self, forKey: .preload) ?? .never
+        priority = try c.decodeIfPresent(Int.self, forKey: .priority) ?? 0
+        guard (-1000...1000).contains(priority) else {
+            throw DecodingError.dataCorruptedError(
+                forKey: .priority, in: c, debugDescription: "priority \(priority) is outside -1000...1000")
+        }
+    }
+}
+
+/// The network a preload runs on, as the app (or `larder fetch --network`) tells it.
+public enum NetworkKind: String, Codable, Sendable, CaseIterable {
+    /// Paid by the byte or capped (cellular, a metered hotspot).
+    case metered
+    /// Not (Wi-Fi, Ethernet).
+    case unmetered
+}
+
 /// A package that must be present at a version within `range`.
 public struct Dependency: Codable, Sendable, Equatable {
     /// The required package.
@@ -139,6 +207,11 @@ public struct PackageEntry: Codable, Sendable, Equatable {
     public var filesGzip: BlobRef?
     /// Delta manifests to this version from earlier ones (newest base first); absent when none.
     public var deltas: [DeltaRef]?
+    /// When devices install it; absent: eager (every sync), as in indexes before it.
+    public var install: InstallPolicy?
+
+    /// Whether a device installs this package only at first use or when asked for.
+    public var isOnDemand: Bool { install?.mode == .onDemand }
 
     /// Creates an entry with the format's defaults for everything optional.
     public init(
@@ -164,11 +237,12 @@ public struct PackageEntry: Codable, Sendable, Equatable {
         self.dependencies = dependencies
         self.filesGzip = nil
         self.deltas = nil
+        self.install = nil
     }
 
     enum CodingKeys: String, CodingKey {
         case id, version, routes, entry, spaFallback, policy, bundle, files, minClientVersion, channel, rollout,
-            mandatory, revoked, dependencies, filesGzip, deltas
+            mandatory, revoked, dependencies, filesGzip, deltas, install
     }
 
     /// The delta manifest from `version`, when the index has one.
@@ -195,6 +269,7 @@ public struct PackageEntry: Codable, Sendable, Equatable {
         dependencies = try c.decodeIfPresent([Dependency].self, forKey: .dependencies) ?? []
         filesGzip = try c.decodeIfPresent(BlobRef.self, forKey: .filesGzip)
         deltas = try c.decodeIfPresent([DeltaRef].self, forKey: .deltas)
+        install = try c.decodeIfPresent(InstallPolicy.self, forKey: .install)
         if let d = deltas, d.count > 64 {
             throw DecodingError.dataCorruptedError(
                 forKey: .deltas, in: c, debugDescription: "\(d.count) deltas is more than 64")

@@ -70,3 +70,18 @@ package enum Quoting {
         }
     }
 }
+
+/// Byte counts for people, in one spelling everywhere: `512 B`, `12.3 MiB`.
+package enum ByteText {
+    /// `n` in the largest binary unit that keeps it at or above 1 (one decimal).
+    package static func format(_ n: Int64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var v = Double(n)
+        var u = 0
+        while v >= 1024, u < units.count - 1 {
+            v /= 1024
+            u += 1
+        }
+        return u == 0 ? "\(n) B" : String(format: "%.1f", v) + " " + units[u]
+    }
+}

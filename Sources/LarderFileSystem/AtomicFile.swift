@@ -124,6 +124,27 @@ package enum AtomicFile {
         }
         return out
     }
+
+    /// Reads exactly `length` bytes at `offset` of a file (a patch in a delta's patch file); a
+    /// file that ends first is an error (`ENODATA`).
+    package static func read(_ path: FilePath, offset: Int64, length: Int) throws(FileSystemError) -> Data {
+        let fd = try SystemCalls.open(path, .readOnly)
+        defer { try? SystemCalls.close(fd, path: path) }
+        var out = Data(count: length)
+        var done = 0
+        while done < length {
+            let n = try out.withUnsafeMutableBytes { raw in
+                Result { () throws(FileSystemError) in
+                    try SystemCalls.pread(
+                        fd, into: UnsafeMutableRawBufferPointer(rebasing: raw[done...]), at: offset + Int64(done),
+                        path: path)
+                }
+            }.get()
+            if n == 0 { throw FileSystemError("read", path, .noData) }
+            done += n
+        }
+        return out
+    }
 }
 
 extension AtomicFile {

@@ -61,6 +61,8 @@ package enum SystemCall: String, Sendable, Hashable, CaseIterable {
     case utimens = "utimensat"
     /// `pipe(2)`.
     case pipe
+    /// `statvfs(3)`: the free space of a file system.
+    case statvfs
 
     /// The kinds a `Fault.loseWrite` may target: writes and flushes.
     package static let losable: Set<SystemCall> = [.write, .pwrite, .fsync, .fdatasync, .syncfs]

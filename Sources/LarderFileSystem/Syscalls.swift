@@ -188,6 +188,16 @@ func system_stat(_ path: FilePath, _ out: inout FileStatus) -> Int32 {
     return r
 }
 
+/// The bytes an unprivileged writer may still use on the file system holding `path`
+/// (`f_bavail × f_frsize`).
+@inline(__always)
+func system_statvfs(_ path: FilePath, _ available: inout Int64) -> Int32 {
+    var st = statvfs()
+    let r = path.withPlatformString { statvfs($0, &st) }
+    if r == 0 { available = Int64(st.f_bavail) &* Int64(st.f_frsize) }
+    return r
+}
+
 @inline(__always)
 func system_lstat(_ path: FilePath, _ out: inout FileStatus) -> Int32 {
     var st = stat()

@@ -361,6 +361,13 @@ package enum SystemCalls {
         return status
     }
 
+    /// The bytes still free for this process's writes on the file system holding `path`.
+    package static func availableSpace(_ path: FilePath) throws(FileSystemError) -> Int64 {
+        var available: Int64 = 0
+        _ = try checked(.statvfs, path) { system_statvfs(path, &available) }
+        return available
+    }
+
     /// The status of `path` itself (a final symbolic link is not followed).
     package static func lstat(_ path: FilePath) throws(FileSystemError) -> FileStatus {
         var status = FileStatus.none

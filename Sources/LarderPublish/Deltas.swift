@@ -36,8 +36,9 @@ public struct DeltaReport: Sendable, Codable, Equatable {
 /// are tried with a fast patch (zstd level 3), the smallest is made again at level 19, and kept
 /// when it is smaller than the content's object. The work is bounded per release: each content
 /// of both versions is read and sketched once, at most three trial patches and one final patch
-/// are made per new content, and no file over `BinaryPatch.maxFileSize` is patched. Patches go to `patches/` (content-addressed, written once), the manifest to
-/// the new version's staging directory.
+/// are made per new content, and no file over `BinaryPatch.maxFileSize` is patched. The
+/// patches go end to end into one patch file in `patches/` (content-addressed, written once),
+/// the manifest to the new version's staging directory.
 struct DeltaBuilder {
     let layout: RepositoryLayout
     /// The new version's list (with object sizes) and its reference.
@@ -55,8 +56,12 @@ struct DeltaBuilder {
         let fail = { (detail: String) in PublishError.delta(from: base.version.description, detail: detail) }
         let held = Set(base.files.map(\.sha256))
         let (remove, upsert) = DeltaManifest.changes(from: base, to: target)
-        var patches: [PatchRef] = []
-        var objects: [SHA256Digest] = []
+        // Contents are named by position: in `upsert` (targets, objects) and in the base's list.
+        let targetAt = Dictionary(upsert.enumerated().map { ($1.sha256, $0) }, uniquingKeysWith: { a, _ in a })
+        let baseAt = Dictionary(base.files.enumerated().map { ($1.sha256, $0) }, uniquingKeysWith: { a, _ in a })
+        var patches: [DeltaPatch] = []
+        var patchFile = Data()
+        var objects: [Int] = []
         var seen: Set<SHA256Digest> = []
         var rules: [String: Int] = [:]
         var tried = 0
@@ -71,8 +76,11 @@ struct DeltaBuilder {
         }
         for f in target.files where !held.contains(f.sha256) && seen.insert(f.sha256).inserted {
             withoutPatches += f.objectCost
+            guard let position = targetAt[f.sha256] else {
+                throw fail("\(f.path) is new but not among the list's changes")
+            }
             guard f.size <= BinaryPatch.maxFileSize, let source = sources[f.sha256] else {
-                objects.append(f.sha256)
+                objects.append(position)
                 objectBytes += f.objectCost
                 continue
             }
@@ -84,7 +92,7 @@ struct DeltaBuilder {
             let candidates = BaseSelection.candidates(
                 for: f, sketch: ContentSketch(content), in: base, contents: contents, index: index)
             guard !candidates.isEmpty else {
-                objects.append(f.sha256)
+                objects.append(position)
                 objectBytes += f.objectCost
                 continue
             }
@@ -109,19 +117,20 @@ struct DeltaBuilder {
             } catch {
                 throw fail("\(f.path): \(error)")
             }
-            guard Int64(patch.count) < f.objectCost else {
-                objects.append(f.sha256)
+            guard Int64(patch.count) < f.objectCost, let from = baseAt[winner.entry.sha256] else {
+                objects.append(position)
                 objectBytes += f.objectCost
                 continue
             }
-            let ref = try writePatch(patch)
-            patches.append(PatchRef(target: f.sha256, size: f.size, base: winner.entry.sha256, patch: ref))
-            patchBytes += ref.size
+            patches.append(DeltaPatch(target: position, base: from, length: Int64(patch.count)))
+            patchFile.append(patch)
+            patchBytes += Int64(patch.count)
             rules[winner.rule.rawValue, default: 0] += 1
         }
+        let fileRef = patches.isEmpty ? nil : try writePatch(patchFile)
         let manifest = DeltaManifest(
             id: target.id, from: base.version, to: target.version, files: targetRef, remove: remove, upsert: upsert,
-            patches: patches, objects: objects)
+            patchFile: fileRef, patches: patches, objects: objects)
         // Every byte a device fetches counts: the manifest is published gzipped.
         let data: Data
         do { data = try pipeline.encodeDocument(ManifestCoding.encode(manifest)) } catch {
@@ -169,7 +178,7 @@ struct DeltaBuilder {
         return data
     }
 
-    /// Writes a patch under its own SHA-256 unless it is there already.
+    /// Writes a delta's patch file under its own SHA-256 unless it is there already.
     func writePatch(_ patch: Data) throws(PublishError) -> BlobRef {
         let digest = SHA256Digest.of(patch)
         let rel = RepositoryLayout.patchPath(digest)

@@ -31,6 +31,8 @@ public struct PackRequest: Sendable {
     public var rolloutSalt: String?
     /// Whether the app should apply the release before showing the package.
     public var mandatory = false
+    /// When devices install it (`install` in the index); nil: eager, and no member written.
+    public var install: InstallPolicy?
     /// `ID@RANGE` each, e.g. `shared-ui@^1.2.0`.
     public var dependencies: [String] = []
     /// What a path under the routes with no file does, and the prefixes that always pass through.

@@ -54,6 +54,7 @@ extension Publisher {
                 rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(v.id)@\(v.version)"),
                 mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: v.dependencies)
             entry.filesGzip = s.filesGzip
+            entry.install = request.install
             entry.deltas = s.deltaRefs.isEmpty ? nil : s.deltaRefs
             index.packages.removeAll { $0.id == v.id && $0.channel == request.channel }
             index.packages.append(entry)

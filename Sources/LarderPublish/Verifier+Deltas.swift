@@ -27,8 +27,9 @@ extension Verifier {
     }
 
     /// A delta: its manifest (size, hash, schema, the versions it joins), the list it rebuilds
-    /// from the base's list equals the target's, every content it needs has a source, and each
-    /// patch — its own size and hash — applied to its base gives its target.
+    /// from the base's list equals the target's, every content it needs has a source, the patch
+    /// file has its size and hash at its content address, and each patch in it applied to its
+    /// base gives its target.
     func checkDelta(
         _ ref: DeltaRef, _ entry: PackageEntry, target: FileList, layout: RepositoryLayout,
         problem: (String, String?, String) -> Void
@@ -71,43 +72,50 @@ extension Verifier {
                 "delta-base-missing", baseRel, "the file list of the base version \(ref.from) is missing or unreadable")
             return
         }
-        switch manifest.rebuild(from: base) {
+        let delta: ResolvedDelta
+        switch manifest.resolve(from: base) {
         case .failure(let why):
             problem("delta-list", path, why.description)
-        case .success(let rebuilt):
-            let bytes = try? ManifestCoding.encode(rebuilt)
+            return
+        case .success(let d):
+            delta = d
+            let bytes = try? ManifestCoding.encode(d.list)
             if bytes.map({ Int64($0.count) == entry.files.size && SHA256Digest.of($0) == entry.files.sha256 }) != true {
                 problem(
                     "delta-list", path, "the list it builds from \(ref.from)'s is not \(entry.version)'s signed list")
             }
         }
-        if let gap = manifest.covers(target, holding: Set(base.files.map(\.sha256))) {
+        if let gap = delta.covers(target, holding: Set(base.files.map(\.sha256))) {
             problem("delta-incomplete", path, gap.description)
         }
+        guard let fileRef = delta.patchFile else {
+            if !delta.patches.isEmpty { problem("delta-schema", path, "it has patches but no patch file") }
+            return
+        }
+        guard fileRef.path == RepositoryLayout.patchPath(fileRef.sha256) else {
+            problem("delta-path", fileRef.path, "the patch file is not at its content address")
+            return
+        }
+        guard let file = checkBlob(fileRef, layout: layout, problem: problem) else { return }
         let sizes = Dictionary(base.files.map { ($0.sha256, $0.size) }, uniquingKeysWith: { a, _ in a })
-        for p in manifest.patches {
-            guard let patch = checkBlob(p.patch, layout: layout, problem: problem) else { continue }
-            guard p.patch.path == RepositoryLayout.patchPath(p.patch.sha256) else {
-                problem("delta-path", p.patch.path, "a patch is not at its content address")
-                continue
-            }
+        for (i, p) in delta.patches.enumerated() {
+            let at = "\(fileRef.path) (patch \(i), bytes \(p.offset)–\(p.offset + p.length))"
             let baseObject = layout.resolve(RepositoryLayout.objectPath(p.base))
             guard let size = sizes[p.base], let content = try? pipeline.decodeObject(file: baseObject, limit: size)
             else {
-                problem(
-                    "delta-base-missing", p.patch.path,
-                    "the object of its base \(p.base.hex.prefix(12))… cannot be read")
+                problem("delta-base-missing", at, "the object of its base \(p.base.hex.prefix(12))… cannot be read")
                 continue
             }
+            let patch = file.subdata(in: Int(p.offset)..<Int(p.offset + p.length))
             do {
                 let result = try pipeline.applyPatch(patch, base: content, limit: p.size)
                 if Int64(result.count) != p.size || SHA256Digest.of(result) != p.target {
                     problem(
-                        "delta-patch", p.patch.path,
-                        "applied to its base it does not give its target \(p.target.hex.prefix(12))…")
+                        "delta-patch", at, "applied to its base it does not give its target \(p.target.hex.prefix(12))…"
+                    )
                 }
             } catch {
-                problem("delta-patch", p.patch.path, "it does not apply to its base: \(error)")
+                problem("delta-patch", at, "it does not apply to its base: \(error)")
             }
         }
     }

@@ -182,6 +182,9 @@ public struct ResourceLoader: Sendable {
     public let reporter: (any FailureReporting)?
     /// The `Cache-Control` value of every response served from a file (`no-cache` by default).
     public let cacheControl: String
+    /// Records when each package was last served (for the disk budget's least-recently-used
+    /// order), at most one file touch per package a minute.
+    public let usage: UsageRecorder
     let logger: Logger
 
     /// A loader over `resolver`; `reporter` hears of broken files, `logger` gets a warning for each.
@@ -192,6 +195,7 @@ public struct ResourceLoader: Sendable {
         self.resolver = resolver
         self.reporter = reporter
         self.cacheControl = cacheControl
+        self.usage = UsageRecorder(root: resolver.root)
         self.logger = logger
     }
 
@@ -209,6 +213,7 @@ public struct ResourceLoader: Sendable {
         case .notFound(let reason):
             return .response(Self.notFound(reason))
         case .local(let file):
+            usage.note(file.package)
             return serve(file, request, snapshot: snapshot, session: session, retried: false)
         }
     }

@@ -49,6 +49,9 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     public var allowInsecureHTTP: Bool
     /// Downloads at once.
     public var concurrency: Int
+    /// The most bytes the sandbox's packages may hold; after each sync, fetch and gc, on-demand
+    /// packages are evicted, least recently used first, to stay within it. Nil: no budget.
+    public var diskBudget: Int64?
 
     /// Creates a config.
     public init(
@@ -105,8 +108,9 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     /// Writes (or rewrites) the config of the sandbox at `root`, keeping an existing device id.
     public static func initialise(
         root: FilePath, repository: String, keys: [PublicKey], channel: String, appVersion: SemanticVersion,
-        allowInsecureHTTP: Bool
+        allowInsecureHTTP: Bool, diskBudget: Int64? = nil
     ) throws(ConfigError) -> SyncConfig {
+        if let b = diskBudget, b <= 0 { throw .invalid("a disk budget must be positive, not \(b)") }
         guard let url = URL(string: repository), let scheme = url.scheme?.lowercased(),
             ["https", "http", "file"].contains(scheme)
         else {
@@ -117,10 +121,11 @@ public struct SyncConfig: Codable, Sendable, Equatable {
         let existing = try? load(root: root)
         let device =
             existing?.deviceId ?? (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
-        let config = SyncConfig(
+        var config = SyncConfig(
             repository: repository.hasSuffix("/") ? repository : repository + "/",
             trustedKeys: keys.map { KeyFile(public: $0) },
             channel: channel, appVersion: appVersion, deviceId: device, allowInsecureHTTP: allowInsecureHTTP)
+        config.diskBudget = diskBudget
         do {
             try AtomicFile.makeDirectories(root)
             try AtomicFile.write(try ManifestCoding.encode(config), to: path(root: root))

@@ -106,6 +106,10 @@ public struct PackageStatus: Sendable, Codable, Equatable {
     public var failed: [FailedVersion]
     /// The most recent state changes, oldest first (at most `PackageState.historyLimit`).
     public var history: [HistoryEntry]
+    /// `eager` or `on-demand`, as the accepted index says (nil: not in it); filled by `larder status`.
+    public var install: String?
+    /// When a page last used it (`usage/<id>`, at most a minute stale), else its newest installation.
+    public var lastUse: Date?
 }
 
 /// `status` of a whole sandbox.
@@ -116,6 +120,10 @@ public struct StatusReport: Sendable, Codable, Equatable {
     public var generation: UInt64
     /// One entry per package, sorted by id.
     public var packages: [PackageStatus]
+    /// The disk budget from the config, when there is one; filled by `larder status`.
+    public var diskBudget: Int64?
+    /// The bytes every package's versions hold together.
+    public var diskUse: Int64 { packages.reduce(0) { $0 + $1.diskUse } }
 }
 
 /// What `gc` removed and kept.
@@ -126,6 +134,8 @@ public struct GCReport: Sendable, Codable, Equatable {
     public var keptPinned: [String]
     /// The deleted versions' total file size, in bytes.
     public var freedBytes: Int64
+    /// With a disk budget in the config: what keeping within it did after the gc.
+    public var budget: BudgetReport?
 }
 
 /// What `doctor` found and, with repair, did.

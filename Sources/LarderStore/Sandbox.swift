@@ -92,7 +92,10 @@ public final class Sandbox {
             }
         }
         if readOnly == nil {
-            let dirs = [layout.packages, layout.lists, layout.staging, layout.downloads, layout.trash, layout.pins]
+            let dirs = [
+                layout.packages, layout.lists, layout.staging, layout.downloads, layout.trash, layout.pins,
+                layout.usage,
+            ]
             try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(dirs) }
             emptyDirectory(layout.staging)
             emptyDirectory(layout.trash)

@@ -52,6 +52,12 @@ package struct SandboxLayout: Sendable {
     package var trash: FilePath { root.appending("trash") }
     /// `pins/`: the leases of live sessions, as `<id>/<version>/<lease>`.
     package var pins: FilePath { root.appending("pins") }
+    /// `usage/`: one empty file per package whose modification time is its last use (at most a
+    /// minute stale), for the disk budget to evict the least recently used first.
+    package var usage: FilePath { root.appending("usage") }
+
+    /// `usage/<id>`.
+    package func usage(_ id: PackageID) -> FilePath { usage.appending(id.rawValue) }
 
     /// `packages/<id>/<version>`: the id and version are validated types, so the path stays
     /// inside the root.

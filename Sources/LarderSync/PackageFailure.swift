@@ -15,6 +15,10 @@ public enum PackageFailure: Error, Sendable, Equatable, CustomStringConvertible 
     case fileListSchema(ManifestError)
     /// Not activated because `member`, in the same dependency group, failed.
     case dependencyGroup(member: PackageID)
+    /// Not fetched: the file system holding the sandbox has too little room. `download` and
+    /// `write` are what it would fetch and place, `reserve` what must stay free besides, and
+    /// `available` what is free (all bytes).
+    case noSpace(download: Int64, write: Int64, reserve: Int64, available: Int64, path: String)
 
     /// A stable machine-readable code.
     public var code: String {
@@ -24,6 +28,7 @@ public enum PackageFailure: Error, Sendable, Equatable, CustomStringConvertible 
         case .fileListMismatch: "file-list-mismatch"
         case .fileListSchema(let e): e.code(or: "file-list-schema")
         case .dependencyGroup: "dependency-group"
+        case .noSpace: "no-space"
         }
     }
 
@@ -35,6 +40,10 @@ public enum PackageFailure: Error, Sendable, Equatable, CustomStringConvertible 
         case .fileListMismatch(let d): d
         case .fileListSchema(let e): e.description
         case .dependencyGroup(let m): "not activated: \(m), in the same dependency group, failed"
+        case .noSpace(let download, let write, let reserve, let available, let path):
+            "not enough free space: it needs \(ByteText.format(download + write)) (\(ByteText.format(download)) to download, "
+                + "\(ByteText.format(write)) to write) and \(ByteText.format(reserve)) left free besides; "
+                + "\(ByteText.format(available)) are free on \(path) (nothing was written)"
         }
     }
 }

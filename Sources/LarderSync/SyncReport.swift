@@ -2,8 +2,10 @@ import Foundation
 import LarderArchive
 import LarderCore
 import LarderFetch
+import LarderFileSystem
 import LarderStore
 import Logging
+import SystemPackage
 
 /// How one package's part of a sync ended. Raw values are the report's JSON strings.
 public enum PackageOutcome: String, Sendable, Codable, Equatable, CaseIterable {
@@ -119,6 +121,8 @@ public struct SyncReport: Sendable, Codable, Equatable {
     public var packages: [PackageResult]
     /// Versions the retention gc removed after the sync (`id@version`).
     public var removedByGC: [String]
+    /// With a disk budget (`larder init --disk-budget`): what keeping within it did.
+    public var budget: BudgetReport?
     /// The index is the one the last sync applied in full and nothing changed since: this sync
     /// made its one request and stopped (`packages` is then empty).
     public var upToDate = false
@@ -130,6 +134,19 @@ public struct SyncReport: Sendable, Codable, Equatable {
 public struct SyncOptions: Sendable {
     /// Only these packages (all when empty).
     public var packages: [PackageID] = []
+    /// On-demand packages to install now, with what they depend on (`larder fetch`); otherwise
+    /// a sync installs an on-demand package only once the device holds it.
+    public var fetching: [PackageID] = []
+    /// What must stay free on the sandbox's file system after a sync's downloads, as a multiple
+    /// of what they fetch and write (2: twice). A package that would leave less is not fetched
+    /// (`no-space`), and nothing of it is written.
+    public var freeSpaceReserve = 2.0
+    /// The bytes free for writing on the file system holding a path (`statvfs`); nil: unknown,
+    /// and the check is not made. Tests inject a small disk here.
+    package var availableSpace: @Sendable (FilePath) -> Int64? = { try? SystemCalls.availableSpace($0) }
+    /// A preload on this network: also install the on-demand packages whose hint allows it
+    /// (`preload: always`, or `unmetered` on an unmetered network). Nil: no preload.
+    public var preload: NetworkKind?
     /// Overrides the config's app version (for `minClientVersion`).
     public var appVersion: SemanticVersion?
     /// Overrides the config's channel.

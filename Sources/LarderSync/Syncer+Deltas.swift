@@ -6,7 +6,7 @@ import LarderFileSystem
 import LarderStore
 import SystemPackage
 
-/// Updates by delta: each patch downloaded is applied to the content the device holds (memory:
+/// Updates by delta: each patch of the delta's patch file is applied to the content the device holds (memory:
 /// the base, the patch and one 64 KiB chunk), and the result checked against its SHA-256 before
 /// it is linked into the new tree. A patch that fails — not fetched, damaged, its base missing or
 /// altered on disk, a result with another hash — falls back to its content's object; when an
@@ -48,41 +48,41 @@ extension Syncer {
         return results
     }
 
-    /// Applies the patches of one package's delta whose targets the sandbox lacks; a patch that
-    /// fails falls back to its content's object (queued in `outcome.objectJobs`).
+    /// Applies the patches of one package's delta whose targets the sandbox lacks, each read from
+    /// the delta's patch file; a patch that fails falls back to its content's object (queued in
+    /// `outcome.objectJobs`). The patch file is removed once every patch is applied.
     func applyPatches(
-        of id: PackageID, _ manifest: DeltaManifest, _ list: FileList, fetched: inout Fetched, prepared p: Prepared,
+        of id: PackageID, _ delta: ResolvedDelta, _ list: FileList, fetched: inout Fetched, prepared p: Prepared,
         into outcome: inout PatchOutcome
     ) {
         let needed = Set(list.files.map(\.sha256)).subtracting(p.local.keys)
         let entryOf = Dictionary(list.files.map { ($0.sha256, $0) }, uniquingKeysWith: { x, _ in x })
+        let file = delta.patchFile.map { fetched[content: $0.sha256] } ?? ContentProgress()
         var covered: Set<SHA256Digest> = []
-        for patch in manifest.patches where needed.contains(patch.target) && covered.insert(patch.target).inserted {
-            let reason: String?
-            let content = fetched[content: patch.target]
-            if let base = p.local[patch.base], let part = content.patch {
-                reason = apply(patch, part: part, base: base, to: p.sandbox.layout.appliedContent(patch.target))
-                try? SystemCalls.unlink(part)
-            } else if let failure = content.patchFailure {
-                reason = "the patch could not be fetched: \(failure.description)"
-            } else if content.patch == nil {
-                // Planned as an object (the base is not held here).
-                continue
-            } else {
-                reason = "its base content is not in the sandbox"
-            }
-            if let reason {
-                outcome.fallbacks[id, default: []].append(
-                    DeltaFallback(content: patch.target, reason: reason, to: .object))
-                if content.object == nil, let f = entryOf[patch.target] {
-                    outcome.objectJobs.append(objectJob(id, f, sandbox: p.sandbox, base: p.base))
+        for patch in delta.patches where needed.contains(patch.target) && covered.insert(patch.target).inserted {
+            // A patch whose base is not held here was planned as an object.
+            guard let base = p.local[patch.base] else { continue }
+            let reason: String
+            if let part = file.patch {
+                guard let why = apply(patch, part: part, base: base, to: p.sandbox.layout.appliedContent(patch.target))
+                else {
+                    fetched[content: patch.target].applied = p.sandbox.layout.appliedContent(patch.target)
+                    outcome.applied[id, default: (0, 0)].count += 1
+                    outcome.applied[id, default: (0, 0)].bytes += patch.length
+                    continue
                 }
+                reason = why
+            } else if let failure = file.patchFailure {
+                reason = "the patch file could not be fetched: \(failure.description)"
             } else {
-                fetched[content: patch.target].applied = p.sandbox.layout.appliedContent(patch.target)
-                outcome.applied[id, default: (0, 0)].count += 1
-                outcome.applied[id, default: (0, 0)].bytes += patch.patch.size
+                continue
+            }
+            outcome.fallbacks[id, default: []].append(DeltaFallback(content: patch.target, reason: reason, to: .object))
+            if fetched[content: patch.target].object == nil, let f = entryOf[patch.target] {
+                outcome.objectJobs.append(objectJob(id, f, sandbox: p.sandbox, base: p.base))
             }
         }
+        if let part = file.patch { try? SystemCalls.unlink(part) }
     }
 
     /// Fetches the objects the failed patches fell back to; a package one of whose objects fails
@@ -136,9 +136,9 @@ extension Syncer {
         fetched.resumable.formUnion(bundles.resumable)
     }
 
-    /// Applies one patch to the content at `base` through the byte pipeline, writing the result
-    /// to `output` (checked against the patch's size and SHA-256); returns why it failed (the
-    /// output then removed), or nil.
+    /// Applies one patch (read from the patch file at `part`) to the content at `base` through
+    /// the byte pipeline, writing the result to `output` (checked against the patch's size and
+    /// SHA-256); returns why it failed (the output then removed), or nil.
     func apply(_ patch: PatchRef, part: FilePath, base: FilePath, to output: FilePath) -> String? {
         do throws(BlobError) {
             try options.pipeline.placePatched(patch, patchFile: part, base: base, at: output)

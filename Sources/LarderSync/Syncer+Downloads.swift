@@ -32,9 +32,9 @@ extension Syncer {
     struct ContentProgress {
         /// The downloaded object.
         var object: FilePath?
-        /// The downloaded patch that makes it.
+        /// For a delta's patch file (named by its own digest): the downloaded file.
         var patch: FilePath?
-        /// Why its patch could not be fetched (the delta falls back to the object).
+        /// Why the patch file could not be fetched (the delta's contents fall back to objects).
         var patchFailure: PackageFailure?
         /// The content made by its patch, checked, in `downloads/`.
         var applied: FilePath?
@@ -79,7 +79,7 @@ extension Syncer {
         /// A bundle, extracted into the staging area while it downloads when there is one.
         case bundle(PackageID, URL, FilePath, Expectation, StagingArea?)
         case object(PackageID, SHA256Digest, URL, FilePath, Expectation)
-        /// A patch (its target's digest names it in `Fetched.contents`).
+        /// A delta's patch file (its own digest names it in `Fetched.contents`).
         case patch(PackageID, SHA256Digest, URL, FilePath, Expectation)
     }
 
@@ -113,7 +113,7 @@ extension Syncer {
     func download(
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
         local: [SHA256Digest: FilePath], sandbox: Sandbox, transport: any Transport, base: URL, concurrency: Int,
-        deltas: [PackageID: DeltaManifest] = [:]
+        deltas: [PackageID: ResolvedDelta] = [:]
     ) async -> Fetched {
         let jobs = self.jobs(
             changes, entries: entries, lists: lists, local: local, sandbox: sandbox, base: base, deltas: deltas)
@@ -159,7 +159,7 @@ extension Syncer {
     /// as they arrive and one can be made), or each missing content once, by patch or object.
     func jobs(
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
-        local: [SHA256Digest: FilePath], sandbox: Sandbox, base: URL, deltas: [PackageID: DeltaManifest] = [:]
+        local: [SHA256Digest: FilePath], sandbox: Sandbox, base: URL, deltas: [PackageID: ResolvedDelta] = [:]
     ) -> [Job] {
         var jobs: [Job] = []
         var seen: Set<SHA256Digest> = []
@@ -181,16 +181,21 @@ extension Syncer {
             case .delta:
                 let patches = Dictionary(
                     (deltas[a.id]?.patches ?? []).map { ($0.target, $0) }, uniquingKeysWith: { x, _ in x })
+                var patching = false
                 for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
                     if let p = patches[f.sha256], local[p.base] != nil {
-                        let expected = Expectation(size: p.patch.size, limit: p.patch.size, sha256: p.patch.sha256)
-                        jobs.append(
-                            .patch(
-                                a.id, f.sha256, url(base, p.patch.path), sandbox.layout.patchPart(p.patch.sha256),
-                                expected))
+                        patching = true
                     } else {
                         jobs.append(objectJob(a.id, f, sandbox: sandbox, base: base))
                     }
+                }
+                // The patch file, whole and in one request (resumed like a bundle).
+                if patching, let file = deltas[a.id]?.patchFile {
+                    let expected = Expectation(size: file.size, limit: file.size, sha256: file.sha256)
+                    jobs.insert(
+                        .patch(
+                            a.id, file.sha256, url(base, file.path), sandbox.layout.patchPart(file.sha256), expected),
+                        at: 0)
                 }
             case .local:
                 break
@@ -267,14 +272,14 @@ extension Syncer {
                 result[content: digest].object = part
             }
             result[id].seconds = max(result[id].seconds, done.seconds)
-        case .patch(let id, let target, _, let part, _):
-            // A patch that cannot be fetched is not the package's failure: the content falls
-            // back to its object.
+        case .patch(let id, let file, _, let part, _):
+            // A patch file that cannot be fetched is not the package's failure: its contents
+            // fall back to their objects.
             if let e = done.failure {
-                result[content: target].patchFailure = e
+                result[content: file].patchFailure = e
                 result.resumable.insert(part.lastComponent?.string ?? "")
             } else {
-                result[content: target].patch = part
+                result[content: file].patch = part
             }
             result[id].seconds = max(result[id].seconds, done.seconds)
         }

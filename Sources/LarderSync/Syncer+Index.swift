@@ -190,7 +190,7 @@ extension Syncer {
     struct Lists {
         var lists: [PackageID: FileList] = [:]
         var bytes: [PackageID: Data] = [:]
-        var deltas: [PackageID: DeltaManifest] = [:]
+        var deltas: [PackageID: ResolvedDelta] = [:]
         var failures: [PackageID: PackageFailure] = [:]
         var wireBytes: [PackageID: Int64] = [:]
         /// Why a delta the index offered was not used (the list came another way).
@@ -240,7 +240,7 @@ extension Syncer {
     func listFromDelta(
         _ e: PackageEntry, _ ref: DeltaRef, active: SemanticVersion, transport: any Transport, base: URL,
         sandbox: Sandbox
-    ) async -> Result<(FileList, Data, DeltaManifest, Int64), DeltaError> {
+    ) async -> Result<(FileList, Data, ResolvedDelta, Int64), DeltaError> {
         let doc: FetchedDocument
         do throws(FetchError) {
             doc = try await transport.document(
@@ -269,11 +269,12 @@ extension Syncer {
         } catch {
             return .failure(DeltaError("the list of the active \(active) cannot be read: \(error)"))
         }
-        let rebuilt: FileList
-        switch manifest.rebuild(from: current) {
-        case .success(let l): rebuilt = l
+        let delta: ResolvedDelta
+        switch manifest.resolve(from: current) {
+        case .success(let d): delta = d
         case .failure(let why): return .failure(why)
         }
+        let rebuilt = delta.list
         let bytes: Data
         do { bytes = try ManifestCoding.encode(rebuilt) } catch {
             return .failure(DeltaError("the rebuilt list cannot be encoded: \(error)"))
@@ -281,8 +282,8 @@ extension Syncer {
         guard Int64(bytes.count) == e.files.size, SHA256Digest.of(bytes) == e.files.sha256 else {
             return .failure(DeltaError("the list built from the delta is not the signed list of \(e.version)"))
         }
-        if let gap = manifest.covers(rebuilt, holding: Set(current.files.map(\.sha256))) { return .failure(gap) }
-        return .success((rebuilt, bytes, manifest, Int64(doc.data.count)))
+        if let gap = delta.covers(rebuilt, holding: Set(current.files.map(\.sha256))) { return .failure(gap) }
+        return .success((rebuilt, bytes, delta, Int64(doc.data.count)))
     }
 
     /// The release's list: gzipped when the index names a gzip (its decompressed bytes checked

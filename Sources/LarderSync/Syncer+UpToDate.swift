@@ -22,7 +22,7 @@ extension Syncer {
         /// `state.json` as that sync left it (any later write replaces the file).
         var state: FileIdentity
         /// What else decides a plan: repository, channel, app version, device id, trusted keys,
-        /// retention.
+        /// retention, the on-demand packages asked for and a preload's network.
         var inputs: SHA256Digest
         /// When the sync finished, and when a later no-change sync last confirmed it.
         var at: Date
@@ -38,8 +38,11 @@ extension Syncer {
     func planInputs(_ config: SyncConfig) -> SHA256Digest {
         let ctx = context(config)
         let keys = config.trustedKeys.map { "\($0.keyId)" }.sorted().joined(separator: ",")
+        // The on-demand packages asked for and a preload's network change what a plan installs.
+        let wanted = ctx.wanted.map(\.rawValue).sorted().joined(separator: ",")
         let text = [
             config.repository, ctx.channel, ctx.appVersion.description, ctx.deviceID, keys, "\(options.retention)",
+            wanted, ctx.preload?.rawValue ?? "",
         ].joined(separator: "\n")
         return SHA256Digest.of(Data(text.utf8))
     }

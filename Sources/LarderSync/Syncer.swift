@@ -41,7 +41,7 @@ public struct Syncer: Sendable {
     func context(_ config: SyncConfig) -> ClientContext {
         ClientContext(
             appVersion: options.appVersion ?? config.appVersion, deviceID: config.deviceId,
-            channel: options.channel ?? config.channel)
+            channel: options.channel ?? config.channel, wanted: Set(options.fetching), preload: options.preload)
     }
 
     /// What both `plan` and `sync` start from: the open sandbox (the caller closes it), the
@@ -59,7 +59,7 @@ public struct Syncer: Sendable {
         let local: [SHA256Digest: FilePath]
         let plan: Plan
         /// The delta manifests the lists were rebuilt from, by package.
-        var deltas: [PackageID: DeltaManifest] = [:]
+        var deltas: [PackageID: ResolvedDelta] = [:]
         /// Bytes the lists (or manifests) cost on the wire, by package.
         var metadataBytes: [PackageID: Int64] = [:]
         /// Why an offered delta was not used, by package.
@@ -191,6 +191,9 @@ public struct Syncer: Sendable {
 
         // Fetch and place every install/update, then activate each dependency group whole.
         var changes = p.plan.changes.filter { $0.kind == .install || $0.kind == .update }
+        let (fit, refused) = checkSpace(changes, prepared: p)
+        changes = fit
+        results += refused
         var fetched = await download(
             changes, entries: entries, lists: p.lists, local: p.local, sandbox: p.sandbox, transport: p.transport,
             base: p.base, concurrency: max(1, p.config.concurrency), deltas: p.deltas)
@@ -213,11 +216,13 @@ public struct Syncer: Sendable {
         // After the installs: their trees may link contents from a package that is removed.
         results += remove(p.plan, sandbox: p.sandbox)
         let removed = cleanUp(fetched, sandbox: p.sandbox)
+        let budget = enforceBudget(p, entries: entries, keep: Set(changes.map(\.id)))
         let order = Dictionary(
             p.plan.actions.enumerated().map { ($1.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
         results.sort { (order[$0.id] ?? 0) < (order[$1.id] ?? 0) }
-        let report = SyncReport(
+        var report = SyncReport(
             serial: p.index.serial, indexChanged: p.indexChanged, packages: results, removedByGC: removed)
+        report.budget = budget
         recordSettled(report, sandbox: p.sandbox, config: p.config)
         return report
     }

@@ -43,6 +43,15 @@ extension PolicyMode: ExpressibleByArgument {}
 /// `sync --progress`: `auto`, `json` or `none`.
 extension ProgressMode: ExpressibleByArgument {}
 
+/// `fetch --network`: `metered` or `unmetered`.
+extension NetworkKind: ExpressibleByArgument {}
+
+/// `pack --install`: `eager` or `on-demand`.
+extension InstallPolicy.Mode: ExpressibleByArgument {}
+
+/// `pack --preload`: `never`, `unmetered` or `always`.
+extension InstallPolicy.Preload: ExpressibleByArgument {}
+
 /// `serve --upstream-scheme`: how requests no package serves are forwarded.
 enum UpstreamScheme: String, CaseIterable, ExpressibleByArgument {
     /// Production origins.
@@ -80,4 +89,28 @@ struct ListenAddress: ExpressibleByArgument, Equatable, CustomStringConvertible 
 
     /// `HOST:PORT` (an IPv6 host in brackets).
     var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// `init --disk-budget`: bytes, or a number with a unit — `K`, `M`, `G`, `T` (powers of 1024,
+/// also written `KiB`, `MiB`…, `KB`, `MB`…), e.g. `500M`, `2G`, `1.5GiB`.
+struct ByteSize: ExpressibleByArgument, Equatable, CustomStringConvertible {
+    let bytes: Int64
+
+    init(bytes: Int64) { self.bytes = bytes }
+
+    init?(argument: String) {
+        let text = argument.trimmingCharacters(in: .whitespaces)
+        let digits = text.prefix { $0.isNumber || $0 == "." }
+        let unit = text.dropFirst(digits.count).trimmingCharacters(in: .whitespaces).uppercased()
+        let shifts: [String: Int] = [
+            "": 0, "B": 0, "K": 10, "KB": 10, "KIB": 10, "M": 20, "MB": 20, "MIB": 20, "G": 30, "GB": 30, "GIB": 30,
+            "T": 40, "TB": 40, "TIB": 40,
+        ]
+        guard let number = Double(digits), number > 0, let shift = shifts[unit] else { return nil }
+        let value = (number * Double(Int64(1) << shift)).rounded(.down)
+        guard value >= 1, value < Double(Int64.max / 2) else { return nil }
+        bytes = Int64(value)
+    }
+
+    var description: String { "\(bytes)" }
 }

@@ -78,16 +78,7 @@ enum Output {
     }
 
     /// Formats a byte count for people.
-    static func bytes(_ n: Int64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB"]
-        var v = Double(n)
-        var u = 0
-        while v >= 1024, u < units.count - 1 {
-            v /= 1024
-            u += 1
-        }
-        return u == 0 ? "\(n) B" : String(format: "%.1f", v) + " " + units[u]
-    }
+    static func bytes(_ n: Int64) -> String { ByteText.format(n) }
 }
 
 /// Runs a library call whose typed error carries a code and a message, turning a failure into

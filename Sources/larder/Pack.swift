@@ -12,8 +12,9 @@ extension LarderCommand {
                 Writes packages/ID/VERSION/bundle.zip (deterministic: the same tree gives the same \
                 bytes), files.json (with each content's object size) and files.json.gz, the objects \
                 the repository lacks, the deltas to the new version from the last --deltas versions \
-                on its channel (deltas/FROM.json.gz, and patches/ for the contents those versions \
-                lack, made with zstd's patch-from mode when smaller than the object), and a new \
+                on its channel (deltas/FROM.json.gz, and one patch file in patches/ per delta for the \
+                contents that version lacks, made with zstd's patch-from mode when smaller than the \
+                object), and a new \
                 index.json (serial + 1) with its signature. Refuses symlinks and special files, names that are \
                 not UTF-8 NFC or that collide when case and normalisation are ignored, an empty tree, \
                 trees over the limits (manifests/README.md), a version that exists or is not greater \
@@ -61,6 +62,21 @@ extension LarderCommand {
 
         @Flag(help: "Mark the release mandatory.")
         var mandatory = false
+
+        @Option(
+            help: ArgumentHelp(
+                "When devices install it: eager (every sync) or on-demand (at first use, or `larder fetch`).",
+                valueName: "MODE"))
+        var install = InstallPolicy.Mode.eager
+
+        @Option(
+            help: ArgumentHelp(
+                "For an on-demand package: when it may be fetched ahead of use: never, unmetered or always.",
+                valueName: "WHEN"))
+        var preload = InstallPolicy.Preload.never
+
+        @Option(help: ArgumentHelp("Install priority, -1000...1000: higher first.", valueName: "N"))
+        var priority = 0
 
         @Option(
             name: .customLong("depends"),
@@ -123,6 +139,12 @@ extension LarderCommand {
             }
             guard ttlDays > 0 else { throw ValidationError("--ttl-days must be positive") }
             guard (0...16).contains(deltas) else { throw ValidationError("--deltas must be within 0...16") }
+            guard (-1000...1000).contains(priority) else {
+                throw ValidationError("--priority must be within -1000...1000")
+            }
+            guard install == .onDemand || preload == .never else {
+                throw ValidationError("--preload is for on-demand packages (--install on-demand)")
+            }
             for b in bypass where !b.hasPrefix("/") { throw ValidationError("--bypass \(quoted(b)) must start with /") }
         }
 
@@ -144,6 +166,10 @@ extension LarderCommand {
             request.rolloutPercent = rollout
             request.rolloutSalt = rolloutSalt
             request.mandatory = mandatory
+            // Eager with the default priority writes nothing: the index stays as older tools wrote it.
+            request.install =
+                install == .eager && priority == 0
+                ? nil : InstallPolicy(mode: install, preload: preload, priority: priority)
             request.dependencies = dependencies
             request.policy = Policy(mode: policy, bypass: bypass)
             request.timeToLive = ttlDays * 24 * 3600

@@ -73,6 +73,7 @@ struct InitOutput: RenderedReport {
     var textLines: [String] {
         [
             "initialised \(root): repository \(config.repository), channel \(config.channel), app \(config.appVersion), device \(config.deviceId)"
+                + (config.diskBudget.map { ", disk budget \(Output.bytes($0))" } ?? "")
         ]
     }
 }
@@ -129,6 +130,7 @@ extension SyncReport: RenderedReport {
             if let unused = p.delta?.unused { lines.append("  delta not used: \(unused)") }
         }
         if !removedByGC.isEmpty { lines.append("gc removed \(removedByGC.joined(separator: ", "))") }
+        if let b = budget { lines.append(b.line) }
         return lines
     }
 }
@@ -163,9 +165,14 @@ extension RollbackReport: RenderedReport {
 extension StatusReport: RenderedReport {
     var textLines: [String] {
         var lines: [String] = packages.isEmpty ? ["no packages in \(root)"] : []
+        if let budget = diskBudget {
+            lines.append("disk budget: \(Output.bytes(diskUse)) of \(Output.bytes(budget)) used")
+        }
         for p in packages {
             lines.append(
                 "\(p.id): active \(p.active ?? "-") (\(p.health.rawValue)), fallback \(p.fallback ?? "-"), \(Output.bytes(p.diskUse)) on disk"
+                    + (p.install.map { ", \($0)" } ?? "")
+                    + (p.lastUse.map { ", last used \(ManifestCoding.formatRFC3339($0))" } ?? "")
             )
             for v in p.versions {
                 lines.append(
@@ -194,7 +201,19 @@ extension GCReport: RenderedReport {
         if !keptPinned.isEmpty {
             lines.append("kept (pinned by a live session): \(keptPinned.joined(separator: ", "))")
         }
+        if let b = budget { lines.append(b.line) }
         return lines
+    }
+}
+
+extension BudgetReport {
+    /// `disk budget: 12.0 MiB of 20.0 MiB; evicted a, b (least recently used first)`.
+    var line: String {
+        var line = "disk budget: \(Output.bytes(after)) of \(Output.bytes(budget))"
+        if !evicted.isEmpty { line += "; evicted \(evicted.joined(separator: ", ")) (least recently used first)" }
+        if !keptPinned.isEmpty { line += "; kept (pinned by a live session): \(keptPinned.joined(separator: ", "))" }
+        if after > budget { line += "; over budget (what is left is eager, pinned or just installed)" }
+        return line
     }
 }
 

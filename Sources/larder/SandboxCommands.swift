@@ -114,13 +114,14 @@ extension LarderCommand {
     struct Status: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "status",
-            abstract: "Show each package's versions, health, disk use and history (takes no lock).")
+            abstract:
+                "Show each package's versions, health, install policy, disk use, last use and history (takes no lock).")
         @OptionGroup var sandbox: SandboxOptions
         @OptionGroup var output: OutputOptions
 
         func run() throws {
             let report = try withSandbox("status", output.json) { () throws(StoreError) in
-                try SandboxReader(root: sandbox.root).status()
+                try SandboxReader(root: sandbox.root).status().withUsage(root: sandbox.root)
             }
             try Output.emit(report, json: output.json)
         }
@@ -132,7 +133,11 @@ extension LarderCommand {
         static let configuration = CommandConfiguration(
             commandName: "gc",
             abstract: "Delete versions that are not active, fallback, pinned or retained.",
-            discussion: "Pins held by live processes (an app's web views) are respected; pins of dead processes expire."
+            discussion: """
+                Pins held by live processes (an app's web views) are respected; pins of dead processes \
+                expire. With a disk budget (`init --disk-budget`), on-demand packages are then evicted, \
+                least recently used first, until the sandbox is within it.
+                """
         )
         @Option(help: ArgumentHelp("Other versions to keep per package, newest first.", valueName: "N")) var keep = 1
         @OptionGroup var sandbox: SandboxOptions
@@ -146,7 +151,12 @@ extension LarderCommand {
             let r = try withSandbox("gc", output.json) { () throws(StoreError) in
                 let s = try sandbox.open()
                 defer { s.close() }
-                return try s.gc(keep: keep)
+                var report = try s.gc(keep: keep)
+                // The disk budget, when the config sets one (an uninitialised sandbox has none).
+                if let budget = (try? SyncConfig.load(root: s.layout.root))?.diskBudget {
+                    report.budget = try s.enforceBudget(budget, onDemand: s.onDemandPackages())
+                }
+                return report
             }
             try Output.emit(r, json: output.json)
         }

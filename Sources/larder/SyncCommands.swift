@@ -24,6 +24,12 @@ extension LarderCommand {
         @Option(help: ArgumentHelp("This app's version, SemVer 2.0.0 (for minClientVersion).", valueName: "VERSION"))
         var appVersion = SemanticVersion(1, 0, 0)
         @Flag(help: "Allow plain http to hosts other than loopback.") var allowHttp = false
+        @Option(
+            help: ArgumentHelp(
+                "The most the sandbox's packages may hold, e.g. 500M or 2G: after each sync, fetch and gc, "
+                    + "on-demand packages are evicted, least recently used first, to stay within it.",
+                valueName: "SIZE"))
+        var diskBudget: ByteSize?
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
@@ -41,7 +47,7 @@ extension LarderCommand {
             do {
                 config = try SyncConfig.initialise(
                     root: root, repository: repo, keys: keys, channel: channel, appVersion: appVersion,
-                    allowInsecureHTTP: allowHttp)
+                    allowInsecureHTTP: allowHttp, diskBudget: diskBudget?.bytes)
             } catch {
                 throw Output.failure(command: "init", code: error.code, message: error.description, json: output.json)
             }
@@ -174,18 +180,76 @@ extension LarderCommand {
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            var options = try args.options()
-            let renderer = ProgressRenderer(mode: progress.resolved(isTerminal: isatty(2) != 0))
-            if renderer.mode != .none { options.progress = renderer.handle }
-            let opts = options
-            let report = try await withSync("sync", output.json) { () async throws(SyncError) in
-                try await Syncer(root: args.root, options: opts).sync()
-            }
-            renderer.finish()
-            try Output.emit(report, json: output.json)
+            let report = try await runSync(
+                "sync", root: args.root, options: try args.options(), progress: progress, json: output.json)
             if report.hasFailures { throw ExitStatus.partial }
         }
     }
+}
+
+extension LarderCommand {
+    struct Fetch: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "fetch",
+            abstract: "Install on-demand packages now, or preload those their hints allow.",
+            discussion: """
+                A sync installs and updates eager packages and updates the on-demand packages the \
+                device holds; it never downloads an on-demand package the device does not hold. \
+                `fetch ID…` installs the named packages now, with what they depend on, as a sync of \
+                only those would (a package already held is updated). `--preload` also installs every \
+                on-demand package whose preload hint allows the network `--network` names (`always`: \
+                any; `unmetered`: an unmetered one only), higher priority first, in a sync of every \
+                package. An app asks its own veto first, as for background syncs.
+                Exit codes: 0 all done; 2 some packages failed, or a named one is not in the index \
+                on this channel; 1 nothing could be done; 64 usage.
+                """)
+        @Argument(help: ArgumentHelp("On-demand packages to install now.", valueName: "ID")) var ids: [PackageID] = []
+        @Flag(help: "Also install the on-demand packages whose preload hint allows the network.") var preload = false
+        @Option(help: ArgumentHelp("The network a preload runs on: metered or unmetered.", valueName: "KIND"))
+        var network = NetworkKind.unmetered
+        @OptionGroup var args: SyncArguments
+        @Option(
+            help: ArgumentHelp(
+                "Progress on stderr: auto (a bar on a terminal), json (JSON lines) or none.", valueName: "MODE"))
+        var progress = ProgressMode.auto
+        @OptionGroup var output: OutputOptions
+
+        func validate() throws {
+            if ids.isEmpty && !preload { throw ValidationError("name the packages to fetch, or give --preload") }
+        }
+
+        func run() async throws {
+            var options = try args.options()
+            if !ids.isEmpty && !preload { options.packages = ids }
+            options.fetching = ids
+            if preload { options.preload = network }
+            let report = try await runSync(
+                "fetch", root: args.root, options: options, progress: progress, json: output.json)
+            let unknown = ids.filter { id in !report.packages.contains { $0.id == id.rawValue } }
+            if !unknown.isEmpty {
+                Output.diagnostic(
+                    "larder fetch: error [not-in-index]: not in the index on this channel: "
+                        + unknown.map { quoted($0.rawValue) }.joined(separator: ", "))
+            }
+            if report.hasFailures || !unknown.isEmpty { throw ExitStatus.partial }
+        }
+    }
+}
+
+/// Runs a sync with `progress` rendered on stderr and prints its report.
+func runSync(
+    _ command: String, root: FilePath, options: SyncOptions, progress: ProgressMode, json: Bool
+) async throws -> SyncReport {
+    var options = options
+    let renderer = ProgressRenderer(mode: progress.resolved(isTerminal: isatty(2) != 0))
+    if renderer.mode != .none { options.progress = renderer.handle }
+    let opts = options
+    let report = try await withSync(command, json) { () async throws(SyncError) in
+        try await Syncer(root: root, options: opts).sync()
+    }
+    renderer.finish()
+    try Output.emit(report, json: json)
+    return report
 }
 
 /// Maps a sync error to exit code 1 with its message.

@@ -102,14 +102,21 @@ struct BytePipelineTests {
         defer { dir.remove() }
         let stored = try pipeline.makePatch(base: Self.content, target: Self.edited, level: 3)
         #expect(try pipeline.applyPatch(stored, base: Self.content, limit: 1 << 20) == Self.edited)
-        let patchFile = try file(dir, "patch", stored)
+        // The patch lies in a delta's patch file between other patches' bytes.
+        let patchFile = try file(dir, "patch", Data(repeating: 7, count: 100) + stored + Data(repeating: 9, count: 50))
         let base = try file(dir, "base", Self.content)
         let ref = PatchRef(
             target: SHA256Digest.of(Self.edited), size: Int64(Self.edited.count), base: SHA256Digest.of(Self.content),
-            patch: BlobRef(path: "patches/x", size: Int64(stored.count), sha256: SHA256Digest.of(stored)))
+            offset: 100, length: Int64(stored.count))
         let output = FilePath(dir.appending("out").path)
         try pipeline.placePatched(ref, patchFile: patchFile, base: base, at: output)
         #expect(try AtomicFile.read(output) == Self.edited)
+        // A slice that runs past the file's end is refused.
+        var beyond = ref
+        beyond.offset = 120
+        #expect(throws: BlobError.self) {
+            try pipeline.placePatched(beyond, patchFile: patchFile, base: base, at: output)
+        }
 
         let altered = try file(dir, "altered", Self.edited)
         #expect(

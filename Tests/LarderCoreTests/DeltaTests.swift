@@ -57,7 +57,9 @@ struct DeltaTests {
         let m = try roundTrip(old, new)
         #expect(m.remove.map(\.string) == ["docs"])
         // The contents are all held already: nothing to patch or fetch.
-        #expect(m.covers(new, holding: Set(old.files.map(\.sha256))) == nil)
+        let resolved = try m.resolve(from: old).get()
+        #expect(resolved.list == new && resolved.patchFile == nil)
+        #expect(resolved.covers(new, holding: Set(old.files.map(\.sha256))) == nil)
     }
 
     @Test("a manifest for another version, or removing what the base lacks, is refused")
@@ -72,11 +74,57 @@ struct DeltaTests {
         let new = Self.list("2.0.0", [Self.e("a", "2")])
         var gap = m
         gap.remove = []
-        #expect(gap.covers(new, holding: [Self.d("1")])?.description.contains("no source for a") == true)
-        gap.patches = [
-            PatchRef(target: Self.d("2"), size: 1, base: Self.d("other"), patch: Self.ref)
-        ]
-        #expect(gap.covers(new, holding: [Self.d("1")])?.description.contains("does not hold") == true)
+        gap.upsert = [Self.e("a", "2")]
+        #expect(
+            try gap.resolve(from: old).get().covers(new, holding: [Self.d("1")])?.description.contains(
+                "no source for a") == true)
+        // The patch makes upsert's entry 0 from the base list's entry 0, 10 bytes of a 10-byte file.
+        gap.patches = [DeltaPatch(target: 0, base: 0, length: 10)]
+        gap.patchFile = BlobRef(path: "patches/x", size: 10, sha256: Self.d("p"))
+        let resolved = try gap.resolve(from: old).get()
+        #expect(
+            resolved.patches == [PatchRef(target: Self.d("2"), size: 1, base: Self.d("1"), offset: 0, length: 10)])
+        #expect(resolved.covers(new, holding: [Self.d("1")]) == nil)
+        #expect(resolved.covers(new, holding: [])?.description.contains("does not hold") == true)
+    }
+
+    @Test(
+        "positions outside their lists, patches that do not fill the patch file, and objects out of range are refused",
+        arguments: [
+            ([DeltaPatch(target: 1, base: 0, length: 10)], 10, [], "makes entry 1 of upsert"),
+            ([DeltaPatch(target: 0, base: 3, length: 10)], 10, [], "applies to entry 3"),
+            ([DeltaPatch(target: 0, base: 0, length: 0)], 10, [], "does not fit"),
+            ([DeltaPatch(target: 0, base: 0, length: 11)], 10, [], "does not fit"),
+            ([DeltaPatch(target: 0, base: 0, length: 4)], 10, [], "add up to 4 bytes"),
+            ([], 0, [2], "an object names entry 2"),
+        ] as [([DeltaPatch], Int64, [Int], String)])
+    func positions(_ patches: [DeltaPatch], _ fileSize: Int64, _ objects: [Int], _ why: String) {
+        let old = Self.list("1.0.0", [Self.e("a", "1")])
+        let m = DeltaManifest(
+            id: PackageID("app")!, from: SemanticVersion("1.0.0")!, to: SemanticVersion("2.0.0")!, files: Self.ref,
+            remove: [], upsert: [Self.e("a", "2")],
+            patchFile: patches.isEmpty ? nil : BlobRef(path: "patches/x", size: fileSize, sha256: Self.d("p")),
+            patches: patches, objects: objects)
+        switch m.resolve(from: old) {
+        case .success: Issue.record("resolved: \(m)")
+        case .failure(let e): #expect(e.description.contains(why), "\(e)")
+        }
+    }
+
+    @Test("a delta manifest of format 1 (or any but 2) is refused by name, so the device fetches the list")
+    func schemaVersion() throws {
+        let m = DeltaManifest(
+            schemaVersion: 1, id: PackageID("app")!, from: SemanticVersion("1.0.0")!, to: SemanticVersion("2.0.0")!,
+            files: Self.ref, remove: [], upsert: [])
+        let data = try ManifestCoding.encode(m)
+        #expect(throws: ManifestError.unsupportedSchema(document: "d", found: 1, supported: 2)) {
+            try ManifestCoding.decode(DeltaManifest.self, from: data, document: "d")
+        }
+        var current = m
+        current.schemaVersion = deltaSchemaVersion
+        #expect(
+            try ManifestCoding.decode(DeltaManifest.self, from: ManifestCoding.encode(current), document: "d")
+                == current)
     }
 
     @Test(
@@ -124,24 +172,28 @@ struct DeltaTests {
         #expect(plain.method == .objects && plain.bytes == 400_000 && plain.reused == 1)
         // A delta with two patches whose bases are held (the other two contents as objects).
         func patch(_ i: Int, base: String) -> PatchRef {
-            PatchRef(
-                target: Self.d("new\(i)"), size: 400_000, base: Self.d(base),
-                patch: BlobRef(path: "patches/x", size: 500, sha256: Self.d("p\(i)")))
+            PatchRef(target: Self.d("new\(i)"), size: 400_000, base: Self.d(base), offset: Int64(i) * 500, length: 500)
         }
-        var delta = DeltaManifest(
+        let manifest = DeltaManifest(
             id: PackageID("app")!, from: SemanticVersion("1.0.0")!, to: SemanticVersion("2.0.0")!, files: Self.ref,
-            remove: [], upsert: [], patches: [patch(0, base: "old0"), patch(1, base: "old1"), patch(2, base: "gone")],
+            remove: [], upsert: [], patchFile: BlobRef(path: "patches/x", size: 1500, sha256: Self.d("p")))
+        var delta = ResolvedDelta(
+            manifest: manifest, list: list,
+            patches: [patch(0, base: "old0"), patch(1, base: "old1"), patch(2, base: "gone")],
             objects: [Self.d("new3")])
         let withDelta = Differ.choose(list: list, bundleSize: 1_000_000, localContents: held, delta: delta)
         #expect(withDelta.method == .delta)
-        // Two patches, and two objects (one patch's base is not held here).
-        #expect(withDelta.bytes == 500 + 500 + 100_000 + 100_000)
+        // The whole patch file in one request, and two objects (one patch's base is not held here).
+        #expect(withDelta.bytes == 1500 + 100_000 + 100_000 && withDelta.requests == 3)
         #expect(withDelta.alternatives?.map(\.method) == [.delta, .objects, .bundle])
+        // No patch usable here: the delta is its objects, and the patch file is not fetched.
+        let none = Differ.choose(list: list, bundleSize: 1_000_000, localContents: [Self.d("held")], delta: delta)
+        #expect(none.alternatives?.first?.bytes == 400_000 && none.alternatives?.first?.requests == 4)
         // A small bundle beats both.
         let small = Differ.choose(list: list, bundleSize: 150_000, localContents: held, delta: delta)
         #expect(small.method == .bundle && small.reused == 0)
         // Everything held: local, whatever is offered.
-        delta.patches = []
+        delta = ResolvedDelta(manifest: manifest, list: list, patches: [], objects: [])
         let all = Differ.choose(
             list: Self.list("2.0.0", [Self.e("held.js", "held")]), bundleSize: 1, localContents: held, delta: delta)
         #expect(all.method == .local)

@@ -203,3 +203,105 @@ struct DifferTests {
         #expect(Rollout(percent: 100, salt: "").includes(deviceID: "x", id: Self.id("app"), version: Self.v("1.0.0")))
     }
 }
+
+@Suite("Differ: on-demand packages")
+struct OnDemandPlanTests {
+    typealias D = DifferTests
+
+    static func onDemand(
+        _ i: String, _ version: String = "1.0.0", preload: InstallPolicy.Preload = .never, priority: Int = 0,
+        deps: [(String, String)] = []
+    ) -> PackageEntry {
+        var e = D.entry(i, version, deps: deps)
+        e.install = InstallPolicy(mode: .onDemand, preload: preload, priority: priority)
+        return e
+    }
+
+    static func kinds(_ p: Plan) -> [String: String] {
+        Dictionary(
+            p.actions.map { ($0.id.rawValue, $0.skip?.rawValue ?? $0.kind.rawValue) }, uniquingKeysWith: { a, _ in a })
+    }
+
+    @Test("a sync skips an on-demand package the device does not hold (no file list asked for), installs eager ones")
+    func skipsUnheld() {
+        let idx = RepositoryIndex(
+            serial: 1, expires: .distantFuture, packages: [D.entry("shell", "1.0.0"), Self.onDemand("mini")])
+        let p = Differ.plan(index: idx, state: SandboxState(), context: D.ctx)
+        #expect(Self.kinds(p) == ["shell": "file-list-needed", "mini": "on-demand"])
+        #expect(p.actions.first { $0.id.rawValue == "mini" }?.reason.contains("larder fetch mini") == true)
+    }
+
+    @Test("held on-demand packages are updated; asked-for ones installed with what they depend on")
+    func heldAndWanted() {
+        let idx = RepositoryIndex(
+            serial: 1, expires: .distantFuture,
+            packages: [
+                Self.onDemand("held", "2.0.0"), Self.onDemand("asked", deps: [("lib", "^1.0.0")]), Self.onDemand("lib"),
+                Self.onDemand("other"),
+            ])
+        let st = D.state(["held": ("1.0.0", nil, ["1.0.0"], [])])
+        var ctx = D.ctx
+        ctx.wanted = [D.id("asked")]
+        let p = Differ.plan(index: idx, state: st, context: ctx)
+        #expect(
+            Self.kinds(p) == [
+                "held": "file-list-needed", "asked": "file-list-needed", "lib": "file-list-needed",
+                "other": "on-demand",
+            ])
+    }
+
+    @Test("an eager package pulls in the on-demand package it depends on")
+    func eagerDependency() {
+        let idx = RepositoryIndex(
+            serial: 1, expires: .distantFuture,
+            packages: [D.entry("shell", "1.0.0", deps: [("ui", "^1.0.0")]), Self.onDemand("ui")])
+        let p = Differ.plan(index: idx, state: SandboxState(), context: D.ctx)
+        #expect(Self.kinds(p) == ["shell": "file-list-needed", "ui": "file-list-needed"])
+    }
+
+    @Test(
+        "a preload takes what each hint allows on the network",
+        arguments: [
+            (NetworkKind?.none, ["never": "on-demand", "wifi": "on-demand", "any": "on-demand"]),
+            (.metered, ["never": "on-demand", "wifi": "on-demand", "any": "file-list-needed"]),
+            (.unmetered, ["never": "on-demand", "wifi": "file-list-needed", "any": "file-list-needed"]),
+        ] as [(NetworkKind?, [String: String])])
+    func preload(_ network: NetworkKind?, _ want: [String: String]) {
+        let idx = RepositoryIndex(
+            serial: 1, expires: .distantFuture,
+            packages: [
+                Self.onDemand("never"), Self.onDemand("wifi", preload: .unmetered),
+                Self.onDemand("any", preload: .always),
+            ])
+        var ctx = D.ctx
+        ctx.preload = network
+        #expect(Self.kinds(Differ.plan(index: idx, state: SandboxState(), context: ctx)) == want)
+    }
+
+    @Test("installs are ordered by priority, then id")
+    func priority() {
+        let list = { (i: String) in D.list(i, "1.0.0", files: [("index.html", 10, i)]) }
+        var low = D.entry("a-low", "1.0.0")
+        low.install = InstallPolicy(mode: .eager, priority: -5)
+        var high = D.entry("z-high", "1.0.0")
+        high.install = InstallPolicy(mode: .eager, priority: 10)
+        let idx = RepositoryIndex(
+            serial: 1, expires: .distantFuture, packages: [low, D.entry("m-zero", "1.0.0"), high])
+        let p = Differ.plan(
+            index: idx, state: SandboxState(), context: D.ctx,
+            fileLists: [D.id("a-low"): list("a-low"), D.id("m-zero"): list("m-zero"), D.id("z-high"): list("z-high")])
+        #expect(p.actions.map(\.id.rawValue) == ["z-high", "m-zero", "a-low"])
+    }
+
+    @Test("the install policy is written only when it says something, and read back")
+    func coding() throws {
+        let plain = D.entry("app", "1.0.0")
+        let data = try ManifestCoding.encode(plain)
+        #expect(!String(decoding: data, as: UTF8.self).contains("install"))
+        let od = Self.onDemand("app", preload: .unmetered, priority: 3)
+        let back = try JSONDecoder().decode(PackageEntry.self, from: ManifestCoding.encode(od))
+        #expect(back.install == InstallPolicy(mode: .onDemand, preload: .unmetered, priority: 3) && back.isOnDemand)
+        let bare = try JSONDecoder().decode(InstallPolicy.self, from: Data(#"{"mode":"on-demand"}"#.utf8))
+        #expect(bare == InstallPolicy(mode: .onDemand, preload: .never, priority: 0))
+    }
+}

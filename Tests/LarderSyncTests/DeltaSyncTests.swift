@@ -56,7 +56,7 @@ struct DeltaSyncTests {
         }
     }
 
-    @Test("an update by delta fetches the manifest and the patches only: no file list, no object, no bundle")
+    @Test("an update by delta fetches the manifest and one patch file only: no file list, no object, no bundle")
     func patchesOnly() async throws {
         let env = try env(releases: 1)
         defer { env.cleanup() }
@@ -75,7 +75,8 @@ struct DeltaSyncTests {
             case .download(let u): u
             }
         }
-        #expect(urls.filter { $0.contains("/patches/") }.count == 3, "\(urls)")
+        // The three patches lie in one file, fetched in one request.
+        #expect(urls.filter { $0.contains("/patches/") }.count == 1, "\(urls)")
         #expect(urls.contains { $0.hasSuffix("/deltas/1.0.0.json.gz") })
         #expect(!urls.contains { $0.hasSuffix("files.json") || $0.hasSuffix("files.json.gz") }, "\(urls)")
         #expect(!urls.contains { $0.contains("/objects/") || $0.hasSuffix("bundle.zip") }, "\(urls)")
@@ -85,7 +86,7 @@ struct DeltaSyncTests {
         try expectTreeMatches(env, "1.1.0")
     }
 
-    @Test("a damaged patch on the server falls back to its object; the tree is exact")
+    @Test("a damaged patch file on the server: its contents fall back to their objects; the tree is exact")
     func damagedPatch() async throws {
         let env = try env(releases: 1)
         defer { env.cleanup() }
@@ -107,6 +108,36 @@ struct DeltaSyncTests {
         #expect(
             p.delta?.fallbacks.first?.reason.contains("could not be fetched") == true, "\(String(describing: p.delta))")
         try expectTreeMatches(env, "1.1.0")
+    }
+
+    @Test("a patch file cut off mid-transfer is resumed with Range from where it stopped: nothing falls back")
+    func resumedPatchFile() async throws {
+        let env = try env(releases: 1)
+        defer { env.cleanup() }
+        let origin = try await FaultOrigin.start(serving: env.repo, otherHost: nil)
+        _ = try SyncConfig.initialise(
+            root: env.root, repository: origin.base + "/", keys: [env.key.publicKey], channel: "stable",
+            appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: true)
+        do {
+            _ = try await Syncer(root: env.root).sync()
+            try publish(env, 1)
+            let file = try #require(DeltaManifestFixture.read(env, to: "1.1.0", from: "1.0.0").patchFile)
+            let cut = Int(file.size / 2)
+            origin.inject(.truncate(after: cut), at: "/" + file.path)
+            let r = try await Syncer(root: env.root).sync()
+            let p = try #require(r.packages.first)
+            #expect(p.method == .delta && p.outcome == .done && p.delta?.fallbacks == [], "\(r)")
+            #expect(p.delta?.patchesApplied == 3)
+            let asked = origin.requests(under: "/" + file.path)
+            #expect(asked.count == 2 && asked.first?.range == nil, "\(asked)")
+            #expect(asked.last?.range == "bytes=\(cut)-" && asked.last?.status == 206, "\(asked)")
+            #expect(origin.requests(under: "/objects/").isEmpty)
+            try expectTreeMatches(env, "1.1.0")
+        } catch {
+            await origin.stop()
+            throw error
+        }
+        await origin.stop()
     }
 
     @Test("a base altered on the device's disk falls back to the object; the patch is not trusted")
@@ -135,7 +166,7 @@ struct DeltaSyncTests {
         try expectTreeMatches(env, "1.1.0")
     }
 
-    @Test("a patch and its object both failing: the package falls back to the bundle")
+    @Test("the patch file and a patched content's object both failing: the package falls back to the bundle")
     func toBundle() async throws {
         let env = try env(releases: 1)
         defer { env.cleanup() }
@@ -144,12 +175,16 @@ struct DeltaSyncTests {
         try publish(env, 1)
         let manifest = try DeltaManifestFixture.read(env, to: "1.1.0", from: "1.0.0")
         let target = try #require(manifest.patches.first)
-        var failing: [String: FetchError] = [target.patch.path: .status(url: target.patch.path, code: 503)]
-        failing[RepositoryLayout.objectPath(target.target)] = .status(url: "object", code: 404)
+        let file = try #require(manifest.patchFile)
+        var failing: [String: FetchError] = [file.path: .status(url: file.path, code: 503)]
+        failing[RepositoryLayout.objectPath(manifest.upsert[target.target].sha256)] = .status(url: "object", code: 404)
         let r = try await env.sync(transport: FailingTransport(failing: failing, forwardingTo: FileTransport()))
         let p = try #require(r.packages.first)
         #expect(p.outcome == .done && p.method == .bundle, "\(r)")
-        #expect(p.delta?.fallbacks.map(\.to) == [.bundle], "\(String(describing: p.delta))")
+        // The patch file's three contents fell back; the one whose object failed too, to the bundle.
+        let bundled = manifest.upsert[target.target].sha256
+        #expect(p.delta?.fallbacks.count == 3, "\(String(describing: p.delta))")
+        #expect(p.delta?.fallbacks.filter { $0.to == .bundle }.map(\.content) == [bundled])
         try expectTreeMatches(env, "1.1.0")
     }
 

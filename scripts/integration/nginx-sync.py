@@ -631,7 +631,7 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
     larder.must("sync", "--root", sb)
     behind1 = os.path.join(work, "sb-delta-behind")  # a device left on 1.0.0
 
-    # (a) An update by delta: the manifest and the patches, nothing else.
+    # (a) An update by delta: the manifest and its patch file, nothing else.
     e1 = pack(1)
     shutil.copytree(sb, behind1, symlinks=True)
     rc, plan, p = larder.json("plan", "--root", sb)
@@ -650,8 +650,8 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
     check("9a: the sync updates 1.0.0 → 1.1.0 by delta, 2 patches applied, no fallback",
           rc == 0 and r is not None and r["method"] == "delta" and r["outcome"] == "done"
           and r["delta"]["patchesApplied"] == 2 and r["delta"]["fallbacks"] == [], describe(p))
-    check("9a: nginx's log: signature, index, the delta manifest, 2 patches — no file list, object or bundle",
-          uris[:3] == ["/index.json.sig", "/index.json", delta_uri] and len(patches) == 2 and len(log) == 5
+    check("9a: nginx's log: signature, index, the delta manifest, one patch file — no file list, object or bundle",
+          uris[:3] == ["/index.json.sig", "/index.json", delta_uri] and len(patches) == 1 and len(log) == 4
           and all(x["status"] == 200 for x in log), show(log))
     wire = sum(x["body_bytes_sent"] for x in log if x["uri"] not in ("/index.json.sig", "/index.json"))
     check("9a: the update moved %d bytes (manifest and patches, from the log): under 1 %% of the %d-byte bundle"
@@ -661,9 +661,9 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
     problems = tree_ok(sb, "1.1.0", e1)
     check("9a: the 1.1.0 tree matches its files.json (hashed here)", not problems, "; ".join(problems))
 
-    # (b) A corrupted patch on the server: that content falls back to its object.
+    # (b) A corrupted patch file on the server: its contents fall back to their objects.
     e2 = pack(2)
-    target = os.path.join(repo, sorted(x["patch"]["path"] for x in delta_manifest(repo, e2, "1.1.0")["patches"])[0])
+    target = os.path.join(repo, delta_manifest(repo, e2, "1.1.0")["patchFile"]["path"])
     original = open(target, "rb").read()
     damaged = bytearray(original)
     damaged[len(damaged) // 2] ^= 0x40
@@ -676,9 +676,10 @@ def scenario_delta(larder, nginx, repo, key, pub, work):
         f.write(original)
     r = ls.find_package(report, "delta-app")
     fb = (r or {}).get("delta", {}).get("fallbacks", [])
-    check("9b: a corrupted patch on the server: the update is done, that content fell back to its object",
-          rc == 0 and r is not None and r["outcome"] == "done" and r["method"] == "delta" and len(fb) == 1
-          and fb[0]["to"] == "object" and any(x["uri"].startswith("/objects/") for x in log), describe(p))
+    check("9b: a corrupted patch file on the server: the update is done, its 2 contents fell back to their objects",
+          rc == 0 and r is not None and r["outcome"] == "done" and r["method"] == "delta" and len(fb) == 2
+          and all(x["to"] == "object" for x in fb)
+          and len([x for x in log if x["uri"].startswith("/objects/")]) == 2, describe(p))
     problems = tree_ok(sb, "1.2.0", e2)
     check("9b: the 1.2.0 tree matches its files.json", not problems, "; ".join(problems))
 
