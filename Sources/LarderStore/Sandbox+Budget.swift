@@ -119,6 +119,9 @@ extension Sandbox {
         for id in victims where outcome.failed[id.rawValue] == nil {
             report.evicted.append(id.rawValue)
             try? SystemCalls.unlink(layout.usage(id))
+            // The package's own directories, now empty (a pinned version left behind keeps them).
+            try? SystemCalls.rmdir(layout.packages.appending(id.rawValue))
+            try? SystemCalls.rmdir(layout.lists.appending(id.rawValue))
         }
         report.after = bytesOnDisk().values.reduce(0, +)
         return report

@@ -123,6 +123,19 @@ def operations(larder, work):
     if "removed nothing" in gc:
         raise SetupError("gc --keep 0 on the gc template removes nothing: " + gc)
     shutil.rmtree(probe)
+    # Eviction: repo-5 adds an on-demand package, "mini"; a device on 3.0.0 fetched it, then its
+    # disk budget (1 byte) is lowered below what it holds: gc evicts "mini" (never "app", eager).
+    repo5 = os.path.join(work, "repo-5")
+    shutil.copytree(run.repo4, repo5)
+    mini = os.path.join(work, "src-mini")
+    shutil.copytree(ls.SAMPLE_APP, mini)
+    larder.must("pack", mini, "--repo", repo5, "--id", "mini", "--version", "1.0.0", "--key", run.key,
+                "--install", "on-demand")
+    evict = os.path.join(work, "templates", "evict")
+    shutil.copytree(v3, evict, symlinks=True)
+    larder.must("init", "--root", evict, "--repo", "file://" + repo5, "--public-key", run.pub)
+    larder.must("fetch", "mini", "--root", evict)
+    larder.must("init", "--root", evict, "--repo", "file://" + repo5, "--public-key", run.pub, "--disk-budget", "1")
     bundle2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "bundle.zip")
     files2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "files.json")
     return run, [
@@ -134,6 +147,7 @@ def operations(larder, work):
         ("rollback", v2, ["rollback", "app", "--root", "@ROOT"], {"1.0.0", "2.0.0"}, "1.0.0"),
         ("confirm", v2, ["confirm", "app", "--root", "@ROOT"], {"2.0.0"}, "2.0.0"),
         ("gc", v3, ["gc", "--keep", "0", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
+        ("evict", evict, ["gc", "--keep", "1", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
     ]
 
 
@@ -188,3 +202,11 @@ def check_after_interruption(larder, run, root, case, command, allowed, expected
         quiet(case + ": the same command run again succeeds", again.returncode == 0, again.stderr[-300:])
     got = active(larder, root)
     quiet(case + ": then %s is active" % expected, got[0] == expected, "got %s" % (got,))
+    if case.startswith("evict"):
+        # The evicted package was whole or gone (doctor above); gc run again leaves it gone.
+        again = larder.run("gc", "--root", root)
+        rc, st, _ = larder.json("status", "--root", root)
+        left = ls.find_package(st, "mini")
+        quiet(case + ": gc run again evicts mini, tree and all", again.returncode == 0 and left is None
+              and not os.path.exists(os.path.join(root, "packages", "mini", "1.0.0")),
+              "%s %s" % (again.stderr[-200:], left))
