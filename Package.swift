@@ -310,7 +310,7 @@ var package = Package(
             name: "LarderGatewayTests",
             dependencies: [
                 "LarderTestSupport", "LarderGateway", "LarderResolve", "LarderStore", "LarderFetch", "LarderFetchNIO",
-                "LarderCore",
+                "LarderCore", "LarderSync", "LarderPublish",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

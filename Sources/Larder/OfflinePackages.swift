@@ -45,6 +45,12 @@ public final class OfflinePackages: Sendable {
         /// are evicted, least recently used first (never eager ones, nor one an open page
         /// pins). Nil: no budget.
         public var diskBudget: Int64?
+        /// Whether a web view's request for an on-demand package the device does not hold
+        /// installs it first (one install however many requests wait), then answers from it.
+        public var installOnFirstUse = true
+        /// How long such a request waits before it is answered as the package's policy says
+        /// (the network, or 503 for a local-only package).
+        public var firstUseDeadline: Duration = .seconds(10)
 
         /// A configuration with the defaults for everything but where and whom to trust.
         public init(root: FilePath, repository: String, trustedKeys: [PublicKey]) {
@@ -70,6 +76,8 @@ public final class OfflinePackages: Sendable {
         case pageHealth(PageHealthOutcome)
         /// Something could not be recorded (the store's error).
         case storeFailed(StoreError)
+        /// An on-demand package was installed at its first use (or could not be), and how long it took.
+        case firstUse(PackageID, FirstUse.Outcome)
 
         /// One line for a log.
         public var description: String {
@@ -84,6 +92,7 @@ public final class OfflinePackages: Sendable {
             case .syncFailed(let e): "sync failed: \(e)"
             case .pageHealth(let o): "\(o)"
             case .storeFailed(let e): "store: \(e)"
+            case .firstUse(let id, let outcome): "first use of \(id): \(outcome)"
             }
         }
     }
@@ -98,6 +107,9 @@ public final class OfflinePackages: Sendable {
     public let forwarder: Forwarder
     /// The page-health monitors of every web view (and of a gateway given it).
     public let pageHealth: PageHealthTracker
+    /// Installs on-demand packages at their first use in a web view (or a gateway given it);
+    /// nil when `installOnFirstUse` is off.
+    public let firstUse: FirstUse?
     private let hub = EventHub()
     /// What this object's syncs and health writes hand its resolver (see `ServingHandoff`).
     private let handoff = ServingHandoff()
@@ -131,6 +143,18 @@ public final class OfflinePackages: Sendable {
                 case .failure(let e): hub.publish(.storeFailed(e))
                 }
             })
+        if c.installOnFirstUse {
+            let (root, handoff) = (c.root, self.handoff)
+            var options = c.syncOptions
+            options.handoff = handoff
+            let base = options
+            firstUse = FirstUse(
+                resolver: resolver, deadline: c.firstUseDeadline,
+                onInstall: { id, outcome in hub.publish(.firstUse(id, outcome)) },
+                install: Syncer.installer(root: root, options: base))
+        } else {
+            firstUse = nil
+        }
     }
 
     /// A new subscription to the events from now on (each subscriber gets every event).
@@ -202,7 +226,8 @@ public final class OfflinePackages: Sendable {
         let pins = ids == [] ? nil : try SessionPins(resolver: resolver, ids: ids)
         return WebViewPackages(
             driver: SchemeTaskDriver(
-                loader: loader, pins: pins, forwarder: forwarder, cookies: cookies.map { CookieBridge(store: $0) }),
+                loader: loader, pins: pins, forwarder: forwarder, cookies: cookies.map { CookieBridge(store: $0) },
+                firstUse: firstUse),
             health: WebViewHealth(tracker: pageHealth, loader: loader, pins: pins), pins: pins)
     }
 

@@ -17,12 +17,15 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
     package var spaFallback: Bool
     /// What a path with no file does.
     package var policy: Policy
+    /// Whether devices install it only at first use (`install.mode` is `on-demand`).
+    package var onDemand = false
 
     /// The settings of an entry.
     package init(_ e: PackageEntry) {
         self.init(
             id: e.id, channel: e.channel, routes: e.routes, entry: e.entry, spaFallback: e.spaFallback,
             policy: e.policy)
+        onDemand = e.isOnDemand
     }
 
     /// Settings as given; the defaults are those of a package the index does not describe.
@@ -38,7 +41,7 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
         self.policy = policy
     }
 
-    enum CodingKeys: String, CodingKey { case id, channel, routes, entry, spaFallback, policy }
+    enum CodingKeys: String, CodingKey { case id, channel, routes, entry, spaFallback, policy, install }
 
     /// The settings of `channel`'s entries, by package id text (the last entry of an id wins).
     package static func byID(_ entries: [ServingSettings], channel: String) -> [String: ServingSettings] {
@@ -56,6 +59,7 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
         entry = try c.decodeIfPresent(String.self, forKey: .entry) ?? "index.html"
         spaFallback = try c.decodeIfPresent(Bool.self, forKey: .spaFallback) ?? false
         policy = try c.decodeIfPresent(Policy.self, forKey: .policy) ?? Policy()
+        onDemand = try c.decodeIfPresent(InstallPolicy.self, forKey: .install)?.mode == .onDemand
     }
 }
 

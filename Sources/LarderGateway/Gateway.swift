@@ -36,6 +36,9 @@ public struct Gateway: Sendable {
     /// The largest main document the page-health script is put into (larger ones are served as
     /// they are, unwatched).
     public var maxInjectedDocumentBytes = 8 << 20
+    /// Installs an on-demand package the first time one of its URLs is requested (`serve`
+    /// unless `--offline`); nil: such a request is answered as any URL no package serves.
+    public var firstUse: FirstUse?
 
     /// A gateway for `loader` on `host:port`, passing through with `forwarder`; `log` receives
     /// one line per request.
@@ -91,7 +94,7 @@ public struct Gateway: Sendable {
         return ["https://\(authority)\(path)", "http://\(authority)\(path)"]
     }
 
-    func respond(_ request: Request, ownPort: Int) async -> Response {
+    func respond(_ request: Request, ownPort: Int, afterInstall: Bool = false) async -> Response {
         let started = Date()
         let method = request.method
         let target = request.head.path ?? "/"
@@ -111,6 +114,9 @@ public struct Gateway: Sendable {
                 method: method, url: url, range: watched ? nil : request.headers[.range],
                 ifNoneMatch: watched ? nil : request.headers[.ifNoneMatch], cors: url.hasPrefix("larder:"))
             switch loader.load(req) {
+            case .response(let r) where r.status == 404 && !afterInstall && firstUse?.package(for: url) != nil:
+                // A `larder://` URL of an on-demand package not installed yet: first use, below.
+                passReason = passReason.isEmpty ? "not installed yet" : passReason
             case .response(let r):
                 if watched, let injected = watch(r) {
                     log(line(method, url, r.status, "\(r.outcome) page-health", "\(injected.readableBytes)", started))
@@ -127,6 +133,17 @@ public struct Gateway: Sendable {
             }
         }
         let url = urls[0]
+        // An on-demand package not installed here routes it: install it (once, however many
+        // requests wait), then answer from it — or, past the deadline, as its policy says.
+        if let firstUse, !afterInstall, let (id, policy) = urls.lazy.compactMap({ firstUse.package(for: $0) }).first {
+            let outcome = await firstUse.ensure(id)
+            log(line(method, url, 0, "first use of \(id): \(outcome)", nil, started))
+            if case .installed = outcome { return await respond(request, ownPort: ownPort, afterInstall: true) }
+            if policy.mode == .localOnly {
+                log(line(method, url, 503, "not served: \(id) is on demand and \(outcome)", nil, started))
+                return Self.text(503, "larder gateway: \(id) is on demand and \(outcome)\n")
+            }
+        }
         let marked =
             request.headers[named: Forwarder.loopMarker] != nil || Self.isSelf(authority, ownPort: ownPort, host: host)
         switch forwarder.target(for: url, reason: passReason, table: loader.resolver.snapshot().table, marked: marked) {

@@ -75,3 +75,25 @@ extension Syncer {
         }
     }
 }
+
+extension Syncer {
+    /// An install of one on-demand package now, as `larder fetch ID` does (a sync of that
+    /// package and what it depends on), for fetch at first use: nil when it is installed, else
+    /// why not (the failure's code and message).
+    public static func installer(root: FilePath, options: SyncOptions) -> @Sendable (PackageID) async -> String? {
+        { id in
+            var o = options
+            o.packages = [id]
+            o.fetching = [id]
+            do throws(SyncError) {
+                let report = try await Syncer(root: root, options: o).sync()
+                guard let r = report.packages.first(where: { $0.id == id.rawValue }) else {
+                    return "\(id) is not in the index on this channel"
+                }
+                return r.outcome == .failed ? "[\(r.code ?? "failed")] \(r.reason)" : nil
+            } catch {
+                return "[\(error.code)] \(error.description)"
+            }
+        }
+    }
+}

@@ -201,6 +201,9 @@ public final class SchemeTaskDriver: Sendable {
     /// Hears one line per task when it ends, as `larder serve` prints them: method, URL, status,
     /// outcome (package@version, fallback, passthrough and why), bytes, time.
     public let log: (@Sendable (String) -> Void)?
+    /// Installs an on-demand package the first time one of its URLs is requested; nil: such a
+    /// request is answered as any URL no package serves.
+    public let firstUse: FirstUse?
     private let work = DispatchQueue(label: "larder.scheme-tasks", qos: .userInitiated, attributes: .concurrent)
     private let active = Locked<Set<ObjectIdentifier>>([])
 
@@ -208,8 +211,10 @@ public final class SchemeTaskDriver: Sendable {
     public init(
         loader: ResourceLoader, pins: SessionPins? = nil,
         forwarder: Forwarder = Forwarder(network: .offline, exchange: nil), delivery: DeliveryQueue = .main,
-        cookies: CookieBridge? = nil, followsRedirects: Bool = true, log: (@Sendable (String) -> Void)? = nil
+        cookies: CookieBridge? = nil, followsRedirects: Bool = true, log: (@Sendable (String) -> Void)? = nil,
+        firstUse: FirstUse? = nil
     ) {
+        self.firstUse = firstUse
         self.cookies = cookies
         self.followsRedirects = followsRedirects
         self.loader = loader
@@ -234,20 +239,57 @@ public final class SchemeTaskDriver: Sendable {
         work.async { [self] in
             // A failed renewal (a package gone since) keeps the previous pins.
             if request.isNavigation { try? pins?.renew() }
-            let session = pins?.current
-            let load = LoadRequest(
-                method: request.method, url: request.url, range: request.header("Range"),
-                ifNoneMatch: request.header("If-None-Match"), cors: true)
-            switch loader.load(load, session: session) {
-            case .response(let r):
-                let (bytes, end) = relay(r, to: task, url: request.url)
-                note(request, r.status, "\(r.outcome)\(end)", bytes, started)
-            case .passthrough(let reason):
-                Task {
-                    let (status, bytes, end) = await self.pass(request, reason: reason, session: session, to: task)
-                    self.note(request, status, "passthrough (\(reason))\(end)", bytes, started)
+            answer(task, request, started: started, firstUse: firstUse)
+        }
+    }
+
+    /// Answers `task` from the sandbox, or — for an on-demand package not installed yet, when
+    /// `firstUse` is given — installs it first (the request waits at most its deadline, then is
+    /// answered as the package's policy says), or from the network.
+    private func answer(_ task: any SchemeTask, _ request: SchemeRequest, started: Date, firstUse: FirstUse?) {
+        let session = pins?.current
+        let load = LoadRequest(
+            method: request.method, url: request.url, range: request.header("Range"),
+            ifNoneMatch: request.header("If-None-Match"), cors: true)
+        let result = loader.load(load, session: session)
+        if let firstUse, Self.unserved(result), let (id, policy) = firstUse.package(for: request.url) {
+            Task {
+                let outcome = await firstUse.ensure(id)
+                self.log?("\(request.method) \(request.url) - first use of \(id): \(outcome)")
+                if case .installed = outcome {
+                    try? self.pins?.renew()
+                    self.work.async { self.answer(task, request, started: started, firstUse: nil) }
+                } else if policy.mode == .localOnly {
+                    self.work.async {
+                        let r = FirstUse.unavailable(id, outcome)
+                        let (bytes, end) = self.relay(r, to: task, url: request.url)
+                        self.note(request, r.status, "\(r.outcome)\(end)", bytes, started)
+                    }
+                } else {
+                    let (status, bytes, end) = await self.pass(
+                        request, reason: "\(id) is on demand and \(outcome)", session: session, to: task)
+                    self.note(request, status, "passthrough (\(id) not installed)\(end)", bytes, started)
                 }
             }
+            return
+        }
+        switch result {
+        case .response(let r):
+            let (bytes, end) = relay(r, to: task, url: request.url)
+            note(request, r.status, "\(r.outcome)\(end)", bytes, started)
+        case .passthrough(let reason):
+            Task {
+                let (status, bytes, end) = await self.pass(request, reason: reason, session: session, to: task)
+                self.note(request, status, "passthrough (\(reason))\(end)", bytes, started)
+            }
+        }
+    }
+
+    /// Whether no package served the request: passed through, or a 404 of no package.
+    static func unserved(_ result: LoadResult) -> Bool {
+        switch result {
+        case .passthrough: true
+        case .response(let r): r.status == 404
         }
     }
 

@@ -22,6 +22,12 @@ extension LarderCommand {
                 forwarded to the network (--upstream-scheme), or answered 502 with --offline. The \
                 sandbox is re-read when a sync or rollback changes it; no lock is held.
 
+                A request routed to an on-demand package the device does not hold installs it first \
+                (a sync of that package, as `larder fetch`; one per package however many requests \
+                wait) and is answered from it; past --first-use-deadline seconds it is answered as \
+                the package's policy says (forwarded, or 503 for local-only). Not with --offline. \
+                Each install prints one "first use: ID installed in N ms" line.
+
                 With --page-health, the gateway watches each page it serves from an active \
                 version: the page-health script goes first in the main document's <head> and \
                 defines larder.ready(), which the page calls once it has rendered. The page is \
@@ -64,14 +70,37 @@ extension LarderCommand {
             help: ArgumentHelp(
                 "With --page-health: uncaught script errors that fail a page before it is ready.", valueName: "N"))
         var maxScriptErrors = 3
+        @Option(
+            help: ArgumentHelp(
+                "Seconds a request for an on-demand package not yet installed waits for its install (0.1–600).",
+                valueName: "SECONDS"))
+        var firstUseDeadline: Double = 10
 
         func validate() throws {
+            guard (0.1...600).contains(firstUseDeadline) else {
+                throw ValidationError(
+                    "--first-use-deadline must be between 0.1 and 600 seconds, got \(firstUseDeadline)")
+            }
             guard (0.1...600).contains(readyDeadline) else {
                 throw ValidationError("--ready-deadline must be between 0.1 and 600 seconds, got \(readyDeadline)")
             }
             guard maxScriptErrors >= 1 else {
                 throw ValidationError("--max-script-errors must be at least 1, got \(maxScriptErrors)")
             }
+        }
+
+        /// Installs an on-demand package at the first request for it: a sync of that package
+        /// (`larder fetch ID`), one per package however many requests wait.
+        func firstUse(_ resolver: Resolver) -> FirstUse {
+            let root = self.root
+            var options = SyncOptions()
+            if let ca = ProcessInfo.processInfo.environment["LARDER_CA_FILE"], !ca.isEmpty {
+                options.http.caFiles = [ca]
+            }
+            return FirstUse(
+                resolver: resolver, deadline: .milliseconds(Int(firstUseDeadline * 1000)),
+                onInstall: { id, outcome in Output.line("first use: \(id) \(outcome)") },
+                install: Syncer.installer(root: root, options: options))
         }
 
         func run() async throws {
@@ -86,6 +115,7 @@ extension LarderCommand {
                     network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue),
                     exchange: HTTPStack.platform.makeExchange()),
                 log: { Output.line($0) })
+            if !offline { gateway.firstUse = firstUse(resolver) }
             if pageHealth {
                 let recorder = StoreHealthRecorder(root: root) { result in
                     switch result {

@@ -31,12 +31,13 @@ final class RunningGateway: Sendable {
     /// Starts `loader`'s gateway, forwarding with `forwarder`, watching page health with `health`.
     static func start(
         loader: ResourceLoader, forwarder: Forwarder = Forwarder(network: .offline, exchange: nil),
-        health: PageHealthTracker? = nil
+        health: PageHealthTracker? = nil, firstUse: FirstUse? = nil
     ) async throws -> RunningGateway {
         let lines = Locked<[String]>([])
         var gateway = Gateway(
             loader: loader, port: 0, forwarder: forwarder, log: { line in lines.withLock { $0.append(line) } })
         gateway.health = health
+        gateway.firstUse = firstUse
         let (ports, listening) = AsyncStream<Int>.makeStream()
         let configured = gateway
         let task = detachedOnOwnThreads {

@@ -232,4 +232,36 @@ struct OfflinePackagesTests {
         guard case .response(let r) = packages.loader.load(request, session: view?.pins?.current) else { return nil }
         return r.outcome.description
     }
+
+    @Test("a web view's first request for an on-demand package installs it once and is answered from it")
+    func firstUseInWebView() async throws {
+        let world = try AppWorld()
+        defer { world.cleanup() }
+        try world.publish("1.0.0")
+        try world.repository.publish(
+            "1.0.0", id: "mini",
+            configure: {
+                $0.routes = ["https://mini.example.com/"]
+                $0.install = InstallPolicy(mode: .onDemand)
+            })
+        let packages = try OfflinePackages(world.configuration())
+        defer { packages.stop() }
+        let log = EventLog(packages)
+        let synced = try #require(await packages.syncNow())
+        #expect(synced.packages.first { $0.id == "mini" }?.outcome == .skipped, "\(synced)")
+        let view = try packages.webView()
+        let tasks = ["https://mini.example.com/", "https://mini.example.com/css/app.css", "larder://mini/js/app.js"].map
+        {
+            RecordingTask(SchemeRequest(url: $0, isNavigation: $0.hasSuffix(".com/")))
+        }
+        for t in tasks { view.driver.start(t) }
+        for t in tasks {
+            let answer = try #require(await t.result())
+            #expect(answer.finished && answer.head?.status == 200, "\(String(describing: answer.head))")
+        }
+        #expect(await log.wait { $0.contains { kind($0) == "firstUse" } }, "\(log.all)")
+        let installs = log.all.compactMap { if case .firstUse(let id, let o) = $0 { "\(id) \(o)" } else { nil } }
+        #expect(installs.count == 1 && installs.first?.hasPrefix("mini installed in") == true, "\(installs)")
+        #expect(localVersion(packages, "https://mini.example.com/") == "1.0.0")
+    }
 }

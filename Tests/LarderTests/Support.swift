@@ -86,6 +86,7 @@ func kind(_ e: OfflinePackages.Event) -> String {
     case .syncFailed: "syncFailed"
     case .pageHealth: "pageHealth"
     case .storeFailed: "storeFailed"
+    case .firstUse: "firstUse"
     }
 }
 

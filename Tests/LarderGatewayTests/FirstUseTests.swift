@@ -1,0 +1,113 @@
+import AsyncHTTPClient
+import Foundation
+import LarderCore
+import LarderFetch
+import LarderGateway
+import LarderPublish
+import LarderResolve
+import LarderStore
+import LarderSync
+import LarderTestSupport
+import SystemPackage
+import Testing
+
+@Suite("Gateway: on-demand packages installed at first use")
+struct FirstUseTests {
+    /// A sandbox synced against a repository with the sample app (eager) and `od` (on demand,
+    /// routes `https://od.example.com/`, `policy`), which the sync skipped.
+    func world(policy: PolicyMode = .localThenNetwork) async throws -> ResolveEnv {
+        let env = try ResolveEnv()
+        try env.publish("1.0.0")
+        try env.repository.publish(
+            "1.0.0", id: "od",
+            configure: { r in
+                r.routes = ["https://od.example.com/"]
+                r.policy = Policy(mode: policy)
+                r.install = InstallPolicy(mode: .onDemand)
+            })
+        _ = try SyncConfig.initialise(
+            root: env.root, repository: env.repo.absoluteString, keys: [env.key.publicKey], channel: "stable",
+            appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
+        let r = try await Syncer(root: env.root).sync()
+        #expect(r.packages.first { $0.id == "od" }?.outcome == .skipped, "\(r)")
+        return env
+    }
+
+    /// `larder fetch ID` in process: a sync of that package.
+    static func fetch(_ root: FilePath) -> FirstUse.Install {
+        { id in
+            var o = SyncOptions()
+            o.packages = [id]
+            o.fetching = [id]
+            let report = try? await Syncer(root: root, options: o).sync()
+            return report?.packages.first { $0.id == id.rawValue && $0.outcome == .done } == nil ? "not done" : nil
+        }
+    }
+
+    @Test("requests for an on-demand package wait for one install and are answered from it; the next is local")
+    @available(macOS 14, iOS 17, tvOS 17, *)
+    func installedOnce() async throws {
+        let env = try await world()
+        defer { env.cleanup() }
+        let resolver = try Resolver(root: env.root)
+        let installs = Locked<[String]>([])
+        let firstUse = FirstUse(
+            resolver: resolver, onInstall: { id, outcome in installs.withLock { $0.append("\(id) \(outcome)") } },
+            install: Self.fetch(env.root))
+        let gateway = try await RunningGateway.start(
+            loader: ResourceLoader(resolver: resolver), firstUse: firstUse)
+        do {
+            try await onOwnThreads {
+                let replies = try await withThrowingTaskGroup(of: Reply.self) { group in
+                    for path in ["/index.html", "/css/app.css", "/js/app.js", "/data/catalog.json"] {
+                        group.addTask { try await gateway.send(.GET, path, host: "od.example.com") }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                #expect(replies.map(\.status) == [200, 200, 200, 200], "\(replies) \(gateway.log)")
+                #expect(installs.withLock { $0 }.count == 1, "\(installs.withLock { $0 })")
+                #expect(installs.withLock { $0 }.first?.hasPrefix("od installed in") == true)
+                #expect(gateway.log.filter { $0.contains("first use of od: installed") }.count == 4, "\(gateway.log)")
+                // The second open is local: no wait, no install.
+                let again = try await gateway.send(.GET, "/od/index.html", host: nil)
+                #expect(again.status == 200 && installs.withLock { $0 }.count == 1)
+                #expect(try SandboxReader(root: env.root).state().packages["od"]?.active?.description == "1.0.0")
+            }
+        } catch {
+            await gateway.stop()
+            throw error
+        }
+        await gateway.stop()
+    }
+
+    @Test(
+        "past the deadline a request is answered by the package's policy, never left hanging",
+        arguments: [(PolicyMode.localOnly, 503), (.localThenNetwork, 502)])
+    @available(macOS 14, iOS 17, tvOS 17, *)
+    func deadline(_ policy: PolicyMode, _ status: Int) async throws {
+        let env = try await world(policy: policy)
+        defer { env.cleanup() }
+        let resolver = try Resolver(root: env.root)
+        // A fault: an install that takes 30 s (a stalled network).
+        let firstUse = FirstUse(resolver: resolver, deadline: .milliseconds(300)) { _ in
+            try? await Task.sleep(for: .seconds(30))
+            return "stalled"
+        }
+        // Offline forwarder: "the network" answers 502 here.
+        let gateway = try await RunningGateway.start(loader: ResourceLoader(resolver: resolver), firstUse: firstUse)
+        do {
+            try await onOwnThreads {
+                let started = ContinuousClock.now
+                let reply = try await gateway.send(.GET, "/index.html", host: "od.example.com")
+                let waited = ContinuousClock.now - started
+                #expect(reply.status == status, "\(reply) \(gateway.log)")
+                #expect(waited < .seconds(10), "\(waited)")
+                #expect(gateway.log.contains { $0.contains("first use of od: not installed within") }, "\(gateway.log)")
+            }
+        } catch {
+            await gateway.stop()
+            throw error
+        }
+        await gateway.stop()
+    }
+}
