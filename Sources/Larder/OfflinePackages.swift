@@ -195,7 +195,9 @@ public final class OfflinePackages: Sendable {
 
     /// Syncs now (no veto asked); nil when a sync of this object is already running.
     @discardableResult
-    public func syncNow() async -> SyncReport? {
+    public func syncNow() async -> SyncReport? { await syncNow(preload: nil) }
+
+    private func syncNow(preload: NetworkKind?) async -> SyncReport? {
         let idle = syncing.withLock { busy in
             defer { busy = true }
             return !busy
@@ -206,6 +208,7 @@ public final class OfflinePackages: Sendable {
         do {
             var options = configuration.syncOptions
             options.handoff = handoff
+            options.preload = preload
             let report = try await Syncer(root: configuration.root, options: options).sync()
             hub.publish(.synced(report))
             return report
@@ -213,6 +216,18 @@ public final class OfflinePackages: Sendable {
             hub.publish(.syncFailed(error))
             return nil
         }
+    }
+
+    /// Preloads now: a sync that also installs the on-demand packages whose hint allows `network`
+    /// (`preload: always`, or `unmetered` on an unmetered network), asking `allowSync` first as
+    /// for a background sync; nil when the app vetoed it or a sync of this object is running.
+    @discardableResult
+    public func preload(on network: NetworkKind) async -> SyncReport? {
+        guard await configuration.allowSync() else {
+            hub.publish(.syncSkipped)
+            return nil
+        }
+        return await syncNow(preload: network)
     }
 
     /// What one web view needs: a scheme-task driver over the sandbox, pinned (when `pinning`

@@ -2,7 +2,7 @@
 // small packages in one signed index, through `Publisher.pack(batch:)` (one serial for the whole
 // release, so making 10,000 packages costs 10,000 packs, not 10,000 index rewrites).
 //
-// Usage: larder-bench-scale REPO KEYFILE --packages N [--files F] [--version V] [--only I]
+// Usage: larder-bench-scale REPO KEYFILE --packages N [--files F] [--version V] [--only I] [--on-demand]
 //        larder-bench-scale --after-sync ROOT URL
 //
 // `--after-sync` is the app's side, in one process: a resolver opened on the sandbox resolves URL
@@ -74,6 +74,8 @@ let packages = option("--packages").flatMap(Int.init) ?? 100
 let files = max(2, option("--files").flatMap(Int.init) ?? 10)
 let version = option("--version") ?? "1.0.0"
 let only = option("--only").flatMap(Int.init)
+/// `--on-demand`: every package is packed with `install: on-demand` (devices fetch them at first use).
+let onDemand = args.contains("--on-demand")
 
 let key: PrivateKey
 do { key = try PublisherKeys.loadPrivateKey(FilePath(args[2])) } catch { fail("\(error)") }
@@ -115,6 +117,7 @@ for p in only.map({ [$0] }) ?? Array(0..<packages) {
     }
     var request = PackRequest(source: dir, repository: repo, id: id(p), version: version)
     request.routes = ["https://\(id(p)).bench.example/"]
+    if onDemand { request.install = InstallPolicy(mode: .onDemand) }
     requests.append(request)
 }
 do {

@@ -8,6 +8,7 @@ Usage: scripts/bench [--quick] [-k RUNS] [--no-write]   every row in one table (
        scripts/bench --edge [--devices N] [--jobs N] [--no-write] (see bench_edge.py)
        scripts/bench --deltas [--no-write]                      (see bench_deltas.py)
        scripts/bench --offline [-k RUNS] [--no-write]           (see bench_offline.py; root)
+       scripts/bench --on-demand [-k RUNS] [--no-write]         (see bench_on_demand.py)
 (scripts/bench runs this file, scripts/benchmarks/bench.py; the modules named are beside it.)
 
 Without a mode, the script measures every row (install, resolve, serve, network, memory, deltas,
@@ -93,6 +94,9 @@ def main():
                     help="instead: the wire bytes of updates between real consecutive releases, by delta and by "
                          "objects, against the bundle and the tar-patch floor (scripts/benchmarks/bench_deltas.py); "
                          "writes its table into BENCHMARKS.md")
+    ap.add_argument("--on-demand", action="store_true",
+                    help="a device holding 10 of 10,000 on-demand packages against an index of those 10 "
+                         "(scripts/benchmarks/bench_on_demand.py); writes its table into BENCHMARKS.md")
     ap.add_argument("--offline", action="store_true",
                     help="instead: how fast a forwarded request fails in a network namespace with no route or "
                          "resolver, beside curl (root)")
@@ -107,10 +111,14 @@ def main():
     a = ap.parse_args()
     if a.runs is not None and a.runs < 1:
         die("the number of runs must be at least 1")
-    if not (a.install or a.scale or a.net or a.edge or a.deltas or a.offline):
+    if not (a.install or a.scale or a.net or a.edge or a.deltas or a.offline or a.on_demand):
         import bench_table
         write = a.write or not (a.quick or a.no_write)
         sys.exit(bench_table.main(a.quick, a.runs, write))
+    if a.on_demand:
+        import bench_on_demand
+        scale = ls._common("swift_product_bin", "larder-bench-scale", "release")
+        sys.exit(bench_on_demand.main(ls.larder_binary("release"), scale, a.runs or 5, not a.no_write))
     if a.offline:
         import bench_offline
         sys.exit(bench_offline.main(ls.larder_binary("release"), a.runs or 9, not a.no_write))

@@ -3,7 +3,7 @@
 class is a script beside this one, in scripts/integration/:
 
   crash, random moment   `kill-test.py` (install) and `kill-test-sync.py` (12-package sync)
-  crash, Nth call        `crash-test.py` (install, sync ×3, rollback, confirm, gc)
+  crash, Nth call        `crash-test.py` (install, sync ×3, rollback, confirm, gc, evict, fetch)
   power cut              `powercut-test.py` (the same commands; disk states a power cut allows)
   I/O errors             `io-faults.py` (EIO, ENOSPC, EDQUOT, EACCES at chosen calls; read-only)
   full disk              `enospc.py` (a small tmpfs; root)

@@ -136,6 +136,11 @@ def operations(larder, work):
     larder.must("init", "--root", evict, "--repo", "file://" + repo5, "--public-key", run.pub)
     larder.must("fetch", "mini", "--root", evict)
     larder.must("init", "--root", evict, "--repo", "file://" + repo5, "--public-key", run.pub, "--disk-budget", "1")
+    # First use: a device on 3.0.0 that accepted repo-5's index fetches "mini".
+    fetch = os.path.join(work, "templates", "fetch")
+    shutil.copytree(v3, fetch, symlinks=True)
+    larder.must("init", "--root", fetch, "--repo", "file://" + repo5, "--public-key", run.pub)
+    larder.must("sync", "--root", fetch)
     bundle2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "bundle.zip")
     files2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "files.json")
     return run, [
@@ -148,6 +153,7 @@ def operations(larder, work):
         ("confirm", v2, ["confirm", "app", "--root", "@ROOT"], {"2.0.0"}, "2.0.0"),
         ("gc", v3, ["gc", "--keep", "0", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
         ("evict", evict, ["gc", "--keep", "1", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
+        ("fetch", fetch, ["fetch", "mini", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
     ]
 
 
@@ -202,6 +208,13 @@ def check_after_interruption(larder, run, root, case, command, allowed, expected
         quiet(case + ": the same command run again succeeds", again.returncode == 0, again.stderr[-300:])
     got = active(larder, root)
     quiet(case + ": then %s is active" % expected, got[0] == expected, "got %s" % (got,))
+    if case.startswith("fetch"):
+        # The fetched package was whole or absent (doctor above); fetched again, it is installed.
+        again = larder.run("fetch", "mini", "--root", root)
+        rc, st, _ = larder.json("status", "--root", root)
+        got = (ls.find_package(st, "mini") or {}).get("active")
+        quiet(case + ": fetch run again installs mini 1.0.0", again.returncode == 0 and got == "1.0.0",
+              "%s %s" % (again.stderr[-200:], got))
     if case.startswith("evict"):
         # The evicted package was whole or gone (doctor above); gc run again leaves it gone.
         again = larder.run("gc", "--root", root)
