@@ -118,7 +118,9 @@ def main():
     if a.on_demand:
         import bench_on_demand
         scale = ls._common("swift_product_bin", "larder-bench-scale", "release")
-        sys.exit(bench_on_demand.main(ls.larder_binary("release"), scale, a.runs or 5, not a.no_write))
+        nginx_bin = ls.ensure_tool("nginx", "nginx-light")
+        sys.exit(bench_on_demand.main(ls.larder_binary("release"), scale, a.runs or 5, not a.no_write, nginx_bin,
+                                      bi.wheel_path(bi.BUNDLES[1]), bi.pick_tree))
     if a.offline:
         import bench_offline
         sys.exit(bench_offline.main(ls.larder_binary("release"), a.runs or 9, not a.no_write))
