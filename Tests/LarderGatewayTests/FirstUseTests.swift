@@ -51,9 +51,17 @@ struct FirstUseTests {
         defer { env.cleanup() }
         let resolver = try Resolver(root: env.root)
         let installs = Locked<[String]>([])
+        // A deadline no loaded machine reaches (the deadline has its own test), and the install on
+        // threads of its own: in a whole `swift test`, other suites keep the shared pool busy.
+        let fetch = Self.fetch(env.root)
         let firstUse = FirstUse(
-            resolver: resolver, onInstall: { id, outcome in installs.withLock { $0.append("\(id) \(outcome)") } },
-            install: Self.fetch(env.root))
+            resolver: resolver, deadline: .seconds(300),
+            onInstall: { id, outcome in installs.withLock { $0.append("\(id) \(outcome)") } },
+            install: { id in
+                do { return try await detachedOnOwnThreads { await fetch(id) }.value } catch {
+                    return "the install task failed: \(error)"
+                }
+            })
         let gateway = try await RunningGateway.start(
             loader: ResourceLoader(resolver: resolver), firstUse: firstUse)
         do {

@@ -244,7 +244,10 @@ struct OfflinePackagesTests {
                 $0.routes = ["https://mini.example.com/"]
                 $0.install = InstallPolicy(mode: .onDemand)
             })
-        let packages = try OfflinePackages(world.configuration())
+        var config = world.configuration()
+        // A deadline no loaded machine reaches: in a whole `swift test` the install can queue.
+        config.firstUseDeadline = .seconds(300)
+        let packages = try OfflinePackages(config)
         defer { packages.stop() }
         let log = EventLog(packages)
         let synced = try #require(await packages.syncNow())
