@@ -86,9 +86,12 @@ def active(larder, root, pid):
 
 def judge(larder, case, root, pid, old, new, r):
     text = r.stdout + r.stderr
+    # Naming the full disk: the system's ENOSPC, or the sync's check before any download
+    # (`no-space`: too little room for what it would fetch and write, and nothing written).
     check("%s: exit 0, or 1/2 naming the full disk (exit %d%s)" % (
         case, r.returncode, "" if r.returncode == 0 else ": " + r.stderr.strip()[-100:]),
-        r.returncode == 0 or (r.returncode in (1, 2) and "No space left on device" in text), text[-400:])
+        r.returncode == 0 or (r.returncode in (1, 2) and ("No space left on device" in text
+                                                          or "not enough free space" in text)), text[-400:])
     v = active(larder, root, pid)
     check("%s: the active version is the old or the new one (%s)" % (case, v), v in (old, new), "")
     d = larder.run("doctor", "--root", root)
