@@ -130,9 +130,9 @@ extension Sandbox {
     /// The on-demand packages of the accepted index (on every channel), read from disk.
     package func onDemandPackages() -> Set<PackageID> {
         guard let data = try? AtomicFile.read(layout.acceptedIndex, limit: ManifestCoding.maxDocumentBytes),
-            let index = try? ManifestCoding.decode(RepositoryIndex.self, from: data, document: "index")
+            let index = try? ManifestCoding.decode(ServingIndex.self, from: data, document: "index")
         else { return [] }
-        return Set(index.packages.filter(\.isOnDemand).map(\.id))
+        return Set(index.packages.filter(\.onDemand).map(\.id))
     }
 }
 
@@ -143,10 +143,12 @@ extension StatusReport {
         let layout = SandboxLayout(root: root)
         var out = self
         var modes: [String: String] = [:]
+        // The serving view of the index (each entry's settings only): status stays cheap at
+        // thousands of packages, as the resolver's snapshot does.
         if let data = try? AtomicFile.read(layout.acceptedIndex, limit: ManifestCoding.maxDocumentBytes),
-            let index = try? ManifestCoding.decode(RepositoryIndex.self, from: data, document: "index")
+            let index = try? ManifestCoding.decode(ServingIndex.self, from: data, document: "index")
         {
-            for e in index.packages { modes[e.id.rawValue] = e.isOnDemand ? "on-demand" : "eager" }
+            for e in index.packages { modes[e.id.rawValue] = e.onDemand ? "on-demand" : "eager" }
         }
         for i in out.packages.indices {
             let p = out.packages[i]
