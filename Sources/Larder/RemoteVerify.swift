@@ -9,7 +9,8 @@ import SystemPackage
 extension Larder {
     /// Verifies a repository as a server serves it (`larder verify https://…`, a post-deploy
     /// check): downloads what a device could ask for — the signature file, the index, the index
-    /// copy the signature names, and every file list, bundle and object the index names — into
+    /// copy the signature names, a sharded index's shards and catalog, and every file list, bundle
+    /// and object the index names — into
     /// `scratch`, exactly as served (sizes capped by what the index declares, nothing trusted),
     /// then runs every check of `Verifier.verifyRepository` on that copy. What could not be
     /// fetched is a problem with the fetch error's code (`http-status`, `connection`, …) naming
@@ -30,7 +31,19 @@ extension Larder {
             _ = await copy.document(RepositoryLayout.indexCopyPath(named.sha256), maxBytes: maxIndex)
         }
         if let decoded = try? ManifestCoding.decode(RepositoryIndex.self, from: index, document: "index") {
-            for entry in decoded.packages { await copy.package(entry) }
+            var entries = decoded.packages
+            if let refs = decoded.shards {
+                // Every shard and the catalog (the verifier checks them against the index).
+                for ref in refs.files + [refs.catalog] where copy.seen.insert(ref.path).inserted {
+                    let bytes = await copy.document(ref.path, maxBytes: Int(min(ref.size, Int64(maxIndex))))
+                    if let bytes,
+                        let shard = try? ManifestCoding.decode(IndexShard.self, from: bytes, document: ref.path)
+                    {
+                        entries += shard.packages
+                    }
+                }
+            }
+            for entry in entries { await copy.package(entry) }
             copy.problems += await download(copy.downloads, base: base, transport: transport, scratch: scratch)
         }
         var report = verifier.verifyRepository(scratch)

@@ -87,13 +87,13 @@ package enum ManifestCoding {
                 do { value = try decoder.decode(T.self, from: data) } catch {
                     try checkSchema(
                         decoder, data, document,
-                        supported: (T.self as? any SchemaVersioned.Type)?.supportedSchemaVersion
-                            ?? currentSchemaVersion)
+                        supported: (T.self as? any SchemaVersioned.Type)?.supportedSchemaVersions
+                            ?? currentSchemaVersion...currentSchemaVersion)
                     throw error
                 }
                 if let versioned = value as? any SchemaVersioned {
                     let supported = Swift.type(of: versioned).supportedSchemaVersion
-                    if versioned.schemaVersion != supported {
+                    if !Swift.type(of: versioned).supportedSchemaVersions.contains(versioned.schemaVersion) {
                         throw ManifestError.unsupportedSchema(
                             document: document, found: versioned.schemaVersion, supported: supported)
                     }
@@ -115,10 +115,13 @@ package enum ManifestCoding {
 
     /// Throws `unsupportedSchema` when the document declares a schema version other than ours.
     private static func checkSchema(
-        _ decoder: JSONDecoder, _ data: Data, _ document: String, supported: Int = currentSchemaVersion
+        _ decoder: JSONDecoder, _ data: Data, _ document: String,
+        supported: ClosedRange<Int> = currentSchemaVersion...currentSchemaVersion
     ) throws {
-        if let probe = try? decoder.decode(SchemaProbe.self, from: data), let v = probe.schemaVersion, v != supported {
-            throw ManifestError.unsupportedSchema(document: document, found: v, supported: supported)
+        if let probe = try? decoder.decode(SchemaProbe.self, from: data), let v = probe.schemaVersion,
+            !supported.contains(v)
+        {
+            throw ManifestError.unsupportedSchema(document: document, found: v, supported: supported.upperBound)
         }
     }
 
@@ -262,16 +265,25 @@ package enum ManifestCoding {
 package protocol SchemaVersioned {
     /// The document's format version.
     var schemaVersion: Int { get }
-    /// The one version of this document a reader here accepts.
+    /// The newest version of this document a reader here accepts.
     static var supportedSchemaVersion: Int { get }
+    /// Every version of this document a reader here accepts.
+    static var supportedSchemaVersions: ClosedRange<Int> { get }
 }
 
 extension SchemaVersioned {
     /// `currentSchemaVersion`, for every document but those versioned apart (delta manifests).
     package static var supportedSchemaVersion: Int { currentSchemaVersion }
+    /// `supportedSchemaVersion` alone, for every document but the index.
+    package static var supportedSchemaVersions: ClosedRange<Int> { supportedSchemaVersion...supportedSchemaVersion }
 }
 
-extension RepositoryIndex: SchemaVersioned {}
+extension RepositoryIndex: SchemaVersioned {
+    /// 2, a sharded index.
+    package static var supportedSchemaVersion: Int { ShardedIndex.schemaVersion }
+    /// 1 (every entry in the index) and 2 (on-demand entries in shards).
+    package static var supportedSchemaVersions: ClosedRange<Int> { currentSchemaVersion...ShardedIndex.schemaVersion }
+}
 extension FileList: SchemaVersioned {}
 extension SignatureFile: SchemaVersioned {}
 extension SandboxState: SchemaVersioned {}

@@ -306,17 +306,42 @@ public struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument 
     /// Key rotation: the public keys devices trust from this index on. A device adopts them only
     /// when the index is signed by a key it already trusts.
     public var keys: [KeyFile]?
+    /// A sharded index's on-demand entries, in files it names (schema version 2 only).
+    public var shards: IndexShards?
 
     /// Creates an index.
     public init(
         schemaVersion: Int = currentSchemaVersion, serial: UInt64, expires: Date, packages: [PackageEntry],
-        keys: [KeyFile]? = nil
+        keys: [KeyFile]? = nil, shards: IndexShards? = nil
     ) {
         self.schemaVersion = schemaVersion
         self.serial = serial
         self.expires = expires
         self.packages = packages
         self.keys = keys
+        self.shards = shards
+    }
+
+    enum CodingKeys: String, CodingKey { case schemaVersion, serial, expires, packages, keys, shards }
+
+    /// Decodes an index, refusing `shards` in schema version 1 and its absence in 2.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
+        serial = try c.decode(UInt64.self, forKey: .serial)
+        expires = try c.decode(Date.self, forKey: .expires)
+        packages = try c.decode([PackageEntry].self, forKey: .packages)
+        keys = try c.decodeIfPresent([KeyFile].self, forKey: .keys)
+        shards = try c.decodeIfPresent(IndexShards.self, forKey: .shards)
+        if (shards != nil) != (schemaVersion == ShardedIndex.schemaVersion),
+            Self.supportedSchemaVersions.contains(schemaVersion)
+        {
+            throw DecodingError.dataCorruptedError(
+                forKey: .shards, in: c,
+                debugDescription: shards == nil
+                    ? "schemaVersion \(schemaVersion) requires shards"
+                    : "shards requires schemaVersion \(ShardedIndex.schemaVersion)")
+        }
     }
 }
 

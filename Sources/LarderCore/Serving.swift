@@ -70,6 +70,22 @@ package struct ServingIndex: Decodable, Sendable, SchemaVersioned {
     package var schemaVersion: Int
     /// The serving settings of every entry, every channel.
     package var packages: [ServingSettings]
+    /// A sharded index's shards and catalog.
+    package var shards: IndexShards?
+
+    /// 1 and 2, as `RepositoryIndex`.
+    package static var supportedSchemaVersions: ClosedRange<Int> { RepositoryIndex.supportedSchemaVersions }
+    /// 2.
+    package static var supportedSchemaVersion: Int { RepositoryIndex.supportedSchemaVersion }
+}
+
+/// A shard or the catalog of a sharded index as the resolver reads them: each entry's (or
+/// row's) serving settings only.
+package struct ServingEntries: Decodable, Sendable, SchemaVersioned {
+    /// The document's format version.
+    package var schemaVersion: Int
+    /// The serving settings of every entry or row.
+    package var packages: [ServingSettings]
 }
 
 /// A file list as the resolver reads it: every path validated as a `FileList` validates it (a

@@ -25,7 +25,11 @@ extension Publisher {
             let sig = try ManifestCoding.decode(
                 SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
             try IndexSignature.verify(bytes, signatures: sig, trusted: trusted)
-            return try ManifestCoding.decode(RepositoryIndex.self, from: bytes, document: RepositoryLayout.indexName)
+            let root = try ManifestCoding.decode(
+                RepositoryIndex.self, from: bytes, document: RepositoryLayout.indexName)
+            return try Self.withShards(root, layout)
+        } catch let e as ShardError {
+            throw .existingIndexUntrusted(detail: e.description)
         } catch let e as SigningError {
             throw .existingIndexUntrusted(detail: e.description)
         } catch let e as ManifestError {
@@ -33,6 +37,22 @@ extension Publisher {
         } catch {
             throw .existingIndexUntrusted(detail: "\(error)")
         }
+    }
+
+    /// A sharded index whole: its entries and every shard's, read from the repository and
+    /// checked against the sizes and digests it names. The result keeps `shards` (the layout to
+    /// publish with) and is otherwise an inline index.
+    static func withShards(_ root: RepositoryIndex, _ layout: RepositoryLayout) throws -> RepositoryIndex {
+        guard let refs = root.shards else { return root }
+        func contents(_ ref: BlobRef) throws -> Data {
+            do { return try AtomicFile.read(layout.resolve(ref.path), limit: ManifestCoding.maxDocumentBytes) } catch {
+                throw ShardError("\(ref.path) cannot be read: \(error)")
+            }
+        }
+        var full = try ShardedIndex.assemble(
+            root: root, shards: try refs.files.map(contents), catalog: try contents(refs.catalog))
+        full.shards = refs
+        return full
     }
 
     /// Completes a publication interrupted between writing the pending pair and renaming it, when
@@ -79,7 +99,30 @@ extension Publisher {
         index.expires = Date(timeIntervalSince1970: (now().timeIntervalSince1970 + ttl).rounded(.down))
         index.packages.sort { ($0.id, $0.channel) < ($1.id, $1.channel) }
         if let issue = IndexRules.issues(index).first { throw .indexRule(issue) }
-        let bytes = try encode(index)
+        var signed = index
+        signed.shards = nil
+        signed.schemaVersion = currentSchemaVersion
+        if (indexLayout ?? (index.shards != nil ? .sharded : .inline)) == .sharded {
+            // The shards and catalog first, each under its digest (immutable, never rewritten):
+            // the index that names them is published only once they are all durable.
+            let split: (root: RepositoryIndex, files: [ShardedIndex.File])
+            do { split = try ShardedIndex.split(signed) } catch {
+                throw .manifest(.malformed(document: "index shards", detail: "\(error)"))
+            }
+            for file in split.files {
+                let path = layout.resolve(file.ref.path)
+                if AtomicFile.exists(path) { continue }
+                try io { () throws(FileSystemError) in
+                    try AtomicFile.makeDirectories(path.removingLastComponent())
+                    try AtomicFile.write(file.bytes, to: path)
+                }
+            }
+            signed = split.root
+            index.shards = split.root.shards
+        } else {
+            index.shards = nil
+        }
+        let bytes = try encode(signed)
         let sig: SignatureFile
         do { sig = try IndexSignature.sign(bytes, with: [key] + coSigners) } catch {
             throw .signing(.badKeyFile(path: "(signing key)", detail: "\(error)"))

@@ -20,6 +20,19 @@ public struct Publisher: Sendable {
     public var lockTimeout: Double = 60
     /// How bundles, objects, documents and patches are encoded (`BytePipeline.standard`).
     package var pipeline: BytePipeline = .standard
+    /// Where the index's on-demand entries go: in the index itself (`inline`, schema version 1)
+    /// or in shards it names (`sharded`, schema version 2); nil keeps the current index's layout
+    /// (inline for a new repository).
+    public var indexLayout: IndexLayout?
+
+    /// Where an index keeps its on-demand entries.
+    public enum IndexLayout: String, Sendable, CaseIterable {
+        /// Every entry in the signed index (schema version 1; every device reads it).
+        case inline
+        /// On-demand entries in shards the index names (schema version 2): a device reads the
+        /// shards of what it holds only. Devices older than shards refuse such an index.
+        case sharded
+    }
 
     /// A publisher signing with `key` (and `coSigners`); `now` is the clock used for `expires`.
     public init(

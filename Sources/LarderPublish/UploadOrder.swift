@@ -34,7 +34,7 @@ package enum UploadOrder {
     }
 
     /// The directories of immutable files.
-    static let immutableDirectories = ["objects", "packages", "indexes", "patches"]
+    static let immutableDirectories = ["objects", "packages", "indexes", "patches", "shards"]
 
     /// Every file of the repository at `root` a server needs, in upload order. Refuses a
     /// repository with a publication under way or interrupted (a `.pending` index or signature):

@@ -56,13 +56,24 @@ public struct Verifier: Sendable {
         if checkSignature {
             report.signedBy = checkIndexSignature(indexBytes, layout: layout) { problem($0, $1, file: $2) }
         }
-        let index: RepositoryIndex
+        var index: RepositoryIndex
         do {
             index = try ManifestCoding.decode(
                 RepositoryIndex.self, from: indexBytes, document: RepositoryLayout.indexName)
         } catch {
             problem(error.code(or: "index-schema"), error.description, file: RepositoryLayout.indexName)
             return report
+        }
+        if let refs = index.shards {
+            // Every shard and the catalog, checked as a device checks the ones it reads, and the
+            // catalog against all of them.
+            do {
+                index = try Publisher.withShards(index, layout)
+                report.shardsChecked = refs.files.count
+            } catch {
+                problem("index-shard", "\(error)", file: RepositoryLayout.indexName)
+                return report
+            }
         }
         report.serial = index.serial
         if index.serial == 0 {

@@ -55,6 +55,8 @@ public struct VerifyReport: Sendable, Codable, Equatable {
     public var deltasChecked = 0
     /// Distinct objects checked (repositories only).
     public var objectsChecked: Int
+    /// Shards of a sharded index checked (repositories only; 0 for an inline index).
+    public var shardsChecked = 0
     /// Every problem found, in the order found; empty when all is well.
     public var problems: [VerifyProblem]
     /// Whether nothing was found.
@@ -71,7 +73,8 @@ public struct VerifyReport: Sendable, Codable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case kind, path, serial, signedBy, signatureChecked, packagesChecked, filesChecked, objectsChecked, problems, ok
+        case kind, path, serial, signedBy, signatureChecked, packagesChecked, filesChecked, objectsChecked,
+            shardsChecked, problems, ok
     }
 
     /// Encodes every field and `ok`, so the JSON output carries the verdict.
@@ -85,6 +88,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         try c.encode(packagesChecked, forKey: .packagesChecked)
         try c.encode(filesChecked, forKey: .filesChecked)
         try c.encode(objectsChecked, forKey: .objectsChecked)
+        if shardsChecked > 0 { try c.encode(shardsChecked, forKey: .shardsChecked) }
         try c.encode(problems, forKey: .problems)
         try c.encode(ok, forKey: .ok)
     }
@@ -100,6 +104,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         packagesChecked = try c.decode(Int.self, forKey: .packagesChecked)
         filesChecked = try c.decode(Int.self, forKey: .filesChecked)
         objectsChecked = try c.decode(Int.self, forKey: .objectsChecked)
+        shardsChecked = try c.decodeIfPresent(Int.self, forKey: .shardsChecked) ?? 0
         problems = try c.decode([VerifyProblem].self, forKey: .problems)
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderFileSystem
 import LarderStore
 
 /// Fetch at first use: the resolver's callers (the gateway, the web-view driver,
@@ -44,6 +45,7 @@ public final class FirstUse: @unchecked Sendable {
     private let lock = NSLock()
     private var inFlight: [PackageID: Task<(String?, Double), Never>] = [:]
     private var catalog: (snapshot: ObjectIdentifier, table: RouteTable, settings: [PackageID: ServingSettings])?
+    private var catalogFile: (FileIdentity?, [ServingSettings])?
 
     /// First use over `resolver`, installing with `install`; a request waits at most `deadline`.
     public init(
@@ -83,11 +85,26 @@ public final class FirstUse: @unchecked Sendable {
             // No files: the table only says which package a URL belongs to.
             routed.append(RoutedPackage(id: s.id, version: SemanticVersion(0, 0, 0), settings: s))
         }
+        // A sharded index's packages whose shards this device has not read: from its catalog.
+        for s in catalogRows() where s.channel == snap.channel && snap.settings[s.id.rawValue] == nil {
+            settings[s.id] = s
+            routed.append(RoutedPackage(id: s.id, version: SemanticVersion(0, 0, 0), settings: s))
+        }
         let table = RouteTable(packages: routed)
         lock.lock()
         catalog = (key, table, settings)
         lock.unlock()
         return (table, settings)
+    }
+
+    /// The cached catalog's rows, decoded again only when the file changed.
+    private func catalogRows() -> [ServingSettings] {
+        let path = resolver.layout.cachedCatalog
+        let identity = FileIdentity(path)
+        if let (known, rows) = lock.withLock({ catalogFile }), known == identity { return rows }
+        let rows = identity == nil ? [] : resolver.layout.catalogSettings()
+        lock.withLock { catalogFile = (identity, rows) }
+        return rows
     }
 
     /// Installs `id` unless an install of it is under way (then waits for that one), waiting at

@@ -99,9 +99,7 @@ package final class Snapshot: Sendable {
         } else if let kept = handoff?.settings(layout, identity: identity, channel: channel) {
             // The index this process's sync just accepted: its settings, not the file read back.
             settings = kept
-        } else if let data = try? AtomicFile.read(layout.acceptedIndex),
-            let index = try? ManifestCoding.decode(ServingIndex.self, from: data, document: "index")
-        {
+        } else if let index = layout.servingIndex() {
             settings = ServingSettings.byID(index.packages, channel: channel)
             // Offered as the base of the next index written here only if the file read is the
             // one whose identity names it (no writer replaced it between the stat and the read).

@@ -129,9 +129,7 @@ extension Sandbox {
 
     /// The on-demand packages of the accepted index (on every channel), read from disk.
     package func onDemandPackages() -> Set<PackageID> {
-        guard let data = try? AtomicFile.read(layout.acceptedIndex, limit: ManifestCoding.maxDocumentBytes),
-            let index = try? ManifestCoding.decode(ServingIndex.self, from: data, document: "index")
-        else { return [] }
+        guard let index = layout.servingIndex() else { return [] }
         return Set(index.packages.filter(\.onDemand).map(\.id))
     }
 }
@@ -145,9 +143,7 @@ extension StatusReport {
         var modes: [String: String] = [:]
         // The serving view of the index (each entry's settings only): status stays cheap at
         // thousands of packages, as the resolver's snapshot does.
-        if let data = try? AtomicFile.read(layout.acceptedIndex, limit: ManifestCoding.maxDocumentBytes),
-            let index = try? ManifestCoding.decode(ServingIndex.self, from: data, document: "index")
-        {
+        if let index = layout.servingIndex() {
             for e in index.packages { modes[e.id.rawValue] = e.onDemand ? "on-demand" : "eager" }
         }
         for i in out.packages.indices {

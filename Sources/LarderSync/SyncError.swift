@@ -22,6 +22,10 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     /// it names and the pair again past any cache: a publication under way, or a broken upload.
     /// Transient, not an attack: nothing was changed and the next sync tries again.
     case indexTorn(String)
+    /// A shard or the catalog of a sharded index could not be fetched, or is not the one the
+    /// signed index names (size, SHA-256, or contents that break the shard rules): nothing was
+    /// recorded or changed.
+    case indexShard(String)
     /// The sandbox could not be opened, read or written (locked, corrupt state, I/O).
     case store(StoreError)
 
@@ -36,6 +40,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case .serialReused: "serial-reused"
         case .expired: "index-expired"
         case .indexTorn: "index-torn"
+        case .indexShard: "index-shard"
         case .store(let e): e.code
         }
     }
@@ -54,6 +59,8 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case .expired(let at): "the index expired at \(at); nothing new is installed until the publisher re-signs it"
         case .indexTorn(let detail):
             "\(detail); it named no copy the repository could serve either (indexes/<sha256>.json), nor did a fresh request past any cache agree; nothing was changed, and the next sync tries again"
+        case .indexShard(let detail):
+            "the index was refused: \(detail); nothing was changed"
         case .store(let e): e.description
         }
     }

@@ -39,14 +39,22 @@ extension Syncer {
                     bytes: bytes, signature: sigBytes, notModified: notModified, trustedKeys: config.trustedKeys,
                     trusted: trusted, accepted: sandbox.state.index, now: options.clock()))
         } catch { throw SyncError(refusal: error) }
-        let index = decision.index
+        // A sharded index: the entries of the shards this device needs, read before anything is
+        // recorded (a held package's settings must never be missing from what it serves with).
+        let read = try await readShards(
+            decision.index, sandbox: sandbox, transport: transport, base: base, write: record)
+        let index = read.index
         if record, let keys = decision.rotatedKeys {
             do { _ = try config.withKeys(keys, root: root) } catch { throw .config(error) }
             options.logger.notice(
                 "trusted keys rotated by the index",
                 metadata: ["keys": "\(keys.map(\.keyId))", "serial": "\(index.serial)"])
         }
-        if record { try recordAccepted(decision, bytes: bytes, signature: sigBytes, etag: etag, sandbox: sandbox) }
+        if record {
+            try recordAccepted(
+                decision, entries: index.packages, shardsFetched: read.fetched, bytes: bytes, signature: sigBytes,
+                etag: etag, sandbox: sandbox)
+        }
         options.progress?(.index(serial: index.serial, changed: decision.fresh))
         return (index, decision.fresh)
     }
@@ -95,9 +103,13 @@ extension Syncer {
     }
 
     /// Records a decision: a fresh index made durable (the cache, then the accepted serial)
-    /// before anything is acted on; else only a new validator for the next request.
+    /// before anything is acted on; else only a new validator for the next request. `entries`
+    /// are the index's with those of the shards read; when a shard was fetched for an index
+    /// accepted before, the cached index is written again (the same bytes), so that readers that
+    /// keep what they read by the file's identity read it and the shards anew.
     func recordAccepted(
-        _ decision: AcceptedIndexDecision, bytes: Data, signature sigBytes: Data, etag: String?, sandbox: Sandbox
+        _ decision: AcceptedIndexDecision, entries: [PackageEntry], shardsFetched: Bool, bytes: Data,
+        signature sigBytes: Data, etag: String?, sandbox: Sandbox
     ) throws(SyncError) {
         let index = decision.index
         let cacheIndex = sandbox.layout.acceptedIndex
@@ -108,14 +120,21 @@ extension Syncer {
                 try AtomicFile.write(bytes, to: cacheIndex)
                 try AtomicFile.write(sigBytes, to: cacheSig)
             } catch { throw .store(.io(error)) }
-            options.handoff?.wroteIndex(index.packages, sandbox.layout)
+            options.handoff?.wroteIndex(entries, sandbox.layout)
             do {
                 try sandbox.recordIndex(
                     AcceptedIndex(
                         serial: index.serial, sha256: decision.digest, expires: index.expires, etag: etag,
                         acceptedAt: options.clock()))
             } catch { throw .store(error) }
-        } else if let acc = sandbox.state.index, etag != nil, etag != acc.etag {
+            sandbox.layout.pruneShards(keeping: index.shards)
+            return
+        }
+        if shardsFetched {
+            do { try AtomicFile.write(bytes, to: cacheIndex) } catch { throw .store(.io(error)) }
+            options.handoff?.wroteIndex(entries, sandbox.layout)
+        }
+        if let acc = sandbox.state.index, etag != nil, etag != acc.etag {
             var updated = acc
             updated.etag = etag
             // Only a validator for the next request: failing to record it costs one full GET.

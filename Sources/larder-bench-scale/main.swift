@@ -2,7 +2,7 @@
 // small packages in one signed index, through `Publisher.pack(batch:)` (one serial for the whole
 // release, so making 10,000 packages costs 10,000 packs, not 10,000 index rewrites).
 //
-// Usage: larder-bench-scale REPO KEYFILE --packages N [--files F] [--version V] [--only I] [--on-demand]
+// Usage: larder-bench-scale REPO KEYFILE --packages N [--files F] [--version V] [--only I] [--on-demand] [--sharded]
 //        larder-bench-scale --after-sync ROOT URL
 //
 // `--after-sync` is the app's side, in one process: a resolver opened on the sandbox resolves URL
@@ -76,6 +76,8 @@ let version = option("--version") ?? "1.0.0"
 let only = option("--only").flatMap(Int.init)
 /// `--on-demand`: every package is packed with `install: on-demand` (devices fetch them at first use).
 let onDemand = args.contains("--on-demand")
+/// `--sharded`: the index keeps the on-demand entries in shards (`pack --index-layout sharded`).
+let sharded = args.contains("--sharded")
 
 let key: PrivateKey
 do { key = try PublisherKeys.loadPrivateKey(FilePath(args[2])) } catch { fail("\(error)") }
@@ -121,7 +123,9 @@ for p in only.map({ [$0] }) ?? Array(0..<packages) {
     requests.append(request)
 }
 do {
-    let reports = try Publisher(key: key).pack(batch: requests)
+    var publisher = Publisher(key: key)
+    if sharded { publisher.indexLayout = .sharded }
+    let reports = try publisher.pack(batch: requests)
     print("packed \(reports.count) package(s) of \(files) files, serial \(reports.first?.serial ?? 0)")
 } catch { fail("\(error)") }
 try? SystemCalls.removeTree(sources)

@@ -52,6 +52,9 @@ extension InstallPolicy.Mode: ExpressibleByArgument {}
 /// `pack --preload`: `never`, `unmetered` or `always`.
 extension InstallPolicy.Preload: ExpressibleByArgument {}
 
+/// `pack --index-layout`: `inline` or `sharded`.
+extension Publisher.IndexLayout: ExpressibleByArgument {}
+
 /// `serve --upstream-scheme`: how requests no package serves are forwarded.
 enum UpstreamScheme: String, CaseIterable, ExpressibleByArgument {
     /// Production origins.

@@ -79,6 +79,12 @@ extension LarderCommand {
         var priority = 0
 
         @Option(
+            help: ArgumentHelp(
+                "Where the index keeps on-demand entries: inline, or sharded (devices read the shards of what they hold; devices older than shards refuse the index). Default: as the current index.",
+                valueName: "LAYOUT"))
+        var indexLayout: Publisher.IndexLayout?
+
+        @Option(
             name: .customLong("depends"),
             help: ArgumentHelp("A dependency, ID@RANGE, e.g. shared-ui@^1.2.0 (repeatable).", valueName: "ID@RANGE"))
         var dependencies: [String] = []
@@ -177,7 +183,9 @@ extension LarderCommand {
             request.deltaBases = deltas
             let report: PackReport
             do {
-                report = try Publisher(key: privateKey, coSigners: coSigners).pack(request)
+                var publisher = Publisher(key: privateKey, coSigners: coSigners)
+                publisher.indexLayout = indexLayout
+                report = try publisher.pack(request)
             } catch {
                 throw Output.failure(command: "pack", code: error.code, message: error.description, json: output.json)
             }

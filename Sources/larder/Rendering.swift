@@ -55,7 +55,8 @@ struct VerifyOutput: RenderedReport {
         var summary = "\(report.kind) \(report.path): \(report.problems.count) problem(s); "
         summary +=
             "\(report.packagesChecked) package(s), \(report.filesChecked) file(s), \(report.objectsChecked) object(s)"
-            + (report.deltasChecked > 0 ? ", \(report.deltasChecked) delta(s)" : "") + " checked"
+            + (report.deltasChecked > 0 ? ", \(report.deltasChecked) delta(s)" : "")
+            + (report.shardsChecked > 0 ? ", \(report.shardsChecked) index shard(s)" : "") + " checked"
         if let s = report.serial { summary += "; serial \(s)" }
         if let k = report.signedBy { summary += "; signed by \(k)" }
         if signatureSkipped { summary += "; signature NOT checked" }

@@ -9,7 +9,7 @@ extension LarderCommand {
             abstract: "Print (or perform, to a directory) the order that uploads a repository safely.",
             discussion: """
                 Lists every file a server needs, in the order that never exposes an index before the \
-                files it names: the immutable files first (objects/, packages/, indexes/, patches/: \
+                files it names: the immutable files first (objects/, packages/, indexes/, patches/, shards/: \
                 any order, and already-uploaded ones can be skipped), then index.json, then \
                 index.json.sig last (devices read it first). One line per file: PHASE PATH SIZE, \
                 phase immutable, index or signature. With --to DIR, copies the repository to that \

@@ -351,3 +351,66 @@ struct VerifyRepositoryTests {
         }
     }
 }
+
+@Suite("pack --index-layout sharded, and verify of a sharded index")
+struct ShardedIndexCLITests {
+    @Test("pack shards on-demand entries; verify checks every shard and names a damaged one; inline packs them back")
+    func shardedRoundTrip() throws {
+        try withWorkspace { ws in
+            let src = try copySampleApp(to: ws.dir)
+            try ws.packOK(src, id: "shell", version: "1.0.0")
+            for i in 0..<3 {
+                try ws.packOK(
+                    src, id: "mini-\(i)", version: "1.0.0",
+                    ["--install", "on-demand", "--route", "https://m.example/\(i)/", "--index-layout", "sharded"])
+            }
+            let index =
+                try JSONSerialization.jsonObject(
+                    with: Data(contentsOf: ws.repo.appendingPathComponent("index.json"))) as? [String: Any]
+            #expect(index?["schemaVersion"] as? Int == 2)
+            #expect((index?["packages"] as? [Any])?.count == 1, "only the eager shell stays in the index")
+            let shards = try #require((index?["shards"] as? [String: Any])?["files"] as? [[String: Any]])
+            #expect(shards.count == 1)
+
+            let ok = try ws.verify()
+            #expect(
+                ok.status == 0 && ok.stdout.contains("4 package(s)") && ok.stdout.contains("1 index shard(s)"), "\(ok)")
+
+            // A later pack without the option keeps the layout.
+            try ws.packOK(
+                src, id: "mini-0", version: "1.1.0", ["--install", "on-demand", "--route", "https://m.example/0/"])
+            let kept =
+                try JSONSerialization.jsonObject(
+                    with: Data(contentsOf: ws.repo.appendingPathComponent("index.json"))) as? [String: Any]
+            #expect(kept?["schemaVersion"] as? Int == 2)
+
+            // A damaged shard: verify names it and exits 1.
+            let path = try #require(
+                ((kept?["shards"] as? [String: Any])?["files"] as? [[String: Any]])?.first?["path"] as? String)
+            let shard = ws.repo.appendingPathComponent(path)
+            let good = try Data(contentsOf: shard)
+            var bad = good
+            bad[bad.count / 2] ^= 1
+            try bad.write(to: shard)
+            let r = try ws.verify()
+            #expect(r.status == 1, "\(r)")
+            let line = try #require(problemLine(r, "index-shard"), "\(r)")
+            #expect(line.contains(path), "\(line)")
+            // Nor does a publisher build on it.
+            let refused = try ws.pack(src, id: "mini-1", version: "1.1.0", ["--install", "on-demand"])
+            #expect(refused.status != 0 && refused.stderr.contains(path), "\(refused)")
+            try good.write(to: shard)
+
+            // Back to inline: schema 1, every entry in the index.
+            try ws.packOK(
+                src, id: "mini-1", version: "1.1.0",
+                ["--install", "on-demand", "--route", "https://m.example/1/", "--index-layout", "inline"])
+            let inline =
+                try JSONSerialization.jsonObject(
+                    with: Data(contentsOf: ws.repo.appendingPathComponent("index.json"))) as? [String: Any]
+            #expect(inline?["schemaVersion"] as? Int == 1 && inline?["shards"] == nil)
+            #expect((inline?["packages"] as? [Any])?.count == 4)
+            #expect(try ws.verify().status == 0)
+        }
+    }
+}

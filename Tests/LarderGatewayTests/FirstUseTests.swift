@@ -15,7 +15,8 @@ import Testing
 struct FirstUseTests {
     /// A sandbox synced against a repository with the sample app (eager) and `od` (on demand,
     /// routes `https://od.example.com/`, `policy`), which the sync skipped.
-    func world(policy: PolicyMode = .localThenNetwork) async throws -> ResolveEnv {
+    /// With `sharded`, the index keeps `od` in a shard: the device knows it from the catalog only.
+    func world(policy: PolicyMode = .localThenNetwork, sharded: Bool = false) async throws -> ResolveEnv {
         let env = try ResolveEnv()
         try env.publish("1.0.0")
         try env.repository.publish(
@@ -24,12 +25,13 @@ struct FirstUseTests {
                 r.routes = ["https://od.example.com/"]
                 r.policy = Policy(mode: policy)
                 r.install = InstallPolicy(mode: .onDemand)
-            })
+            }, publisher: { $0.indexLayout = sharded ? .sharded : nil })
         _ = try SyncConfig.initialise(
             root: env.root, repository: env.repo.absoluteString, keys: [env.key.publicKey], channel: "stable",
             appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
         let r = try await Syncer(root: env.root).sync()
-        #expect(r.packages.first { $0.id == "od" }?.outcome == .skipped, "\(r)")
+        // Skipped; of a sharded index, not even read (its shard was not fetched).
+        #expect(r.packages.first { $0.id == "od" }?.outcome == (sharded ? nil : .skipped), "\(r)")
         return env
     }
 
@@ -44,11 +46,19 @@ struct FirstUseTests {
         }
     }
 
-    @Test("requests for an on-demand package wait for one install and are answered from it; the next is local")
+    @Test(
+        "requests for an on-demand package wait for one install and are answered from it; the next is local",
+        arguments: [false, true])
     @available(macOS 14, iOS 17, tvOS 17, *)
-    func installedOnce() async throws {
-        let env = try await world()
+    func installedOnce(sharded: Bool) async throws {
+        let env = try await world(sharded: sharded)
         defer { env.cleanup() }
+        if sharded {
+            // Before first use the device has read the catalog, not od's shard.
+            let cached = try FileManager.default.contentsOfDirectory(
+                atPath: SandboxLayout(root: env.root).indexShards.string)
+            #expect(cached == ["catalog.json"], "\(cached)")
+        }
         let resolver = try Resolver(root: env.root)
         let installs = Locked<[String]>([])
         // A deadline no loaded machine reaches (the deadline has its own test), and the install on

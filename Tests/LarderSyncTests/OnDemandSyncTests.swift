@@ -243,3 +243,142 @@ struct DiskBudgetTests {
         #expect(UsageRecorder.lastUse(layout, id) == Date(timeIntervalSince1970: 1000))
     }
 }
+
+@Suite("Sync: a sharded index")
+struct ShardedIndexSyncTests {
+    /// Packs `count` on-demand packages `mini-<i>` (each with its own route) and an eager `shell`
+    /// in one batch, under a sharded index.
+    static func publishMany(_ env: SyncEnv, count: Int, shellDepends: [String] = []) throws {
+        var requests: [PackRequest] = []
+        let src = try env.repository.source("mini", "1.0.0")
+        for i in 0..<count {
+            var r = PackRequest(
+                source: FilePath(src.path), repository: env.repository.path, id: "mini-\(i)", version: "1.0.0")
+            r.deltaBases = 0
+            r.routes = ["https://m.example/\(i)/"]
+            r.install = InstallPolicy(mode: .onDemand)
+            requests.append(r)
+        }
+        var shell = PackRequest(
+            source: FilePath(src.path), repository: env.repository.path, id: "shell", version: "1.0.0")
+        shell.deltaBases = 0
+        shell.dependencies = shellDepends
+        requests.append(shell)
+        var publisher = Publisher(key: env.key, now: { env.clock })
+        publisher.indexLayout = .sharded
+        _ = try publisher.pack(batch: requests)
+    }
+
+    static func paths(_ recording: RecordingTransport) -> [String] {
+        recording.calls.map {
+            switch $0 {
+            case .document(let u, _): u
+            case .download(let u): u
+            }
+        }
+    }
+
+    static func sync(_ env: SyncEnv, fetching: [String] = [], transport: (any Transport)? = nil) async throws
+        -> SyncReport
+    {
+        var o = SyncOptions()
+        let now = env.clock
+        o.clock = { now }
+        o.fetching = fetching.map { PackageID($0)! }
+        o.packages = o.fetching
+        return try await Syncer(root: env.root, options: o, transport: transport).sync()
+    }
+
+    @Test("a device reads the catalog and the shards of what it holds, and no others")
+    func readsWhatItHolds() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try Self.publishMany(env, count: 40)
+        try env.initialise()
+        let layout = SandboxLayout(root: env.root)
+
+        // The first sync: the signature, the index and the catalog; no shard, nothing of a mini.
+        let first = RecordingTransport()
+        _ = try await Self.sync(env, transport: first)
+        let firstShards = Self.paths(first).filter { $0.contains("/shards/") }
+        #expect(firstShards.count == 1, "only the catalog: \(Self.paths(first))")
+        #expect(!Self.paths(first).contains { $0.contains("/mini-") })
+        #expect(try env.active("shell") == "1.0.0" && env.active("mini-3") == nil)
+
+        // `fetch mini-3`: its shard (one of four), then it.
+        let fetch = RecordingTransport()
+        let fetched = try await Self.sync(env, fetching: ["mini-3"], transport: fetch)
+        #expect(fetched.packages.map(\.id) == ["mini-3"] && fetched.packages.first?.outcome == .done, "\(fetched)")
+        let shardFetches = Self.paths(fetch).filter { $0.contains("/shards/") }
+        #expect(shardFetches.count == 1, "\(shardFetches)")
+        #expect(!Self.paths(fetch).contains { $0.contains("/mini-") && !$0.contains("/mini-3/") })
+        // Served with its own settings: the resolver's view of the index has its route.
+        let served = try #require(layout.servingIndex()?.packages.first { $0.id.rawValue == "mini-3" })
+        #expect(served.routes == ["https://m.example/3/"] && served.onDemand)
+
+        // Its update: the new shard only (the catalog is the same file).
+        var r = PackRequest(
+            source: FilePath(try env.repository.source("mini", "1.0.0").path), repository: env.repository.path,
+            id: "mini-3", version: "1.1.0")
+        r.deltaBases = 0
+        r.routes = ["https://m.example/3/"]
+        r.install = InstallPolicy(mode: .onDemand)
+        _ = try Publisher(key: env.key, now: { env.clock }).pack(r)
+        let update = RecordingTransport()
+        let updated = try await Self.sync(env, transport: update)
+        #expect(updated.packages.first { $0.id == "mini-3" }?.action == .update, "\(updated)")
+        #expect(try env.active("mini-3") == "1.1.0")
+        let updateShards = Self.paths(update).filter { $0.contains("/shards/") }
+        #expect(updateShards.count == 1, "\(updateShards)")
+        // The cache holds the shard of what is held and the catalog, no more.
+        let cached = try FileManager.default.contentsOfDirectory(atPath: layout.indexShards.string)
+        #expect(cached.count == 2 && cached.contains("catalog.json"), "\(cached)")
+    }
+
+    @Test("an eager package's on-demand dependency is read from its shard and installed with it")
+    func dependency() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try Self.publishMany(env, count: 20, shellDepends: ["mini-5@^1.0.0"])
+        try env.initialise()
+        _ = try await Self.sync(env)
+        #expect(try env.active("shell") == "1.0.0" && env.active("mini-5") == "1.0.0")
+        #expect(try env.active("mini-6") == nil)
+    }
+
+    @Test("a shard that is not the one the index names stops the sync with index-shard; nothing is recorded")
+    func tamperedShard() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try Self.publishMany(env, count: 40)
+        try env.initialise()
+        _ = try await Self.sync(env, fetching: ["mini-3"])
+        let serial = try env.state().index?.serial
+
+        // A new index whose shards are damaged on the server.
+        var r = PackRequest(
+            source: FilePath(try env.repository.source("mini", "1.0.0").path), repository: env.repository.path,
+            id: "mini-3", version: "1.1.0")
+        r.deltaBases = 0
+        r.routes = ["https://m.example/3/"]
+        r.install = InstallPolicy(mode: .onDemand)
+        _ = try Publisher(key: env.key, now: { env.clock }).pack(r)
+        let shards = env.repo.appendingPathComponent("shards")
+        let walker = FileManager.default.enumerator(atPath: shards.path)
+        while let name = walker?.nextObject() as? String {
+            guard name.hasSuffix(".json") else { continue }
+            let u = shards.appendingPathComponent(name)
+            var d = try Data(contentsOf: u)
+            d[d.count / 2] ^= 1
+            try d.write(to: u)
+        }
+        do {
+            _ = try await Self.sync(env)
+            Issue.record("a damaged shard was accepted")
+        } catch let error as SyncError {
+            #expect(error.code == "index-shard", "\(error)")
+        }
+        #expect(try env.state().index?.serial == serial)
+        #expect(try env.active("mini-3") == "1.0.0")
+    }
+}
