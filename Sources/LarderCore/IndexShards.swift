@@ -67,6 +67,20 @@ public struct IndexShard: Codable, Sendable, Equatable, RepositoryDocument, Sche
         self.shard = shard
         self.packages = packages
     }
+
+    enum CodingKeys: String, CodingKey { case schemaVersion, shard, packages }
+
+    /// Decodes a shard, refusing a position outside `0..<IndexShards.maxShards`.
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
+        shard = try c.decode(Int.self, forKey: .shard)
+        packages = try c.decode([PackageEntry].self, forKey: .packages)
+        guard (0..<IndexShards.maxShards).contains(shard) else {
+            throw DecodingError.dataCorruptedError(
+                forKey: .shard, in: c, debugDescription: "shard \(shard) is outside 0...\(IndexShards.maxShards - 1)")
+        }
+    }
 }
 
 /// A sharded entry's row in the catalog: where it answers and how it installs.
@@ -85,6 +99,27 @@ public struct CatalogEntry: Codable, Sendable, Equatable {
     public var policy: Policy
     /// Its install policy.
     public var install: InstallPolicy
+
+    enum CodingKeys: String, CodingKey { case id, channel, routes, entry, spaFallback, policy, install }
+
+    /// Decodes a row, refusing a route that is not one, or not written as pack normalises it
+    /// (the index rules' check of an entry's routes, for the rows whose entries a device has
+    /// not read).
+    public init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        id = try c.decode(PackageID.self, forKey: .id)
+        channel = try c.decode(String.self, forKey: .channel)
+        routes = try c.decode([String].self, forKey: .routes)
+        entry = try c.decode(String.self, forKey: .entry)
+        spaFallback = try c.decode(Bool.self, forKey: .spaFallback)
+        policy = try c.decode(Policy.self, forKey: .policy)
+        install = try c.decode(InstallPolicy.self, forKey: .install)
+        for r in routes where RoutePrefix(r)?.description != r {
+            throw DecodingError.dataCorruptedError(
+                forKey: .routes, in: c,
+                debugDescription: "route \(quoted(r)) is not a route written as pack writes it")
+        }
+    }
 
     /// The row of an entry.
     public init(_ e: PackageEntry) {

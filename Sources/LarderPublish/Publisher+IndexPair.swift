@@ -135,7 +135,40 @@ extension Publisher {
         try io { () throws(FileSystemError) in try AtomicFile.write(bytes, to: layout.pendingIndex) }
         try renameDurably(layout.pendingSignature, layout.signature, in: layout.root)
         try renameDurably(layout.pendingIndex, layout.index, in: layout.root)
+        pruneShards(layout)
         return index
+    }
+
+    /// Removes the shard and catalog files that no kept index copy names (`keptIndexCopies`
+    /// publications: a device that read one of those indexes may still fetch its shards). Best
+    /// effort: a file left behind costs space, never correctness.
+    func pruneShards(_ layout: RepositoryLayout) {
+        let dir = layout.root.appending("shards")
+        guard let buckets = try? SystemCalls.listDirectory(dir) else { return }
+        var named = Set<String>()
+        guard let copies = try? SystemCalls.listDirectory(layout.indexes) else { return }
+        for copy in copies where copy.name.string.hasSuffix(".json") {
+            guard
+                let bytes = try? AtomicFile.read(
+                    layout.indexes.appending(copy.name), limit: ManifestCoding.maxDocumentBytes)
+            else { return }
+            // An inline index (no `shards` member anywhere in it) names none: not decoded.
+            if bytes.range(of: Data("\"shards\"".utf8)) == nil { continue }
+            guard
+                let index = try? ManifestCoding.decode(RepositoryIndex.self, from: bytes, document: "index copy")
+            else { return }  // An unreadable copy: keep everything.
+            for ref in (index.shards?.files ?? []) + (index.shards.map { [$0.catalog] } ?? []) {
+                named.insert(ref.path)
+            }
+        }
+        for bucket in buckets {
+            let sub = dir.appending(bucket.name)
+            guard let files = try? SystemCalls.listDirectory(sub) else { continue }
+            for file in files where !named.contains("shards/\(bucket.name.string)/\(file.name.string)") {
+                try? SystemCalls.unlink(sub.appending(file.name))
+            }
+            try? SystemCalls.rmdir(sub)
+        }
     }
 
     func renameDurably(_ from: FilePath, _ to: FilePath, in dir: FilePath) throws(PublishError) {

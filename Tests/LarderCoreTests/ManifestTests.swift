@@ -46,9 +46,18 @@ struct ManifestTests {
     }
 
     @Test func otherSchemaVersionRefused() {
-        #expect(throws: ManifestError.unsupportedSchema(document: "index.json", found: 2, supported: 1)) {
+        // Versions 1 and 2 (sharded) are read; 3 is not, nor 0.
+        for v in [3, 0] {
+            #expect(throws: ManifestError.unsupportedSchema(document: "index.json", found: v, supported: 2)) {
+                try ManifestCoding.decode(
+                    RepositoryIndex.self, from: Self.index(Self.minimalEntry, schema: v), document: "index.json")
+            }
+        }
+        // A file list of another version is refused as before.
+        #expect(throws: ManifestError.unsupportedSchema(document: "files.json", found: 2, supported: 1)) {
             try ManifestCoding.decode(
-                RepositoryIndex.self, from: Self.index(Self.minimalEntry, schema: 2), document: "index.json")
+                FileList.self, from: Data(#"{"schemaVersion": 2, "id": "a", "version": "1.0.0", "files": []}"#.utf8),
+                document: "files.json")
         }
     }
 
@@ -132,6 +141,16 @@ struct ManifestTests {
         let manifest = try ManifestCoding.decode(DeltaManifest.self, from: delta, document: "delta.json")
         #expect(!manifest.patches.isEmpty && manifest.from < manifest.to)
         #expect(try ManifestCoding.encode(manifest) == delta)
+        // The sharded index, its shard and its catalog, checked as a device checks them.
+        let root = try ManifestCoding.decode(
+            RepositoryIndex.self, from: try Data(contentsOf: dir.appendingPathComponent("index-sharded.json")),
+            document: "index-sharded.json")
+        let shard = try Data(contentsOf: dir.appendingPathComponent("shard.json"))
+        let entries = try ShardedIndex.entries(of: shard, number: 0, root: root)
+        let catalog = try ShardedIndex.catalog(
+            of: try Data(contentsOf: dir.appendingPathComponent("catalog.json")), root: root)
+        try ShardedIndex.checkCatalog(catalog, covers: entries)
+        #expect(!entries.isEmpty && root.schemaVersion == 2)
     }
 
     /// Examples that only the JSON Schema refuses (scripts/tools/check-manifests.py checks them): the
@@ -163,6 +182,10 @@ struct ManifestTests {
                     } ?? true
             } else if name.hasPrefix("key-") {
                 refused = (try? KeyFile.publicKey(from: data, path: name)) == nil
+            } else if name.hasPrefix("shard-") {
+                refused = (try? ManifestCoding.decode(IndexShard.self, from: data, document: name)) == nil
+            } else if name.hasPrefix("catalog-") {
+                refused = (try? ManifestCoding.decode(IndexCatalog.self, from: data, document: name)) == nil
             } else if name.hasPrefix("delta-") {
                 refused = (try? ManifestCoding.decode(DeltaManifest.self, from: data, document: name)) == nil
             } else {

@@ -189,6 +189,7 @@ def main():
         scenario_connection_reuse(larder, nginx, repo, key, pub, work)
         scenario_delta(larder, nginx, repo, key, pub, work)
         scenario_on_demand(larder, nginx, repo, key, pub, work)
+        scenario_sharded(larder, nginx, repo, key, pub, work)
 
         entries = nginx.since(0)
         bad = [e for e in entries if e["status"] >= 400]
@@ -860,6 +861,86 @@ def scenario_on_demand(larder, nginx, repo, key, pub, work):
         subprocess.run(["umount", tiny])
 
 
+def scenario_sharded(larder, nginx, repo, key, pub, work):
+    scenario("12. a sharded index: a device reads the catalog and the shards of what it holds, no others")
+    src = os.path.join(work, "src", "sh")
+    os.makedirs(src, exist_ok=True)
+    write(os.path.join(src, "index.html"), "<!doctype html><title>sh</title>\n")
+    ids = ["sh-%02d" % i for i in range(20)]
+    for i, pid in enumerate(ids):
+        layout = ["--index-layout", "sharded"] if i == len(ids) - 1 else []
+        larder.must("pack", src, "--repo", repo, "--id", pid, "--version", "1.0.0", "--key", key, "--channel", "od",
+                    "--install", "on-demand", "--route", "https://%s.example.com/" % pid, *layout)
+    with open(os.path.join(repo, "index.json")) as f:
+        index = json.load(f)
+    shards = index.get("shards", {}).get("files", [])
+    check("12: the index is sharded: schema version 2, only eager entries signed, %d shards" % len(shards),
+          index.get("schemaVersion") == 2 and len(shards) >= 2
+          and all(e.get("install", {}).get("mode", "eager") == "eager" for e in index["packages"]), str(index)[:400])
+
+    # The device of scenario 11 holds od-04 and od-05: it keeps them, reading only their shards.
+    sb = os.path.join(work, "sb-od")
+    m = nginx.mark()
+    rc, report, p = larder.json("sync", "--root", sb)
+    log = nginx.since(m)
+    uris = [x["uri"] for x in log]
+    shard_uris = [u for u in uris if u.startswith("/shards/")]
+    rc2, st, _ = larder.json("status", "--root", sb)
+    held = sorted(x["id"] for x in (st or {}).get("packages", []))
+    check("12: a device that held od-04 and od-05 accepts it and keeps both (none taken for removed)",
+          rc == 0 and held == ["od-04", "od-05"]
+          and not [x for x in (report or {}).get("packages", []) if x.get("action") == "remove"], describe(p))
+    check("12: it fetched the signature, the index, the catalog and at most the 2 shards of what it holds",
+          uris[:2] == ["/index.json.sig", "/index.json"] and 2 <= len(shard_uris) <= 3
+          and all(u.startswith("/shards/") for u in uris[2:]), show(log))
+
+    # A new device: its first sync reads the catalog only; `fetch` reads one shard.
+    fresh = os.path.join(work, "sb-sharded")
+    larder.must("init", "--root", fresh, "--repo", nginx.base, "--public-key", pub, "--channel", "od")
+    m = nginx.mark()
+    rc, report, p = larder.json("sync", "--root", fresh)
+    uris = [x["uri"] for x in nginx.since(m)]
+    check("12: a new device's first sync: the signature, the index and the catalog, nothing else",
+          rc == 0 and uris[:2] == ["/index.json.sig", "/index.json"] and len(uris) == 3
+          and uris[2] == "/" + index["shards"]["catalog"]["path"], str(uris))
+    m = nginx.mark()
+    rc, report, p = larder.json("fetch", "sh-07", "--root", fresh)
+    log = nginx.since(m)
+    uris = [x["uri"] for x in log]
+    r = ls.find_package(report, "sh-07")
+    check("12: `larder fetch sh-07` reads its one shard and installs it, nothing of another package",
+          rc == 0 and r is not None and r["outcome"] == "done"
+          and len([u for u in uris if u.startswith("/shards/")]) == 1
+          and not [u for u in uris if u.startswith("/packages/") and not u.startswith("/packages/sh-07/")], show(log))
+
+    # The eager package's device is unaffected.
+    rc, report, p = larder.json("sync", "--root", os.path.join(work, "sb"))
+    check("12: the first device (eager sample-app) syncs the sharded index with nothing to do", rc == 0, describe(p))
+
+    # A damaged shard on the server: the sync that needs it stops with index-shard; nothing changes.
+    larder.must("pack", src, "--repo", repo, "--id", "sh-07", "--version", "1.1.0", "--key", key, "--channel", "od",
+                "--install", "on-demand", "--route", "https://sh-07.example.com/")
+    with open(os.path.join(repo, "index.json")) as f:
+        now = json.load(f)
+    bucket = [r for r in now["shards"]["files"] if r not in index["shards"]["files"]]
+    target = os.path.join(repo, bucket[0]["path"]) if bucket else None
+    if target:
+        good = open(target, "rb").read()
+        write(target, good[:-2].decode() + "x\n")
+    state_before = open(os.path.join(fresh, "state.json")).read()
+    rc, doc, p = larder.json("sync", "--root", fresh)
+    check("12: a shard that is not the one signed stops the sync: exit 1, index-shard, state unchanged",
+          target is not None and rc == 1 and ((doc or {}).get("error") or {}).get("code") == "index-shard"
+          and open(os.path.join(fresh, "state.json")).read() == state_before, describe(p))
+    if target:
+        with open(target, "wb") as f:
+            f.write(good)
+    rc, report, p = larder.json("sync", "--root", fresh)
+    r = ls.find_package(report, "sh-07")
+    check("12: mended, the next sync updates sh-07 to 1.1.0", rc == 0 and r is not None and r.get("to") == "1.1.0",
+          describe(p))
+
+
 def delta_manifest(repo, entry, base):
     import gzip
     ref = [d for d in entry["deltas"] if d["from"] == base][0]["manifest"]
@@ -876,6 +957,8 @@ def scenario_verify_url(larder, nginx, pub):
         nginx.base, (doc or {}).get("packagesChecked"), (doc or {}).get("objectsChecked")),
         rc == 0 and doc is not None and doc.get("ok") is True and doc.get("packagesChecked", 0) >= 4,
         describe(p))
+    check("10: the index is sharded by then, and every shard was checked (%s)" % (doc or {}).get("shardsChecked"),
+          (doc or {}).get("shardsChecked", 0) >= 2, describe(p))
     check("10: it fetched the signature, the index, the index copy and every bundle (%d requests)" % len(log),
           any(x["uri"] == "/index.json.sig" for x in log) and any(x["uri"].startswith("/indexes/") for x in log)
           and sum(1 for x in log if x["uri"].endswith("/bundle.zip")) >= 4, show(log))

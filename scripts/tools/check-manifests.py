@@ -54,6 +54,9 @@ VALID = {  # example file -> schema
     "index.json.sig": "signature.schema.json",
     "key.pub": "key.schema.json",
     "delta.json": "delta.schema.json",
+    "index-sharded.json": "index.schema.json",
+    "shard.json": "shard.schema.json",
+    "catalog.json": "catalog.schema.json",
 }
 INVALID_PREFIX = {  # invalid example prefix -> schema
     "index-": "index.schema.json",
@@ -61,8 +64,10 @@ INVALID_PREFIX = {  # invalid example prefix -> schema
     "signature-": "signature.schema.json",
     "key-": "key.schema.json",
     "delta-": "delta.schema.json",
+    "shard-": "shard.schema.json",
+    "catalog-": "catalog.schema.json",
 }
-MAX_DOCUMENT_BYTES = 8 << 20  # ManifestCoding.maxDocumentBytes
+MAX_DOCUMENT_BYTES = 16 << 20  # ManifestCoding.maxDocumentBytes
 
 failures = 0
 
@@ -326,6 +331,19 @@ if "files.json" in docs:
             match = ref["size"] == len(data) and ref["sha256"] == hashlib.sha256(data).hexdigest()
             report(match, what, "size and sha256 of examples/files.json" if match else
                    f"expected size {len(data)} sha256 {hashlib.sha256(data).hexdigest()}")
+
+if all(k in docs for k in ("index-sharded.json", "shard.json", "catalog.json")):
+    # The sharded example names the shard and catalog examples by size and SHA-256, and each
+    # sharded entry has its catalog row.
+    refs = docs["index-sharded.json"]["shards"]
+    for name, ref in (("shard.json", refs["files"][docs["shard.json"]["shard"]]), ("catalog.json", refs["catalog"])):
+        data = raw[name]
+        match = ref["size"] == len(data) and ref["sha256"] == hashlib.sha256(data).hexdigest()
+        report(match, f"examples/index-sharded.json names examples/{name}",
+               "size and sha256" if match else f"expected size {len(data)} sha256 {hashlib.sha256(data).hexdigest()}")
+    rows = {(r["id"], r["channel"]) for r in docs["catalog.json"]["packages"]}
+    missing = [e["id"] for e in docs["shard.json"]["packages"] if (e["id"], e.get("channel", "stable")) not in rows]
+    report(not missing, "examples/shard.json entries have catalog rows", ", ".join(missing) or "each one")
 
 print(f"{failures} surprise(s)" if failures else "all manifests checks passed")
 sys.exit(1 if failures else 0)
