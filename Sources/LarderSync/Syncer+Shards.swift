@@ -59,13 +59,10 @@ extension Syncer {
                         group.addTask { (b, .success(bytes)) }
                         continue
                     }
-                    group.addTask {
-                        do throws(SyncError) {
-                            return (
-                                b, .success(try await self.fetchShard(refs.files[b], transport: transport, base: base))
-                            )
-                        } catch { return (b, .failure(error)) }
-                    }
+                    let ref = refs.files[b]
+                    // A Result, not a typed throw inside the task: with one, the release build
+                    // returned a garbage bucket number (Swift 6.3.1).
+                    group.addTask { (b, await self.fetchShardResult(ref, transport: transport, base: base)) }
                 }
                 var all: [(Int, Result<Data, SyncError>)] = []
                 for await r in group { all.append(r) }
@@ -115,6 +112,14 @@ extension Syncer {
         }
         fetched = true
         return bytes
+    }
+
+    /// `fetchShard` as a result.
+    private func fetchShardResult(_ ref: BlobRef, transport: any Transport, base: URL) async -> Result<Data, SyncError>
+    {
+        do throws(SyncError) { return .success(try await fetchShard(ref, transport: transport, base: base)) } catch {
+            return .failure(error)
+        }
     }
 
     /// `ref` fetched and checked against its size and SHA-256.

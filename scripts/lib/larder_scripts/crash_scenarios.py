@@ -141,6 +141,19 @@ def operations(larder, work):
     shutil.copytree(v3, fetch, symlinks=True)
     larder.must("init", "--root", fetch, "--repo", "file://" + repo5, "--public-key", run.pub)
     larder.must("sync", "--root", fetch)
+    # A sharded index: repo-6 is repo-5 with a second on-demand package packed under
+    # `--index-layout sharded` (mini moves from the index into a shard). A device on 3.0.0 that
+    # held mini from repo-5's inline index syncs it: it caches the catalog and mini's shard
+    # before it records the index, and keeps mini.
+    repo6 = os.path.join(work, "repo-6")
+    shutil.copytree(repo5, repo6)
+    larder.must("pack", mini, "--repo", repo6, "--id", "mini-two", "--version", "1.0.0", "--key", run.key,
+                "--install", "on-demand", "--index-layout", "sharded")
+    sharded = os.path.join(work, "templates", "sharded")
+    shutil.copytree(v3, sharded, symlinks=True)
+    larder.must("init", "--root", sharded, "--repo", "file://" + repo5, "--public-key", run.pub)
+    larder.must("fetch", "mini", "--root", sharded)
+    larder.must("init", "--root", sharded, "--repo", "file://" + repo6, "--public-key", run.pub)
     bundle2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "bundle.zip")
     files2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "files.json")
     return run, [
@@ -154,6 +167,7 @@ def operations(larder, work):
         ("gc", v3, ["gc", "--keep", "0", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
         ("evict", evict, ["gc", "--keep", "1", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
         ("fetch", fetch, ["fetch", "mini", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
+        ("sync-sharded", sharded, SYNC, {"3.0.0"}, "3.0.0"),
     ]
 
 
@@ -215,6 +229,14 @@ def check_after_interruption(larder, run, root, case, command, allowed, expected
         got = (ls.find_package(st, "mini") or {}).get("active")
         quiet(case + ": fetch run again installs mini 1.0.0", again.returncode == 0 and got == "1.0.0",
               "%s %s" % (again.stderr[-200:], got))
+    if case.startswith("sync-sharded"):
+        # Whatever the interruption, the held on-demand package stays held and serves: the
+        # shards of what the device holds were cached before the sharded index was recorded.
+        rc, st, _ = larder.json("status", "--root", root)
+        got = (ls.find_package(st, "mini") or {}).get("active")
+        rc2, doc, _ = larder.json("resolve", "larder://mini/index.html", "--root", root)
+        quiet(case + ": mini 1.0.0 is still held and resolves", got == "1.0.0" and rc2 == 0 and (doc or {}).get("file"),
+              "%s %s" % (got, doc))
     if case.startswith("evict"):
         # The evicted package was whole or gone (doctor above); gc run again leaves it gone.
         again = larder.run("gc", "--root", root)
