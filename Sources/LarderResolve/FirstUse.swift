@@ -97,10 +97,10 @@ public final class FirstUse: @unchecked Sendable {
         return (table, settings)
     }
 
-    /// The cached catalog's rows, decoded again only when the file changed.
+    /// The accepted sharded index's catalog rows, read again only when the accepted index file
+    /// changed (a new catalog comes with a new index).
     private func catalogRows() -> [ServingSettings] {
-        let path = resolver.layout.cachedCatalog
-        let identity = FileIdentity(path)
+        let identity = FileIdentity(resolver.layout.acceptedIndex)
         if let (known, rows) = lock.withLock({ catalogFile }), known == identity { return rows }
         let rows = identity == nil ? [] : resolver.layout.catalogSettings()
         lock.withLock { catalogFile = (identity, rows) }
@@ -144,10 +144,11 @@ public final class FirstUse: @unchecked Sendable {
                 }
             }
             Task { answer(await task.value) }
-            Task {
-                try? await Task.sleep(for: deadline)
-                answer(nil)
-            }
+            // The deadline on a dispatch timer, not a sleeping task: a busy cooperative pool
+            // must not make a request wait past its deadline for a thread to notice it.
+            let (whole, fraction) = deadline.components
+            let seconds = Double(whole) + Double(fraction) / 1e18
+            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, seconds)) { answer(nil) }
         }
         guard let (why, _) = result else { return .timedOut(seconds: Self.seconds(ContinuousClock.now - started)) }
         if let why { return .failed(why) }

@@ -22,17 +22,22 @@ extension SandboxLayout {
         return index
     }
 
-    /// The cached catalog's rows (every channel), as serving settings; empty when the accepted
-    /// index has none.
+    /// The rows (every channel), as serving settings, of the accepted sharded index's catalog;
+    /// empty when the index is not sharded or its catalog is not here. (Reads the index for the
+    /// catalog's name only when this device caches shards at all: an inline index may be large.)
     package func catalogSettings() -> [ServingSettings] {
-        guard let bytes = try? AtomicFile.read(cachedCatalog, limit: ManifestCoding.maxDocumentBytes),
+        guard AtomicFile.exists(indexShards),
+            let data = try? AtomicFile.read(acceptedIndex, limit: ManifestCoding.maxDocumentBytes),
+            let index = try? ManifestCoding.decode(ServingIndex.self, from: data, document: "index"),
+            let ref = index.shards?.catalog,
+            let bytes = try? AtomicFile.read(cachedCatalog(ref.sha256), limit: ManifestCoding.maxDocumentBytes),
             let catalog = try? ManifestCoding.decode(ServingEntries.self, from: bytes, document: "catalog")
         else { return [] }
         return catalog.packages
     }
 
-    /// The cached copy of `ref` (a shard, or the catalog at `cachedCatalog`) when it is there and
-    /// has the size and SHA-256 `ref` names.
+    /// The cached copy of `ref` (a shard) when it is there and has the size and SHA-256 `ref`
+    /// names.
     package func cached(_ ref: BlobRef, at path: FilePath) -> Data? {
         guard let bytes = try? AtomicFile.read(path, limit: ManifestCoding.maxDocumentBytes),
             Int64(bytes.count) == ref.size, SHA256Digest.of(bytes) == ref.sha256
@@ -44,12 +49,10 @@ extension SandboxLayout {
     /// none), after a new index was recorded.
     package func pruneShards(keeping shards: IndexShards?) {
         guard let names = try? SystemCalls.listDirectory(indexShards) else { return }
-        let kept = Set((shards?.files ?? []).map { "\($0.sha256.hex).json" })
-        for entry in names {
-            let name = entry.name.string
-            if name == "catalog.json" ? shards == nil : !kept.contains(name) {
-                try? SystemCalls.unlink(indexShards.appending(entry.name))
-            }
+        var kept = Set((shards?.files ?? []).map { "\($0.sha256.hex).json" })
+        if let catalog = shards?.catalog { kept.insert("catalog-\(catalog.sha256.hex).json") }
+        for entry in names where !kept.contains(entry.name.string) {
+            try? SystemCalls.unlink(indexShards.appending(entry.name))
         }
         if shards == nil { try? SystemCalls.rmdir(indexShards) }
     }

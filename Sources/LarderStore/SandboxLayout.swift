@@ -36,13 +36,15 @@ package struct SandboxLayout: Sendable {
     /// The signature file of `acceptedIndex`.
     package var acceptedSignature: FilePath { root.appending("repository-index.json.sig") }
     /// `index-shards/`: of a sharded accepted index, the shards this device read (each
-    /// `<sha256>.json`, verified against the index before it was written) and the catalog
-    /// (`catalog.json`).
+    /// `<sha256>.json`) and its catalog (`catalog-<sha256>.json`), each verified against the
+    /// index before it was written under its digest.
     package var indexShards: FilePath { root.appending("index-shards") }
     /// The cached copy of the shard the index names by `digest`.
     package func cachedShard(_ digest: SHA256Digest) -> FilePath { indexShards.appending("\(digest.hex).json") }
-    /// The cached catalog of the accepted sharded index.
-    package var cachedCatalog: FilePath { indexShards.appending("catalog.json") }
+    /// The cached copy of the catalog the index names by `digest`.
+    package func cachedCatalog(_ digest: SHA256Digest) -> FilePath {
+        indexShards.appending("catalog-\(digest.hex).json")
+    }
     /// `generation`: the last state's generation as 8 bytes, for readers to notice a change.
     package var generation: FilePath { root.appending("generation") }
     /// `last-sync.json`: the record of the last sync that left nothing to do, which lets the

@@ -30,18 +30,32 @@ extension Syncer {
         if write {
             do { try AtomicFile.makeDirectories(layout.indexShards) } catch { throw .store(.io(error)) }
         }
-        let catalogBytes = try await shardBytes(
-            refs.catalog, cachedAt: layout.cachedCatalog, sandbox: sandbox, transport: transport, base: base,
-            write: write, fetched: &out.fetched)
-        let catalog: IndexCatalog
-        do throws(ShardError) { catalog = try ShardedIndex.catalog(of: catalogBytes, root: root) } catch {
-            throw .indexShard(error.description)
+        // The catalog: fetched and checked when this device does not have it under its digest
+        // (a new catalog: packages came, went or changed routes); decoded again only for a
+        // preload, which picks from its rows (10,000 rows are megabytes of JSON).
+        let catalogPath = layout.cachedCatalog(refs.catalog.sha256)
+        var catalog: IndexCatalog?
+        if !AtomicFile.exists(catalogPath) {
+            let bytes = try await fetchShard(refs.catalog, transport: transport, base: base)
+            do throws(ShardError) { catalog = try ShardedIndex.catalog(of: bytes, root: root) } catch {
+                throw .indexShard(error.description)
+            }
+            if write {
+                do { try AtomicFile.write(bytes, to: catalogPath) } catch { throw .store(.io(error)) }
+            }
+            out.fetched = true
         }
         var needed = Set(sandbox.state.packages.keys.compactMap(PackageID.init))
         needed.formUnion(options.fetching)
         needed.formUnion(options.packages)
         if let network = options.preload {
-            needed.formUnion(catalog.packages.filter { $0.install.allowsPreload(on: network) }.map(\.id))
+            if catalog == nil {
+                do {
+                    let bytes = try AtomicFile.read(catalogPath, limit: ManifestCoding.maxDocumentBytes)
+                    catalog = try ManifestCoding.decode(IndexCatalog.self, from: bytes, document: refs.catalog.path)
+                } catch { throw .indexShard("the cached catalog cannot be read: \(error)") }
+            }
+            needed.formUnion((catalog?.packages ?? []).filter { $0.install.allowsPreload(on: network) }.map(\.id))
         }
         for e in root.packages { needed.formUnion(e.dependencies.map(\.id)) }
         // What the index lists itself is in no shard.
@@ -75,10 +89,9 @@ extension Syncer {
                 case .failure(let e): throw e
                 }
                 let entries: [PackageEntry]
-                do throws(ShardError) {
-                    entries = try ShardedIndex.entries(of: bytes, number: b, root: root)
-                    try ShardedIndex.checkCatalog(catalog, covers: entries)
-                } catch { throw .indexShard(error.description) }
+                do throws(ShardError) { entries = try ShardedIndex.entries(of: bytes, number: b, root: root) } catch {
+                    throw .indexShard(error.description)
+                }
                 let path = layout.cachedShard(refs.files[b].sha256)
                 if write, !AtomicFile.exists(path) {
                     do { try AtomicFile.write(bytes, to: path) } catch { throw .store(.io(error)) }
@@ -97,21 +110,6 @@ extension Syncer {
             "read the index's shards",
             metadata: ["shards": "\(loaded.count) of \(count)", "entries": "\(out.index.packages.count)"])
         return out
-    }
-
-    /// A shard or the catalog: the cached copy when it matches `ref`, else fetched and checked
-    /// (and, with `write`, cached at `path`).
-    private func shardBytes(
-        _ ref: BlobRef, cachedAt path: FilePath, sandbox: Sandbox, transport: any Transport, base: URL, write: Bool,
-        fetched: inout Bool
-    ) async throws(SyncError) -> Data {
-        if let bytes = sandbox.layout.cached(ref, at: path) { return bytes }
-        let bytes = try await fetchShard(ref, transport: transport, base: base)
-        if write {
-            do { try AtomicFile.write(bytes, to: path) } catch { throw .store(.io(error)) }
-        }
-        fetched = true
-        return bytes
     }
 
     /// `fetchShard` as a result.

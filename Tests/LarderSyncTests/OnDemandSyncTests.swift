@@ -248,7 +248,9 @@ struct DiskBudgetTests {
 struct ShardedIndexSyncTests {
     /// Packs `count` on-demand packages `mini-<i>` (each with its own route) and an eager `shell`
     /// in one batch, under a sharded index.
-    static func publishMany(_ env: SyncEnv, count: Int, shellDepends: [String] = []) throws {
+    static func publishMany(_ env: SyncEnv, count: Int, shellDepends: [String] = [], preload: Set<Int> = [])
+        throws
+    {
         var requests: [PackRequest] = []
         let src = try env.repository.source("mini", "1.0.0")
         for i in 0..<count {
@@ -256,7 +258,7 @@ struct ShardedIndexSyncTests {
                 source: FilePath(src.path), repository: env.repository.path, id: "mini-\(i)", version: "1.0.0")
             r.deltaBases = 0
             r.routes = ["https://m.example/\(i)/"]
-            r.install = InstallPolicy(mode: .onDemand)
+            r.install = InstallPolicy(mode: .onDemand, preload: preload.contains(i) ? .unmetered : .never)
             requests.append(r)
         }
         var shell = PackRequest(
@@ -332,7 +334,27 @@ struct ShardedIndexSyncTests {
         #expect(updateShards.count == 1, "\(updateShards)")
         // The cache holds the shard of what is held and the catalog, no more.
         let cached = try FileManager.default.contentsOfDirectory(atPath: layout.indexShards.string)
-        #expect(cached.count == 2 && cached.contains("catalog.json"), "\(cached)")
+        #expect(cached.count == 2 && cached.contains { $0.hasPrefix("catalog-") }, "\(cached)")
+    }
+
+    @Test("a preload picks from the catalog's hints and reads only the shards of what it takes")
+    func preload() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try Self.publishMany(env, count: 40, preload: [2, 30])
+        try env.initialise()
+        _ = try await Self.sync(env)
+        var o = SyncOptions()
+        let now = env.clock
+        o.clock = { now }
+        o.preload = .unmetered
+        let recording = RecordingTransport()
+        _ = try await Syncer(root: env.root, options: o, transport: recording).sync()
+        #expect(try env.active("mini-2") == "1.0.0" && env.active("mini-30") == "1.0.0")
+        #expect(try env.active("mini-3") == nil)
+        let shards = Self.paths(recording).filter { $0.contains("/shards/") }
+        let buckets = Set(["mini-2", "mini-30"].map { IndexShards.bucket(of: PackageID($0)!, count: 4) })
+        #expect(shards.count == buckets.count, "\(shards)")
     }
 
     @Test("an eager package's on-demand dependency is read from its shard and installed with it")
