@@ -7,8 +7,8 @@ on tmpfs, over file:// (the index and what is fetched are the same bytes over HT
       once in a sharded index (`pack --index-layout sharded`: the signed index names 1,024 shards
       and a catalog; a device reads the shards of what it holds) and once inline (every entry in
       the one signed document, as before shards); a device accepts the index (its first sync,
-      which installs nothing), fetches 10 of them (`larder fetch` of the 10), then one of those
-      gets a new version and the device syncs.
+      which installs nothing), fetches 10 of them (`larder fetch` of the 10); then one of those
+      gets a new version and a device that held the 10 under the previous index syncs.
   baseline "10 of 10": the same 10 packages (eager) alone in an index; the device's first sync
       installs them, then the same update and sync.
   rows "first use": a real app's web tree (the jupyterlab wheel, as `--net` uses) packed on
@@ -68,20 +68,20 @@ def measure(larder, scale, work, total, on_demand, runs, sharded=False):
             first.append(timed([larder, "sync", "--root", sb]))
         plan.append(timed([larder, "plan", "--root", sb]))
         shutil.rmtree(sb)
-    # One held package's update, then a sync: one run per fresh device.
-    subprocess.run([scale, repo, key + ".key", "--packages", str(total), "--only", "3", "--version", "1.1.0"]
-                   + flags, check=True, stdout=subprocess.PIPE)
+    # One held package's update, then a sync: each run's device accepted the index and holds the
+    # 10 when the update is published (as a device that synced before it would), then syncs.
+    devices = []
     for r in range(runs):
         sb = os.path.join(work, "sbu-%d-%d" % (total, r))
         subprocess.run([larder, "init", "--root", sb, "--repo", url, "--public-key", key + ".pub"], check=True,
                        stdout=subprocess.PIPE)
-        # The device holds the 10 at 1.0.0 when the update is published: installed from the old
-        # bundles, as a sync before the update would have.
-        for pid in ids():
-            d = os.path.join(repo, "packages", pid, "1.0.0")
-            subprocess.run([larder, "install", "--root", sb, "--id", pid, "--version", "1.0.0", "--files",
-                            os.path.join(d, "files.json"), os.path.join(d, "bundle.zip")], check=True,
-                           stdout=subprocess.PIPE)
+        subprocess.run([larder, "sync", "--root", sb], check=True, stdout=subprocess.PIPE)
+        if on_demand:
+            subprocess.run([larder, "fetch", "--root", sb] + ids(), check=True, stdout=subprocess.PIPE)
+        devices.append(sb)
+    subprocess.run([scale, repo, key + ".key", "--packages", str(total), "--only", "3", "--version", "1.1.0"]
+                   + flags, check=True, stdout=subprocess.PIPE)
+    for sb in devices:
         update.append(timed([larder, "sync", "--root", sb]))
         shutil.rmtree(sb)
     size = os.path.getsize(os.path.join(repo, "index.json"))
@@ -189,7 +189,6 @@ def main(larder, scale, runs, write, nginx_bin=None, web_wheel=None, pick_tree=N
         return "| %s | %s | %s | %s | **%.2f×** | %s |" % (name, ms(a), ms(b), ms(c), a / c, note)
 
     ratios = [sharded[k] / small[k] for k in ("first", "update", "plan")]
-    met = max(ratios) <= 1.5
     lines = ["", "Run on %s, %s. Command: `scripts/bench --on-demand`, medians of %d, release build, tmpfs, "
              "file://." % (machine, time.strftime("%Y-%m-%d"), runs), "",
              "| figure | 10 held of 10,000, sharded index (%.0f KB signed, catalog %.0f KB) | 10 held of 10,000, "
@@ -205,11 +204,15 @@ def main(larder, scale, runs, write, nginx_bin=None, web_wheel=None, pick_tree=N
              "catalog of 10,000 rows, once (a new catalog only when packages come, go or change routes) |"
              % (ms(sharded["accept"]), ms(inline["accept"])),
              "", "Target (issue 30): a device holding 10 of 10,000 costs about what an index of those 10 costs. "
-             + ("**Met by the sharded index** (%.2f–%.2f× the baseline; inline: %.0f–%.0f×)."
-                % (min(ratios), max(ratios), min(inline[k] / small[k] for k in ("first", "update", "plan")),
-                   max(inline[k] / small[k] for k in ("first", "update", "plan")))
-                if met else "**Missed** (sharded %.2f–%.2f× the baseline)." % (min(ratios), max(ratios)))
-             + " The inline index makes every device read, verify and decode all 10,000 entries on each new index; "
+             "**Sharded: %.2f–%.2f× the baseline, %.0f–%.0f ms more; inline: %.0f–%.0f×.** "
+             % (min(ratios), max(ratios), min(sharded[k] - small[k] for k in ("first", "update", "plan")) * 1000,
+                max(sharded[k] - small[k] for k in ("first", "update", "plan")) * 1000,
+                min(inline[k] / small[k] for k in ("first", "update", "plan")),
+                max(inline[k] / small[k] for k in ("first", "update", "plan")))
+             + "What remains is the signed index's own size: it names each of its 1,024 shards by path, size and "
+             "SHA-256 (%.0f KB against the baseline's %.1f KB), decoded on every plan. "
+             % (sharded["index"] / 1e3, small["index"] / 1e3)
+             + "The inline index makes every device read, verify and decode all 10,000 entries on each new index; "
              "the sharded one signs only the eager entries and the shards' digests, and the device reads the "
              "shards of what it holds. The catalog (what first use and preload need of packages not held) is "
              "read once per new catalog, not per publication: the accept row.", ""]

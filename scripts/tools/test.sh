@@ -66,9 +66,9 @@ corrupt() {
   grep -q "hash-mismatch" <<<"$out" && grep -q "bundle.zip" <<<"$out"
 }
 step "verify-bundles fails a corrupted repository, naming the bundle" corrupt
-step "sync against nginx: install, one-request no-change, objects-only update, Range resume, revoke, channels, same-second republish, updates by delta with every fallback and crashes" scripts/integration/nginx-sync.py
+step "sync against nginx: install, one-request no-change, objects-only update, Range resume, revoke, channels, same-second republish, updates by delta with every fallback and crashes, on-demand packages and a sharded index" scripts/integration/nginx-sync.py
 step "sync against nginx over https (private CA, HTTP/2): every nginx scenario, an untrusted CA refused, 60 objects over one connection" scripts/integration/nginx-sync.py --tls
-step "reliability (GUARANTEES.md): kill -9 of install (50) and sync (20), crashes at the Nth system call of 9 commands (eviction and first-use fetch included), power-cut disk states, 165 runs with a failing system call and a read-only sandbox, a full disk (42 cases), 43 hostile archives on 3 paths, 58 origin faults, 200 URLs against Chromium" scripts/integration/reliability.py
+step "reliability (GUARANTEES.md): kill -9 of install (50) and sync (20), crashes at the Nth system call of 10 commands (eviction, first-use fetch and a sync onto a sharded index included), power-cut disk states, 165 runs with a failing system call and a read-only sandbox, a full disk (42 cases), 43 hostile archives on 3 paths, 58 origin faults, 200 URLs against Chromium" scripts/integration/reliability.py
 step "fuzz targets: every committed seed and hostile archive replayed through the four libFuzzer targets" scripts/tools/fuzz.sh --replay
 step "publishing through a CDN edge (Varnish before nginx): releases published while devices sync, index and signature cached apart, no failure" scripts/integration/edge.py
 step "resolve makes no system call (strace over a pass of 1,000 resolves, with a control)" env BENCH_BIN="$bin/larder-bench-resolve" scripts/benchmarks/bench-resolve.sh --check-syscalls-only
