@@ -354,6 +354,12 @@ struct VerifyRepositoryTests {
 
 @Suite("pack --index-layout sharded, and verify of a sharded index")
 struct ShardedIndexCLITests {
+    /// The repository's index.json as a JSON object.
+    func indexObject(_ ws: Workspace) throws -> [String: Any]? {
+        try JSONSerialization.jsonObject(with: Data(contentsOf: ws.repo.appendingPathComponent("index.json")))
+            as? [String: Any]
+    }
+
     @Test("pack shards on-demand entries; verify checks every shard and names a damaged one; inline packs them back")
     func shardedRoundTrip() throws {
         try withWorkspace { ws in
@@ -364,9 +370,7 @@ struct ShardedIndexCLITests {
                     src, id: "mini-\(i)", version: "1.0.0",
                     ["--install", "on-demand", "--route", "https://m.example/\(i)/", "--index-layout", "sharded"])
             }
-            let index =
-                try JSONSerialization.jsonObject(
-                    with: Data(contentsOf: ws.repo.appendingPathComponent("index.json"))) as? [String: Any]
+            let index = try indexObject(ws)
             #expect(index?["schemaVersion"] as? Int == 2)
             #expect((index?["packages"] as? [Any])?.count == 1, "only the eager shell stays in the index")
             let shards = try #require((index?["shards"] as? [String: Any])?["files"] as? [[String: Any]])
@@ -379,9 +383,7 @@ struct ShardedIndexCLITests {
             // A later pack without the option keeps the layout.
             try ws.packOK(
                 src, id: "mini-0", version: "1.1.0", ["--install", "on-demand", "--route", "https://m.example/0/"])
-            let kept =
-                try JSONSerialization.jsonObject(
-                    with: Data(contentsOf: ws.repo.appendingPathComponent("index.json"))) as? [String: Any]
+            let kept = try indexObject(ws)
             #expect(kept?["schemaVersion"] as? Int == 2)
 
             // A damaged shard: verify names it and exits 1.
@@ -405,9 +407,7 @@ struct ShardedIndexCLITests {
             try ws.packOK(
                 src, id: "mini-1", version: "1.1.0",
                 ["--install", "on-demand", "--route", "https://m.example/1/", "--index-layout", "inline"])
-            let inline =
-                try JSONSerialization.jsonObject(
-                    with: Data(contentsOf: ws.repo.appendingPathComponent("index.json"))) as? [String: Any]
+            let inline = try indexObject(ws)
             #expect(inline?["schemaVersion"] as? Int == 1 && inline?["shards"] == nil)
             #expect((inline?["packages"] as? [Any])?.count == 4)
             #expect(try ws.verify().status == 0)

@@ -271,6 +271,17 @@ struct ShardedIndexSyncTests {
         _ = try publisher.pack(batch: requests)
     }
 
+    /// mini-3 1.1.0, packed into the sharded index (its layout kept).
+    static func publishMini3Update(_ env: SyncEnv) throws {
+        var r = PackRequest(
+            source: FilePath(try env.repository.source("mini", "1.0.0").path), repository: env.repository.path,
+            id: "mini-3", version: "1.1.0")
+        r.deltaBases = 0
+        r.routes = ["https://m.example/3/"]
+        r.install = InstallPolicy(mode: .onDemand)
+        _ = try Publisher(key: env.key, now: { env.clock }).pack(r)
+    }
+
     static func paths(_ recording: RecordingTransport) -> [String] {
         recording.calls.map {
             switch $0 {
@@ -319,13 +330,7 @@ struct ShardedIndexSyncTests {
         #expect(served.routes == ["https://m.example/3/"] && served.onDemand)
 
         // Its update: the new shard only (the catalog is the same file).
-        var r = PackRequest(
-            source: FilePath(try env.repository.source("mini", "1.0.0").path), repository: env.repository.path,
-            id: "mini-3", version: "1.1.0")
-        r.deltaBases = 0
-        r.routes = ["https://m.example/3/"]
-        r.install = InstallPolicy(mode: .onDemand)
-        _ = try Publisher(key: env.key, now: { env.clock }).pack(r)
+        try Self.publishMini3Update(env)
         let update = RecordingTransport()
         let updated = try await Self.sync(env, transport: update)
         #expect(updated.packages.first { $0.id == "mini-3" }?.action == .update, "\(updated)")
@@ -378,13 +383,7 @@ struct ShardedIndexSyncTests {
         let serial = try env.state().index?.serial
 
         // A new index whose shards are damaged on the server.
-        var r = PackRequest(
-            source: FilePath(try env.repository.source("mini", "1.0.0").path), repository: env.repository.path,
-            id: "mini-3", version: "1.1.0")
-        r.deltaBases = 0
-        r.routes = ["https://m.example/3/"]
-        r.install = InstallPolicy(mode: .onDemand)
-        _ = try Publisher(key: env.key, now: { env.clock }).pack(r)
+        try Self.publishMini3Update(env)
         let shards = env.repo.appendingPathComponent("shards")
         let walker = FileManager.default.enumerator(atPath: shards.path)
         while let name = walker?.nextObject() as? String {
