@@ -1,0 +1,214 @@
+import Crypto
+import Foundation
+
+/// Why sealed bytes could not be opened, or a content key unwrapped.
+package enum SealError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The header is not a sealed blob's (magic, version or segment size).
+    case header(String)
+    /// Segment `n` does not open with this key (tampered, reordered, or another key's).
+    case segment(Int)
+    /// The bytes end before the last segment.
+    case truncated
+    /// Bytes follow the last segment.
+    case trailing
+    /// No wrapped key is for this recipient (its key id is named).
+    case noRecipient(String)
+    /// The wrapped key for this recipient does not open with its private key.
+    case wrongKey(String)
+
+    /// What was wrong, for a person.
+    package var description: String {
+        switch self {
+        case .header(let why): "not a sealed blob: \(why)"
+        case .segment(let n): "segment \(n) does not open with the content key (tampered, reordered or another key's)"
+        case .truncated: "the sealed blob ends before its last segment"
+        case .trailing: "bytes follow the sealed blob's last segment"
+        case .noRecipient(let id): "no content key is wrapped for recipient \(id)"
+        case .wrongKey(let id): "the content key wrapped for recipient \(id) does not open with its private key"
+        }
+    }
+}
+
+/// Segmented authenticated encryption (the building block of issue 31; pack and sync do not use
+/// it yet). A sealed blob is a 16-byte header — `LRDE`, version 1, the segment size's power of
+/// two, a random 7-byte nonce prefix, 3 zero bytes — then the content in segments of that size
+/// (the last one shorter, or empty for empty content), each sealed with ChaCha20-Poly1305 and
+/// followed by its 16-byte tag. A segment's nonce is the prefix, its number (4 bytes, big
+/// endian) and 1 for the last segment, else 0 (the STREAM construction), and it authenticates
+/// the header and the caller's associated data: a segment moved, dropped, or taken from another
+/// blob or key does not open, nor does a blob cut at a segment's end. Segments are opened one by
+/// one as bytes arrive, each authenticated before its content is handed on.
+package enum SegmentedSeal {
+    static let magic: [UInt8] = Array("LRDE".utf8)
+    /// The format version in the header.
+    package static let version: UInt8 = 1
+    /// The header's size.
+    package static let headerSize = 16
+    /// A segment's tag.
+    package static let tagSize = 16
+    /// 64 KiB segments.
+    package static let defaultSegmentShift = 16
+
+    /// `content` sealed with `key`; `prefix` (7 bytes) is random unless given (tests).
+    package static func seal(
+        _ content: Data, key: SymmetricKey, associated: Data, segmentShift: Int = defaultSegmentShift,
+        prefix: [UInt8]? = nil
+    ) throws -> Data {
+        precondition((10...24).contains(segmentShift), "segments of 1 KiB to 16 MiB")
+        let noncePrefix = prefix ?? (0..<7).map { _ in UInt8.random(in: 0...255) }
+        precondition(noncePrefix.count == 7, "a 7-byte nonce prefix")
+        let header = Data(magic + [version, UInt8(segmentShift)] + noncePrefix + [0, 0, 0])
+        let size = 1 << segmentShift
+        var out = header
+        out.reserveCapacity(header.count + content.count + (content.count / size + 1) * tagSize)
+        var start = content.startIndex
+        var n: UInt32 = 0
+        repeat {
+            let end = min(start + size, content.endIndex)
+            let last = end == content.endIndex
+            let box = try ChaChaPoly.seal(
+                content[start..<end], using: key, nonce: nonce(noncePrefix, n, last: last),
+                authenticating: header + associated)
+            out += box.ciphertext
+            out += box.tag
+            start = end
+            n += 1
+        } while start < content.endIndex
+        return out
+    }
+
+    static func nonce(_ prefix: [UInt8], _ n: UInt32, last: Bool) throws -> ChaChaPoly.Nonce {
+        let counter = [UInt8(n >> 24 & 0xFF), UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)]
+        return try ChaChaPoly.Nonce(data: prefix + counter + [last ? 1 : 0])
+    }
+
+    /// Opens a sealed blob fed in pieces: each complete segment is authenticated, then its
+    /// content returned.
+    package final class Opener {
+        let key: SymmetricKey
+        let associated: Data
+        var buffer = Data()
+        var header: Data?
+        var prefix: [UInt8] = []
+        var segmentSize = 0
+        var next: UInt32 = 0
+        var ended = false
+
+        /// An opener for blobs sealed with `key` and `associated`.
+        package init(key: SymmetricKey, associated: Data) {
+            self.key = key
+            self.associated = associated
+        }
+
+        /// Takes more sealed bytes; returns the content of the segments they completed (a
+        /// segment is known not to be the last once a byte after it has arrived).
+        package func feed(_ bytes: Data) throws(SealError) -> Data {
+            if ended, !bytes.isEmpty { throw .trailing }
+            buffer += bytes
+            try readHeader()
+            guard header != nil else { return Data() }
+            var out = Data()
+            let sealed = segmentSize + SegmentedSeal.tagSize
+            while buffer.count > sealed {
+                out += try openSegment(buffer.prefix(sealed), last: false)
+                buffer.removeFirst(sealed)
+            }
+            return out
+        }
+
+        /// Ends the input: opens the last segment, which must be all that is left.
+        package func finish() throws(SealError) -> Data {
+            if ended { return Data() }
+            try readHeader()
+            guard header != nil, buffer.count >= SegmentedSeal.tagSize else { throw .truncated }
+            guard buffer.count <= segmentSize + SegmentedSeal.tagSize else { throw .trailing }
+            let out = try openSegment(buffer, last: true)
+            buffer = Data()
+            ended = true
+            return out
+        }
+
+        private func readHeader() throws(SealError) {
+            guard header == nil, buffer.count >= SegmentedSeal.headerSize else { return }
+            let h = Data(buffer.prefix(SegmentedSeal.headerSize))
+            let bytes = [UInt8](h)
+            guard Array(bytes[0..<4]) == SegmentedSeal.magic else { throw .header("no LRDE magic") }
+            guard bytes[4] == SegmentedSeal.version else { throw .header("version \(bytes[4])") }
+            guard (10...24).contains(Int(bytes[5])) else { throw .header("segment size 2^\(bytes[5])") }
+            guard bytes[13...15].allSatisfy({ $0 == 0 }) else { throw .header("reserved bytes set") }
+            segmentSize = 1 << Int(bytes[5])
+            prefix = Array(bytes[6..<13])
+            header = h
+            buffer.removeFirst(SegmentedSeal.headerSize)
+        }
+
+        private func openSegment(_ sealed: Data, last: Bool) throws(SealError) -> Data {
+            let n = next
+            let tag = sealed.suffix(SegmentedSeal.tagSize)
+            let ciphertext = sealed.prefix(sealed.count - SegmentedSeal.tagSize)
+            do {
+                let box = try ChaChaPoly.SealedBox(
+                    nonce: try SegmentedSeal.nonce(prefix, n, last: last), ciphertext: ciphertext, tag: tag)
+                let content = try ChaChaPoly.open(box, using: key, authenticating: (header ?? Data()) + associated)
+                next += 1
+                return content
+            } catch {
+                throw .segment(Int(n))
+            }
+        }
+    }
+}
+
+/// A content key wrapped for one recipient with HPKE (RFC 9180: X25519, HKDF-SHA256,
+/// ChaCha20-Poly1305, base mode).
+package struct WrappedKey: Codable, Sendable, Equatable {
+    /// The recipient's key id: the first 16 hex digits of the SHA-256 of its raw public key.
+    package var keyId: String
+    /// HPKE's encapsulated key, base64.
+    package var enc: String
+    /// The content key sealed to the recipient, base64.
+    package var key: String
+}
+
+/// Content keys wrapped for recipients, and unwrapped by one (the building block of issue 31).
+package enum ContentKeys {
+    static let suite = HPKE.Ciphersuite.Curve25519_SHA256_ChachaPoly
+
+    /// A recipient key's id.
+    package static func keyID(_ key: Curve25519.KeyAgreement.PublicKey) -> String {
+        String(SHA256Digest.of(key.rawRepresentation).hex.prefix(16))
+    }
+
+    /// `key` wrapped for each recipient; `info` binds it to its use (a package and version).
+    package static func wrap(
+        _ key: SymmetricKey, to recipients: [Curve25519.KeyAgreement.PublicKey], info: Data
+    ) throws -> [WrappedKey] {
+        try recipients.map { r in
+            var sender = try HPKE.Sender(recipientKey: r, ciphersuite: suite, info: info)
+            let sealed = try key.withUnsafeBytes { try sender.seal(Data($0)) }
+            return WrappedKey(
+                keyId: keyID(r), enc: sender.encapsulatedKey.base64EncodedString(),
+                key: sealed.base64EncodedString())
+        }
+    }
+
+    /// The content key wrapped for `privateKey`'s public half.
+    package static func unwrap(
+        _ wrapped: [WrappedKey], with privateKey: Curve25519.KeyAgreement.PrivateKey, info: Data
+    ) throws(SealError) -> SymmetricKey {
+        let id = keyID(privateKey.publicKey)
+        guard let mine = wrapped.first(where: { $0.keyId == id }) else { throw .noRecipient(id) }
+        guard let enc = Data(base64Encoded: mine.enc), let sealed = Data(base64Encoded: mine.key) else {
+            throw .wrongKey(id)
+        }
+        do {
+            var recipient = try HPKE.Recipient(
+                privateKey: privateKey, ciphersuite: suite, info: info, encapsulatedKey: enc)
+            let bytes = try recipient.open(sealed)
+            guard bytes.count == 32 else { throw SealError.wrongKey(id) }
+            return SymmetricKey(data: bytes)
+        } catch {
+            throw .wrongKey(id)
+        }
+    }
+}
