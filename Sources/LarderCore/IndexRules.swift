@@ -41,8 +41,24 @@ package enum IndexRules {
             if RelativePath(p.entry) == nil {
                 add("bad-entry", "entry \(quoted(p.entry)) is not a valid relative path")
             }
-            if p.bundle.path != "packages/\(id)/\(v)/bundle.zip" {
-                add("bad-layout", "bundle path \(quoted(p.bundle.path)) should be packages/\(id)/\(v)/bundle.zip")
+            let bundleName = p.encryption == nil ? "bundle.zip" : "bundle.sealed"
+            if p.bundle.path != "packages/\(id)/\(v)/\(bundleName)" {
+                add("bad-layout", "bundle path \(quoted(p.bundle.path)) should be packages/\(id)/\(v)/\(bundleName)")
+            }
+            if let e = p.encryption {
+                if e.files.path != "packages/\(id)/\(v)/files.sealed" {
+                    add(
+                        "bad-layout",
+                        "sealed file list path \(quoted(e.files.path)) should be packages/\(id)/\(v)/files.sealed")
+                }
+                if e.scheme != Encryption.scheme {
+                    add("bad-encryption", "encryption scheme \(quoted(e.scheme)) is not \(Encryption.scheme)")
+                }
+                if p.filesGzip != nil || p.deltas != nil {
+                    add(
+                        "bad-encryption",
+                        "an encrypted version has no filesGzip and no deltas (they would be in the clear)")
+                }
             }
             if p.files.path != "packages/\(id)/\(v)/files.json" {
                 add("bad-layout", "file list path \(quoted(p.files.path)) should be packages/\(id)/\(v)/files.json")

@@ -209,6 +209,10 @@ public struct PackageEntry: Codable, Sendable, Equatable {
     public var deltas: [DeltaRef]?
     /// When devices install it; absent: eager (every sync), as in indexes before it.
     public var install: InstallPolicy?
+    /// How this version is encrypted, when it is (manifests §16): its bundle, objects and file
+    /// list are sealed with a content key wrapped for each recipient; `files` then names a marker
+    /// that devices without encryption refuse. Absent: in the clear.
+    public var encryption: Encryption?
 
     /// Whether a device installs this package only at first use or when asked for.
     public var isOnDemand: Bool { install?.mode == .onDemand }
@@ -238,11 +242,12 @@ public struct PackageEntry: Codable, Sendable, Equatable {
         self.filesGzip = nil
         self.deltas = nil
         self.install = nil
+        self.encryption = nil
     }
 
     enum CodingKeys: String, CodingKey {
         case id, version, routes, entry, spaFallback, policy, bundle, files, minClientVersion, channel, rollout,
-            mandatory, revoked, dependencies, filesGzip, deltas, install
+            mandatory, revoked, dependencies, filesGzip, deltas, install, encryption
     }
 
     /// The delta manifest from `version`, when the index has one.
@@ -270,6 +275,7 @@ public struct PackageEntry: Codable, Sendable, Equatable {
         filesGzip = try c.decodeIfPresent(BlobRef.self, forKey: .filesGzip)
         deltas = try c.decodeIfPresent([DeltaRef].self, forKey: .deltas)
         install = try c.decodeIfPresent(InstallPolicy.self, forKey: .install)
+        encryption = try c.decodeIfPresent(Encryption.self, forKey: .encryption)
         if let d = deltas, d.count > 64 {
             throw DecodingError.dataCorruptedError(
                 forKey: .deltas, in: c, debugDescription: "\(d.count) deltas is more than 64")
@@ -358,17 +364,28 @@ public struct FileEntry: Codable, Sendable, Equatable {
     /// The size of this content's object (gzip) in the repository, for a device to weigh
     /// objects against the bundle by what they really cost; absent in older lists.
     public var packed: Int64?
+    /// In the list of an encrypted version: the SHA-256 of this content's sealed object, which
+    /// is its name in the repository (`objects/<aa>/<sealed>`, `packed` bytes). Absent otherwise.
+    public var sealed: SHA256Digest?
 
     /// Creates an entry.
-    public init(path: RelativePath, size: Int64, sha256: SHA256Digest, mime: String? = nil, packed: Int64? = nil) {
+    public init(
+        path: RelativePath, size: Int64, sha256: SHA256Digest, mime: String? = nil, packed: Int64? = nil,
+        sealed: SHA256Digest? = nil
+    ) {
         self.path = path
         self.size = size
         self.sha256 = sha256
         self.mime = mime
         self.packed = packed
+        self.sealed = sealed
     }
 
-    enum CodingKeys: String, CodingKey { case path, size, sha256, mime, packed }
+    enum CodingKeys: String, CodingKey { case path, size, sha256, mime, packed, sealed }
+
+    /// The digest the object of this content is named by: its sealed form's in an encrypted
+    /// version, else the content's own.
+    public var objectName: SHA256Digest { sealed ?? sha256 }
 
     /// What fetching this content as an object costs in bytes: its object's size when the list
     /// says it, else its own size (an upper bound for all but incompressible contents).
@@ -383,6 +400,7 @@ public struct FileEntry: Codable, Sendable, Equatable {
         sha256 = try c.decode(SHA256Digest.self, forKey: .sha256)
         mime = try c.decodeIfPresent(String.self, forKey: .mime)
         packed = try c.decodeIfPresent(Int64.self, forKey: .packed)
+        sealed = try c.decodeIfPresent(SHA256Digest.self, forKey: .sealed)
         try Self.check(size: size, mime: mime, c, sizeKey: .size, mimeKey: .mime)
         if let p = packed, p < 0 || p > maxDeclaredSize + maxDeclaredSize / 64 + 1024 {
             throw DecodingError.dataCorruptedError(

@@ -50,6 +50,16 @@ package struct RepositoryLayout: Sendable {
         versionPath(id, version) + "/files.json"
     }
 
+    /// `packages/<id>/<version>/bundle.sealed`: an encrypted version's bundle, sealed.
+    package static func sealedBundlePath(_ id: PackageID, _ version: SemanticVersion) -> String {
+        versionPath(id, version) + "/bundle.sealed"
+    }
+
+    /// `packages/<id>/<version>/files.sealed`: an encrypted version's file list, gzipped then sealed.
+    package static func sealedListPath(_ id: PackageID, _ version: SemanticVersion) -> String {
+        versionPath(id, version) + "/files.sealed"
+    }
+
     /// `packages/<id>/<version>/files.json.gz` relative to the root: the file list, gzipped.
     package static func fileListGzipPath(_ id: PackageID, _ version: SemanticVersion) -> String {
         fileListPath(id, version) + ".gz"

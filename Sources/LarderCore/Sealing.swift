@@ -29,8 +29,8 @@ package enum SealError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// Segmented authenticated encryption (the building block of issue 31; pack and sync do not use
-/// it yet). A sealed blob is a 16-byte header — `LRDE`, version 1, the segment size's power of
+/// Segmented authenticated encryption: the sealed form of an encrypted version's blobs
+/// (manifests §16). A sealed blob is a 16-byte header — `LRDE`, version 1, the segment size's power of
 /// two, a random 7-byte nonce prefix, 3 zero bytes — then the content in segments of that size
 /// (the last one shorter, or empty for empty content), each sealed with ChaCha20-Poly1305 and
 /// followed by its 16-byte tag. A segment's nonce is the prefix, its number (4 bytes, big
@@ -80,6 +80,58 @@ package enum SegmentedSeal {
     static func nonce(_ prefix: [UInt8], _ n: UInt32, last: Bool) throws -> ChaChaPoly.Nonce {
         let counter = [UInt8(n >> 24 & 0xFF), UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)]
         return try ChaChaPoly.Nonce(data: prefix + counter + [last ? 1 : 0])
+    }
+
+    /// Seals content fed in pieces: the header first, then each segment once a byte after it
+    /// has arrived (so the last one is known), then the last one at `finish`. The same bytes as
+    /// `seal` of the whole content with the same prefix.
+    package struct Sealer {
+        let key: SymmetricKey
+        let associated: Data
+        let prefix: [UInt8]
+        let segmentSize: Int
+        /// The 16-byte header, written before the first segment.
+        package let header: Data
+        var buffer = Data()
+        var next: UInt32 = 0
+
+        /// A sealer with a random nonce prefix unless one is given (tests).
+        package init(
+            key: SymmetricKey, associated: Data, segmentShift: Int = defaultSegmentShift, prefix: [UInt8]? = nil
+        ) {
+            precondition((10...24).contains(segmentShift), "segments of 1 KiB to 16 MiB")
+            self.key = key
+            self.associated = associated
+            self.prefix = prefix ?? (0..<7).map { _ in UInt8.random(in: 0...255) }
+            precondition(self.prefix.count == 7, "a 7-byte nonce prefix")
+            segmentSize = 1 << segmentShift
+            header = Data(magic + [version, UInt8(segmentShift)] + self.prefix + [0, 0, 0])
+        }
+
+        /// Takes content; returns the sealed segments it completed.
+        package mutating func feed(_ content: Data) throws -> Data {
+            buffer += content
+            var out = Data()
+            while buffer.count > segmentSize {
+                out += try sealSegment(buffer.prefix(segmentSize), last: false)
+                buffer.removeFirst(segmentSize)
+            }
+            return out
+        }
+
+        /// The last segment (empty when the content ended at a segment's end, or was empty).
+        package mutating func finish() throws -> Data {
+            let out = try sealSegment(buffer, last: true)
+            buffer = Data()
+            return out
+        }
+
+        mutating func sealSegment(_ content: Data, last: Bool) throws -> Data {
+            let box = try ChaChaPoly.seal(
+                content, using: key, nonce: try nonce(prefix, next, last: last), authenticating: header + associated)
+            next += 1
+            return box.ciphertext + box.tag
+        }
     }
 
     /// Opens a sealed blob fed in pieces: each complete segment is authenticated, then its
@@ -161,16 +213,23 @@ package enum SegmentedSeal {
 
 /// A content key wrapped for one recipient with HPKE (RFC 9180: X25519, HKDF-SHA256,
 /// ChaCha20-Poly1305, base mode).
-package struct WrappedKey: Codable, Sendable, Equatable {
+public struct WrappedKey: Codable, Sendable, Equatable {
     /// The recipient's key id: the first 16 hex digits of the SHA-256 of its raw public key.
-    package var keyId: String
+    public var keyId: String
     /// HPKE's encapsulated key, base64.
-    package var enc: String
+    public var enc: String
     /// The content key sealed to the recipient, base64.
-    package var key: String
+    public var key: String
+
+    /// Creates one.
+    public init(keyId: String, enc: String, key: String) {
+        self.keyId = keyId
+        self.enc = enc
+        self.key = key
+    }
 }
 
-/// Content keys wrapped for recipients, and unwrapped by one (the building block of issue 31).
+/// Content keys wrapped for recipients, and unwrapped by one.
 package enum ContentKeys {
     static let suite = HPKE.Ciphersuite.Curve25519_SHA256_ChachaPoly
 

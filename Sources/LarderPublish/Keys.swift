@@ -3,6 +3,8 @@ import LarderCore
 import LarderFileSystem
 import SystemPackage
 
+import enum Crypto.Curve25519
+
 /// What `keygen` wrote.
 public struct KeygenReport: Sendable, Codable, Equatable {
     /// The key id (the first 16 hex digits of the public key's SHA-256).
@@ -89,6 +91,49 @@ public enum PublisherKeys {
     public static func loadPublicKey(_ path: FilePath) throws(KeyLoadError) -> PublicKey {
         let data = try Self.read(path)
         do { return try KeyFile.publicKey(from: data, path: path.string) } catch { throw .key(error) }
+    }
+
+    /// Makes a new X25519 recipient key pair for encrypted packages (manifests §16):
+    /// `<out>.key` (private, mode 0600: the app holds it) and `<out>.pub` (for
+    /// `pack --encrypt-to`).
+    public static func generateRecipient(out: FilePath) throws(KeygenError) -> KeygenReport {
+        let privatePath = FilePath(out.string + ".key")
+        let publicPath = FilePath(out.string + ".pub")
+        for p in [privatePath, publicPath] where AtomicFile.exists(p) { throw .exists(p.string) }
+        let key = Curve25519.KeyAgreement.PrivateKey()
+        let privateData: Data
+        let publicData: Data
+        do {
+            privateData = try ManifestCoding.encode(RecipientKeyFile(private: key))
+            publicData = try ManifestCoding.encode(RecipientKeyFile(public: key.publicKey))
+        } catch {
+            throw .encoding("\(error)")
+        }
+        do {
+            let dir = out.removingLastComponent()
+            if !dir.isEmpty { try AtomicFile.makeDirectories(dir) }
+            try AtomicFile.write(privateData, to: privatePath, permissions: [.ownerReadWrite])
+            try AtomicFile.write(publicData, to: publicPath)
+        } catch {
+            throw .io(error)
+        }
+        return KeygenReport(
+            keyId: ContentKeys.keyID(key.publicKey), publicKey: key.publicKey.rawRepresentation.base64EncodedString(),
+            privateKeyFile: privatePath.string, publicKeyFile: publicPath.string)
+    }
+
+    /// Reads a recipient's private key file (`keygen --recipient`).
+    public static func loadRecipientKey(_ path: FilePath) throws(KeyLoadError) -> RecipientKey {
+        let data = try Self.read(path)
+        do { return try RecipientKey(file: data, path: path.string) } catch { throw .key(error) }
+    }
+
+    /// Reads a recipient's public key file (a private key file also yields its public half).
+    public static func loadRecipientPublicKey(_ path: FilePath) throws(KeyLoadError)
+        -> Curve25519.KeyAgreement.PublicKey
+    {
+        let data = try Self.read(path)
+        do { return try RecipientKeyFile.publicKey(from: data, path: path.string) } catch { throw .key(error) }
     }
 
     private static func read(_ path: FilePath) throws(KeyLoadError) -> Data {

@@ -71,6 +71,8 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     case compression(path: String, detail: String)
     /// A delta from an earlier version could not be made (what was missing or failed).
     case delta(from: String, detail: String)
+    /// Sealing an encrypted version failed, or its content key could not be wrapped or unwrapped.
+    case encryption(String)
 
     /// A stable machine-readable code.
     public var code: String {
@@ -107,6 +109,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .publicationPending: "publication-interrupted"
         case .compression: "compress"
         case .delta: "delta"
+        case .encryption: "encryption"
         }
     }
 
@@ -150,6 +153,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
             "\(p) is there: a pack or revoke is under way or was interrupted; run it again (or wait) before uploading"
         case .compression(let path, let detail): "\(path) could not be compressed into its object: \(detail)"
         case .delta(let from, let detail): "the delta from \(from) could not be made: \(detail)"
+        case .encryption(let detail): "encryption: \(detail)"
         }
     }
 }

@@ -5,6 +5,8 @@ import LarderFileSystem
 import Logging
 import SystemPackage
 
+import enum Crypto.Curve25519
+
 /// What to pack: the tree, where, and the index fields of the new release.
 public struct PackRequest: Sendable {
     /// The directory whose whole tree becomes the version's files.
@@ -44,6 +46,10 @@ public struct PackRequest: Sendable {
     /// Deltas are made to the new version from this many of the package's last versions on its
     /// channel (the one it replaces and the bases of that one's deltas, newest first); 0 makes none.
     public var deltaBases = 3
+    /// Recipients to encrypt the version to (manifests §16): its bundle, objects and file list
+    /// are sealed with a content key of its own, wrapped for each of these keys. Empty: in the
+    /// clear. An encrypted version gets no deltas, and none are made from it.
+    public var encryptTo: [Curve25519.KeyAgreement.PublicKey] = []
 
     /// A request with the required parts; set the rest as needed.
     public init(source: FilePath, repository: FilePath, id: String, version: String) {
@@ -86,6 +92,8 @@ public struct PackReport: Sendable, Codable, Equatable {
     public var filesGzip: BlobRef?
     /// The deltas made to this version, newest base first.
     public var deltas: [DeltaReport] = []
+    /// The key ids of the recipients the version is encrypted to; absent when it is in the clear.
+    public var encryptedTo: [String]?
 }
 
 /// What `revoke` did.

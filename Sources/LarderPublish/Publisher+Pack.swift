@@ -54,6 +54,7 @@ extension Publisher {
                 rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(v.id)@\(v.version)"),
                 mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: v.dependencies)
             entry.filesGzip = s.filesGzip
+            entry.encryption = s.encryption
             entry.install = request.install
             entry.deltas = s.deltaRefs.isEmpty ? nil : s.deltaRefs
             index.packages.removeAll { $0.id == v.id && $0.channel == request.channel }
@@ -89,7 +90,8 @@ extension Publisher {
                 serial: published.serial, expires: published.expires, bundle: s.bundle, fileList: s.fileList,
                 fileCount: s.fileCount, totalSize: s.totalSize, objectsWritten: s.objects.written,
                 objectsReused: s.objects.reused, objectBytesWritten: s.objects.bytes,
-                signedBy: key.publicKey.keyID, filesGzip: s.filesGzip, deltas: s.deltas)
+                signedBy: key.publicKey.keyID, filesGzip: s.filesGzip, deltas: s.deltas,
+                encryptedTo: s.encryption?.recipients.map(\.keyId))
         }
     }
 
@@ -123,9 +125,10 @@ extension Publisher {
         let fileCount: Int
         let totalSize: Int64
         let objects: (written: Int, reused: Int, bytes: Int64)
-        let filesGzip: BlobRef
+        let filesGzip: BlobRef?
         let deltas: [DeltaReport]
         let deltaRefs: [DeltaRef]
+        let encryption: Encryption?
     }
 
     /// The versions to make deltas from: the one the new version replaces on its channel, then
@@ -161,6 +164,11 @@ extension Publisher {
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(staging) }
         var finished = false
         defer { if !finished { try? SystemCalls.removeTree(staging) } }
+        if !request.encryptTo.isEmpty {
+            let s = try stageSealed(request, v, tree, staging: staging, layout: layout)
+            finished = true
+            return s
+        }
 
         let bundleFile = staging.appending("bundle.zip")
         let written: [FileEntry]
@@ -215,7 +223,7 @@ extension Publisher {
             versionDir: layout.resolve(RepositoryLayout.versionPath(v.id, v.version)), bundle: bundleRef,
             fileList: fileListRef, fileCount: fileList.files.count, totalSize: fileList.totalSize,
             objects: (objects.written, objects.reused, objects.bytes), filesGzip: gzipRef, deltas: deltas,
-            deltaRefs: deltaRefs)
+            deltaRefs: deltaRefs, encryption: nil)
     }
 
     /// A pack request's values, parsed and checked.

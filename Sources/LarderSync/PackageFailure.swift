@@ -19,6 +19,18 @@ public enum PackageFailure: Error, Sendable, Equatable, CustomStringConvertible 
     /// `write` are what it would fetch and place, `reserve` what must stay free besides, and
     /// `available` what is free (all bytes).
     case noSpace(download: Int64, write: Int64, reserve: Int64, available: Int64, path: String)
+    /// The version is encrypted and this device has no recipient key (`SyncOptions.recipientKeys`).
+    case recipientKeyMissing
+    /// The version is encrypted for other recipients: none of its wrapped keys names one of
+    /// this device's keys (`have`).
+    case notRecipient(have: [String])
+    /// The content key wrapped for this device's key `keyId` does not open with it (wrapped for
+    /// another key, or damaged).
+    case recipientKeyWrong(keyId: String)
+    /// The version is encrypted with a scheme this build does not know.
+    case encryptionScheme(String)
+    /// A sealed blob matched its signed digest but does not open with the content key.
+    case sealed(String)
 
     /// A stable machine-readable code.
     public var code: String {
@@ -29,6 +41,11 @@ public enum PackageFailure: Error, Sendable, Equatable, CustomStringConvertible 
         case .fileListSchema(let e): e.code(or: "file-list-schema")
         case .dependencyGroup: "dependency-group"
         case .noSpace: "no-space"
+        case .recipientKeyMissing: "recipient-key-missing"
+        case .notRecipient: "not-a-recipient"
+        case .recipientKeyWrong: "recipient-key-wrong"
+        case .encryptionScheme: "encryption-scheme"
+        case .sealed: "sealed-blob"
         }
     }
 
@@ -44,6 +61,15 @@ public enum PackageFailure: Error, Sendable, Equatable, CustomStringConvertible 
             "not enough free space: it needs \(ByteText.format(download + write)) (\(ByteText.format(download)) to download, "
                 + "\(ByteText.format(write)) to write) and \(ByteText.format(reserve)) left free besides; "
                 + "\(ByteText.format(available)) are free on \(path) (nothing was written)"
+        case .recipientKeyMissing:
+            "the version is encrypted and this device has no recipient key (sync --recipient-key FILE); nothing was fetched"
+        case .notRecipient(let have):
+            "the version is not encrypted to this device's recipient key (\(have.joined(separator: ", "))); nothing was fetched"
+        case .recipientKeyWrong(let id):
+            "the content key wrapped for recipient \(id) does not open with its private key (wrapped for another key, or damaged); nothing was fetched"
+        case .encryptionScheme(let s):
+            "the version is encrypted with scheme \(quoted(s)), which this build does not know (upgrade larder)"
+        case .sealed(let d): "a sealed blob matches its signed digest but does not open: \(d)"
         }
     }
 }

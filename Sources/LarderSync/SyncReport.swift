@@ -161,6 +161,9 @@ public struct SyncOptions: Sendable {
     public var handoff: ServingHandoff?
     /// How stored blobs are decoded (`BytePipeline.standard`: format version 1).
     package var pipeline: BytePipeline = .standard
+    /// The device's recipient keys (`larder keygen --recipient`): an encrypted version is
+    /// installed when its content key is wrapped for one of them (manifests §16).
+    public var recipientKeys: [RecipientKey] = []
     /// Other versions gc keeps per package after the sync.
     public var retention = 1
     /// How long the sync waits for another writer's sandbox lock (another sync, an install)

@@ -122,7 +122,7 @@ extension Syncer {
                 .bundle(
                     a.id, url(p.base, e.bundle.path),
                     p.sandbox.layout.bundlePart(e.id, e.version, sha256: e.bundle.sha256),
-                    expected, nil))
+                    expected, nil, p.sealed[a.id]))
         }
         guard !bundleJobs.isEmpty else { return }
         var bundles = Fetched()

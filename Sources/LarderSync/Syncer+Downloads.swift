@@ -76,9 +76,11 @@ extension Syncer {
     }
 
     enum Job: Sendable {
-        /// A bundle, extracted into the staging area while it downloads when there is one.
-        case bundle(PackageID, URL, FilePath, Expectation, StagingArea?)
-        case object(PackageID, SHA256Digest, URL, FilePath, Expectation)
+        /// A bundle, extracted into the staging area while it downloads when there is one; an
+        /// encrypted version's is unsealed with its pipeline once checked.
+        case bundle(PackageID, URL, FilePath, Expectation, StagingArea?, BytePipeline?)
+        /// An object, by content digest; an encrypted version's is unsealed once checked.
+        case object(PackageID, SHA256Digest, URL, FilePath, Expectation, BytePipeline?)
         /// A delta's patch file (its own digest names it in `Fetched.contents`).
         case patch(PackageID, SHA256Digest, URL, FilePath, Expectation)
     }
@@ -90,6 +92,8 @@ extension Syncer {
         let failure: PackageFailure?
         let seconds: Double
         let extraction: Result<StagedBundle, StoreError>?
+        /// An encrypted version's download unsealed: what the rest of the sync reads instead.
+        var opened: FilePath? = nil
     }
 
     /// Extracts a bundle into `area` on a thread of its own, reading the part file as the
@@ -113,10 +117,11 @@ extension Syncer {
     func download(
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
         local: [SHA256Digest: FilePath], sandbox: Sandbox, transport: any Transport, base: URL, concurrency: Int,
-        deltas: [PackageID: ResolvedDelta] = [:]
+        deltas: [PackageID: ResolvedDelta] = [:], sealed: [PackageID: BytePipeline] = [:]
     ) async -> Fetched {
         let jobs = self.jobs(
-            changes, entries: entries, lists: lists, local: local, sandbox: sandbox, base: base, deltas: deltas)
+            changes, entries: entries, lists: lists, local: local, sandbox: sandbox, base: base, deltas: deltas,
+            sealed: sealed)
         var result = Fetched()
         await run(jobs, totals: changes, transport: transport, concurrency: concurrency, into: &result)
         return result
@@ -159,7 +164,8 @@ extension Syncer {
     /// as they arrive and one can be made), or each missing content once, by patch or object.
     func jobs(
         _ changes: [PlanAction], entries: [PackageID: PackageEntry], lists: [PackageID: FileList],
-        local: [SHA256Digest: FilePath], sandbox: Sandbox, base: URL, deltas: [PackageID: ResolvedDelta] = [:]
+        local: [SHA256Digest: FilePath], sandbox: Sandbox, base: URL, deltas: [PackageID: ResolvedDelta] = [:],
+        sealed: [PackageID: BytePipeline] = [:]
     ) -> [Job] {
         var jobs: [Job] = []
         var seen: Set<SHA256Digest> = []
@@ -169,14 +175,15 @@ extension Syncer {
             case .bundle:
                 let part = sandbox.layout.bundlePart(e.id, e.version, sha256: e.bundle.sha256)
                 // Without a staging area the complete file is extracted after the download.
+                // A sealed bundle is opened once its digest is checked, then extracted.
                 let area =
-                    options.pipeline.streamsBundles
+                    options.pipeline.streamsBundles && sealed[a.id] == nil
                     ? try? sandbox.makeStagingArea(id: e.id, version: e.version, expected: list.files) : nil
                 let expected = Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256)
-                jobs.append(.bundle(a.id, url(base, e.bundle.path), part, expected, area))
+                jobs.append(.bundle(a.id, url(base, e.bundle.path), part, expected, area, sealed[a.id]))
             case .objects:
                 for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
-                    jobs.append(objectJob(a.id, f, sandbox: sandbox, base: base))
+                    jobs.append(objectJob(a.id, f, sandbox: sandbox, base: base, sealed: sealed[a.id]))
                 }
             case .delta:
                 let patches = Dictionary(
@@ -204,14 +211,16 @@ extension Syncer {
         return jobs
     }
 
-    /// The download of `f`'s object.
-    func objectJob(_ id: PackageID, _ f: FileEntry, sandbox: Sandbox, base: URL) -> Job {
+    /// The download of `f`'s object. An encrypted version's is named by its sealed bytes'
+    /// SHA-256, which the download checks before the object is opened.
+    func objectJob(_ id: PackageID, _ f: FileEntry, sandbox: Sandbox, base: URL, sealed: BytePipeline? = nil) -> Job {
         // The list's object size, when it gives one, is exact; else the pipeline's bound.
         let expected = Expectation(
-            size: f.packed, limit: f.packed ?? options.pipeline.storedBound(.object, contentSize: f.size), sha256: nil)
+            size: f.packed, limit: f.packed ?? options.pipeline.storedBound(.object, contentSize: f.size),
+            sha256: sealed == nil ? nil : f.sealed)
         return .object(
-            id, f.sha256, url(base, RepositoryLayout.objectPath(f.sha256)), sandbox.layout.objectPart(f.sha256),
-            expected)
+            id, f.sha256, url(base, RepositoryLayout.objectPath(f.objectName)), sandbox.layout.objectPart(f.objectName),
+            expected, sealed)
     }
 
     /// Runs one transfer; a bundle's extraction follows the part file as it grows.
@@ -219,10 +228,11 @@ extension Syncer {
         _ job: Job, transport: any Transport, progress: @escaping @Sendable (PackageID, Int64) -> Void
     ) async -> Transfer {
         let started = Date()
-        let (id, u, part, exp, area): (PackageID, URL, FilePath, Expectation, StagingArea?) =
+        let (id, u, part, exp, area, sealed): (PackageID, URL, FilePath, Expectation, StagingArea?, BytePipeline?) =
             switch job {
-            case .bundle(let i, let u, let p, let e, let a): (i, u, p, e, a)
-            case .object(let i, _, let u, let p, let e), .patch(let i, _, let u, let p, let e): (i, u, p, e, nil)
+            case .bundle(let i, let u, let p, let e, let a, let s): (i, u, p, e, a, s)
+            case .object(let i, _, let u, let p, let e, let s): (i, u, p, e, nil, s)
+            case .patch(let i, _, let u, let p, let e): (i, u, p, e, nil, nil)
             }
         let watch = area.map { _ in GrowingPart(part) }
         async let extraction: Result<StagedBundle, StoreError>? = {
@@ -237,19 +247,37 @@ extension Syncer {
             failure = .fetch(error)
             watch?.fail(error.description)
         }
+        // An encrypted version's blob, its sealed bytes checked, is opened beside its part.
+        var opened: FilePath?
+        if failure == nil, let sealed {
+            let kind: BlobKind = if case .bundle = job { .bundle } else { .object }
+            let out = FilePath(part.string + ".open")
+            do throws(BlobError) {
+                try sealed.unseal(kind, part, to: out, limit: exp.limit)
+                opened = out
+            } catch {
+                try? SystemCalls.unlink(part)
+                if case .io(let e) = error {
+                    failure = .store(.io(e))
+                } else {
+                    failure = .sealed("\(u.lastPathComponent): \(error)")
+                }
+            }
+        }
         let seconds = Date().timeIntervalSince(started)
-        return Transfer(job: job, failure: failure, seconds: seconds, extraction: await extraction)
+        return Transfer(
+            job: job, failure: failure, seconds: seconds, extraction: await extraction, opened: opened)
     }
 
     /// Files a finished transfer's outcome: the part file, or the failure and the part to resume.
     func record(_ done: Transfer, into result: inout Fetched) {
         switch done.job {
-        case .bundle(let id, _, let part, _, let area):
+        case .bundle(let id, _, let part, _, let area, _):
             if let e = done.failure {
                 result[id].error = e
                 result.resumable.insert(part.lastComponent?.string ?? "")
             } else {
-                result[id].bundle = part
+                result[id].bundle = done.opened ?? part
             }
             switch done.extraction {
             case .success(let staged) where done.failure == nil:
@@ -264,12 +292,12 @@ extension Syncer {
                 area?.discard()
             }
             result[id].seconds += done.seconds
-        case .object(let id, let digest, _, let part, _):
+        case .object(let id, let digest, _, let part, _, _):
             if let e = done.failure {
                 result[id].error = result[id].error ?? e
                 result.resumable.insert(part.lastComponent?.string ?? "")
             } else {
-                result[content: digest].object = part
+                result[content: digest].object = done.opened ?? part
             }
             result[id].seconds = max(result[id].seconds, done.seconds)
         case .patch(let id, let file, _, let part, _):

@@ -214,6 +214,8 @@ extension Syncer {
         var wireBytes: [PackageID: Int64] = [:]
         /// Why a delta the index offered was not used (the list came another way).
         var deltaNotes: [PackageID: String] = [:]
+        /// The byte pipelines of encrypted versions (sealed with their content keys), by package.
+        var sealed: [PackageID: BytePipeline] = [:]
     }
 
     /// The file list of each release the first plan needs one for. With a delta manifest from
@@ -228,6 +230,18 @@ extension Syncer {
             index.packages.filter { $0.channel == channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
         for a in plan.actions where a.skip == .fileListNeeded {
             guard let e = entries[a.id] else { continue }
+            if let encryption = e.encryption {
+                switch await fetchSealedList(e, encryption, transport: transport, base: base) {
+                case .success(let (list, bytes, wire, pipeline)):
+                    out.lists[a.id] = list
+                    out.bytes[a.id] = bytes
+                    out.wireBytes[a.id, default: 0] += wire
+                    out.sealed[a.id] = pipeline
+                case .failure(let failure):
+                    out.failures[a.id] = failure
+                }
+                continue
+            }
             if let active = sandbox.state[a.id].active, let ref = e.delta(from: active) {
                 switch await listFromDelta(e, ref, active: active, transport: transport, base: base, sandbox: sandbox) {
                 case .success(let (list, bytes, manifest, wire)):

@@ -1,4 +1,5 @@
 import Foundation
+import LarderArchive
 import LarderCore
 import LarderFetch
 import LarderFileSystem
@@ -64,6 +65,8 @@ public struct Syncer: Sendable {
         var metadataBytes: [PackageID: Int64] = [:]
         /// Why an offered delta was not used, by package.
         var deltaNotes: [PackageID: String] = [:]
+        /// The byte pipelines of encrypted versions, by package.
+        var sealed: [PackageID: BytePipeline] = [:]
     }
 
     /// Locks and recovers the sandbox, fetches and verifies the index (recording it when
@@ -109,7 +112,8 @@ public struct Syncer: Sendable {
             return Prepared(
                 config: config, sandbox: sandbox, base: base, transport: t, index: index, indexChanged: changed,
                 context: ctx, lists: lists, listFailures: failures, local: local, plan: plan,
-                deltas: fetchedLists.deltas, metadataBytes: fetchedLists.wireBytes, deltaNotes: fetchedLists.deltaNotes)
+                deltas: fetchedLists.deltas, metadataBytes: fetchedLists.wireBytes, deltaNotes: fetchedLists.deltaNotes,
+                sealed: fetchedLists.sealed)
         } catch {
             sandbox.close()
             throw error
@@ -196,7 +200,7 @@ public struct Syncer: Sendable {
         results += refused
         var fetched = await download(
             changes, entries: entries, lists: p.lists, local: p.local, sandbox: p.sandbox, transport: p.transport,
-            base: p.base, concurrency: max(1, p.config.concurrency), deltas: p.deltas)
+            base: p.base, concurrency: max(1, p.config.concurrency), deltas: p.deltas, sealed: p.sealed)
         let deltaResults = await applyDeltas(&changes, fetched: &fetched, prepared: p, entries: entries)
         let (placed, failed) = placeAndActivate(changes, entries: entries, prepared: p, fetched: fetched)
         for a in changes {

@@ -125,6 +125,13 @@ extension LarderCommand {
                 valueName: "BYTES"))
         var maxTotalSize: Int64?
 
+        @Option(
+            name: .customLong("encrypt-to"),
+            help: ArgumentHelp(
+                "Encrypt the version to this recipient public key (`keygen --recipient`; repeatable).",
+                valueName: "PUB"))
+        var encryptTo: [FilePath] = []
+
         @OptionGroup var output: OutputOptions
 
         /// The standard limits, tightened by the options (devices accept the standard ones, so a
@@ -157,13 +164,14 @@ extension LarderCommand {
         func run() throws {
             let privateKey: PrivateKey
             let coSigners: [PrivateKey]
+            var request = PackRequest(source: directory, repository: repo, id: id, version: version)
             do {
                 privateKey = try PublisherKeys.loadPrivateKey(key)
                 coSigners = try coSign.map { try PublisherKeys.loadPrivateKey($0) }
+                request.encryptTo = try encryptTo.map { try PublisherKeys.loadRecipientPublicKey($0) }
             } catch {
                 throw Output.failure(command: "pack", code: "key", message: "\(error)", json: output.json)
             }
-            var request = PackRequest(source: directory, repository: repo, id: id, version: version)
             request.routes = routes
             request.entry = entry
             request.spaFallback = spaFallback

@@ -105,6 +105,12 @@ struct SyncArguments: ParsableArguments {
                 + "(repeatable; default: the file LARDER_CA_FILE names, if set).",
             valueName: "FILE"))
     var caFiles: [FilePath] = []
+    @Option(
+        name: .customLong("recipient-key"),
+        help: ArgumentHelp(
+            "A recipient private key (`keygen --recipient`) that opens encrypted versions (repeatable).",
+            valueName: "FILE"))
+    var recipientKeys: [FilePath] = []
 
     func options() throws -> SyncOptions {
         var o = SyncOptions()
@@ -120,6 +126,11 @@ struct SyncArguments: ParsableArguments {
         o.http.caFiles = caFiles.map(\.string)
         if caFiles.isEmpty, let env = ProcessInfo.processInfo.environment["LARDER_CA_FILE"], !env.isEmpty {
             o.http.caFiles = [env]
+        }
+        for path in recipientKeys {
+            do { o.recipientKeys.append(try PublisherKeys.loadRecipientKey(path)) } catch {
+                throw ValidationError("--recipient-key \(path): \(error)")
+            }
         }
         o.packages = packages
         o.appVersion = appVersion

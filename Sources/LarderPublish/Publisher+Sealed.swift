@@ -1,0 +1,108 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFileSystem
+import SystemPackage
+
+import struct Crypto.SymmetricKey
+
+/// Pack of an encrypted version (manifests §16): the same tree, bundle and list as a version in
+/// the clear, every blob sealed with a content key of the version's own.
+extension Publisher {
+    /// Stages an encrypted version: a new content key wrapped for `request.encryptTo`; the bundle
+    /// sealed (`bundle.sealed`), the list gzipped and sealed (`files.sealed`), each content's
+    /// object gzipped and sealed and named by the SHA-256 of its sealed bytes, and the marker
+    /// `files.json` that devices without encryption refuse. No deltas.
+    func stageSealed(
+        _ request: PackRequest, _ v: ValidatedRequest, _ tree: SourceTree, staging: FilePath, layout: RepositoryLayout
+    ) throws(PublishError) -> StagedVersion {
+        let key = SymmetricKey(size: .bits256)
+        let sealed = pipeline.sealed(key: key, id: v.id, version: v.version)
+        let recipients: [WrappedKey]
+        do {
+            recipients = try ContentKeys.wrap(key, to: request.encryptTo, info: Encryption.keyInfo(v.id, v.version))
+        } catch {
+            throw .encryption("the content key could not be wrapped: \(error)")
+        }
+
+        let bundleFile = staging.appending("bundle.sealed")
+        let written: [FileEntry]
+        do { written = try sealed.writeBundle(tree.files, to: bundleFile) } catch { throw .archive(error) }
+        let fileList = FileList(id: v.id, version: v.version, files: written)
+        let listing: ArchiveListing
+        do {
+            listing = try sealed.withZip(of: bundleFile, limit: request.limits.maxTotalBytes) {
+                (zip) throws(ArchiveError) in try ZipReader(limits: request.limits).validate(zip)
+            }
+        } catch { throw .archive(error) }
+        guard listing.files == fileList.files else { throw .changedWhilePacking(path: request.source.string) }
+
+        let objects = try writeSealedObjects(
+            fileList, sources: tree.files.map(\.source), pipeline: sealed, staging: staging, layout: layout)
+        var listed = fileList
+        for i in listed.files.indices {
+            let name = objects.names[listed.files[i].sha256]
+            listed.files[i].sealed = name?.sha256
+            listed.files[i].packed = name?.size
+        }
+        let listData = try encode(listed)
+        let sealedList: Data
+        do { sealedList = try sealed.encodeDocument(listData) } catch {
+            throw .encryption("the file list could not be sealed: \(error)")
+        }
+        let marker: Data
+        do { marker = try Encryption.marker(v.id, v.version) } catch {
+            throw .encryption("the marker could not be encoded: \(error)")
+        }
+        try io { () throws(FileSystemError) in
+            try AtomicFile.write(sealedList, to: staging.appending("files.sealed"))
+            try AtomicFile.write(marker, to: staging.appending("files.json"))
+        }
+        let bundleRef = BlobRef(
+            path: RepositoryLayout.sealedBundlePath(v.id, v.version), size: try fileSize(bundleFile),
+            sha256: try digest(of: bundleFile))
+        let markerRef = BlobRef(
+            path: RepositoryLayout.fileListPath(v.id, v.version), size: Int64(marker.count),
+            sha256: SHA256Digest.of(marker))
+        let listRef = BlobRef(
+            path: RepositoryLayout.sealedListPath(v.id, v.version), size: Int64(sealedList.count),
+            sha256: SHA256Digest.of(sealedList))
+        return StagedVersion(
+            id: v.id, version: v.version, staging: staging,
+            versionDir: layout.resolve(RepositoryLayout.versionPath(v.id, v.version)), bundle: bundleRef,
+            fileList: markerRef, fileCount: fileList.files.count, totalSize: fileList.totalSize,
+            objects: (objects.written, 0, objects.bytes), filesGzip: nil, deltas: [], deltaRefs: [],
+            encryption: Encryption(files: listRef, recipients: recipients))
+    }
+
+    /// Writes each distinct content of `fileList` as a sealed object named by its sealed bytes'
+    /// SHA-256. Every one is new: a content key is the version's own, so no earlier object is
+    /// the same bytes.
+    func writeSealedObjects(
+        _ fileList: FileList, sources: [FilePath], pipeline sealed: BytePipeline, staging: FilePath,
+        layout: RepositoryLayout
+    ) throws(PublishError) -> (written: Int, bytes: Int64, names: [SHA256Digest: (sha256: SHA256Digest, size: Int64)]) {
+        var names: [SHA256Digest: (sha256: SHA256Digest, size: Int64)] = [:]
+        var bytes: Int64 = 0
+        let temp = staging.appending("object.sealed")
+        for (file, source) in zip(fileList.files, sources) where names[file.sha256] == nil {
+            let result: EncodedBlob
+            do { result = try sealed.encodeObject(file: source, to: temp) } catch {
+                if case .io(let e) = error { throw .io(e) }
+                throw .compression(path: source.string, detail: error.description)
+            }
+            guard result.size == file.size, result.sha256 == file.sha256 else {
+                throw .changedWhilePacking(path: file.path.string)
+            }
+            let name = try digest(of: temp)
+            let objectPath = layout.resolve(RepositoryLayout.objectPath(name))
+            try io { () throws(FileSystemError) in
+                try AtomicFile.makeDirectories(objectPath.removingLastComponent())
+                try SystemCalls.rename(temp, to: objectPath)
+            }
+            names[file.sha256] = (name, result.storedSize)
+            bytes += result.storedSize
+        }
+        return (names.count, bytes, names)
+    }
+}

@@ -1,0 +1,59 @@
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFetch
+
+/// Encrypted versions (manifests §16): the content key unwrapped with one of the device's
+/// recipient keys before anything is fetched, then the sealed list fetched, checked against its
+/// signed digest, opened and decoded. Every later download of the version is checked against
+/// its sealed digest first and opened after (`Syncer.transfer`).
+extension Syncer {
+    /// The byte pipeline of the encrypted version `e`: its content key, unwrapped.
+    func sealedPipeline(_ e: PackageEntry, _ encryption: Encryption) -> Result<BytePipeline, PackageFailure> {
+        guard encryption.scheme == Encryption.scheme else { return .failure(.encryptionScheme(encryption.scheme)) }
+        guard !options.recipientKeys.isEmpty else { return .failure(.recipientKeyMissing) }
+        do throws(SealError) {
+            return .success(try options.pipeline.sealed(for: e, encryption, keys: options.recipientKeys))
+        } catch {
+            if case .wrongKey(let id) = error { return .failure(.recipientKeyWrong(keyId: id)) }
+            return .failure(.notRecipient(have: options.recipientKeys.map(\.keyId)))
+        }
+    }
+
+    /// The list of the encrypted version `e`, with its bytes (the opened JSON), the bytes it
+    /// cost on the wire, and the version's pipeline.
+    func fetchSealedList(_ e: PackageEntry, _ encryption: Encryption, transport: any Transport, base: URL) async
+        -> Result<(FileList, Data, Int64, BytePipeline), PackageFailure>
+    {
+        let pipeline: BytePipeline
+        switch sealedPipeline(e, encryption) {
+        case .success(let p): pipeline = p
+        case .failure(let f): return .failure(f)
+        }
+        let ref = encryption.files
+        let doc: FetchedDocument
+        do throws(FetchError) {
+            doc = try await transport.document(
+                url(base, ref.path), etag: nil, maxBytes: Int(min(ref.size, Int64(Self.maxIndexBytes))))
+        } catch {
+            return .failure(.fetch(error))
+        }
+        guard Int64(doc.data.count) == ref.size, SHA256Digest.of(doc.data) == ref.sha256 else {
+            return .failure(.fileListMismatch("\(ref.path) does not match the size and sha256 the index declares"))
+        }
+        let data: Data
+        do { data = try pipeline.decodeDocument(doc.data, limit: Int64(Self.maxIndexBytes)) } catch {
+            return .failure(.sealed("\(ref.path): \(error)"))
+        }
+        let list: FileList
+        switch decodeList(e, data) {
+        case .success(let l): list = l
+        case .failure(let f): return .failure(f)
+        }
+        // Every content of an encrypted version is fetched by its sealed name.
+        if let f = list.files.first(where: { $0.sealed == nil || $0.packed == nil }) {
+            return .failure(.fileListMismatch("\(ref.path): \(f.path) names no sealed object"))
+        }
+        return .success((list, data, Int64(doc.data.count), pipeline))
+    }
+}

@@ -1,0 +1,237 @@
+import Crypto
+import Foundation
+import LarderArchive
+import LarderCore
+import LarderFetch
+import LarderFileSystem
+import LarderPublish
+import LarderStore
+import LarderSync
+import LarderTestSupport
+import SystemPackage
+import Testing
+
+/// Encrypted versions (manifests §16) published by the real publisher and synced over file://:
+/// installed and updated with a recipient key, refused with their own codes without one, and
+/// nothing in the repository a reader without the key could use.
+@Suite("Sync of encrypted versions")
+struct EncryptedSyncTests {
+    let device = RecipientKey()
+    let other = RecipientKey()
+
+    /// Publishes release `release` of the chunked app, encrypted to `recipients` (in the clear
+    /// when empty).
+    func publish(
+        _ env: SyncEnv, _ release: Int, to recipients: [RecipientKey], edit: (@Sendable (URL) throws -> Void)? = nil
+    ) throws {
+        try env.repository.publish("1.\(release).0", edit: edit ?? chunkedApp(release), at: env.clock) {
+            $0.encryptTo = recipients.map(\.publicKey)
+            $0.deltaBases = 3
+        }
+    }
+
+    func sync(_ env: SyncEnv, keys: [RecipientKey]) async throws(SyncError) -> SyncReport {
+        var o = SyncOptions()
+        let now = env.clock
+        o.clock = { now }
+        o.recipientKeys = keys
+        return try await Syncer(root: env.root, options: o).sync()
+    }
+
+    /// Edits the repository's index and signs it again with a higher serial.
+    func resign(_ env: SyncEnv, _ edit: (inout RepositoryIndex) throws -> Void) throws {
+        let url = env.repo.appendingPathComponent("index.json")
+        var index = try ManifestCoding.decode(RepositoryIndex.self, from: Data(contentsOf: url), document: "index")
+        try edit(&index)
+        index.serial += 1
+        let bytes = try ManifestCoding.encode(index)
+        let copy = env.repo.appendingPathComponent(RepositoryLayout.indexCopyPath(SHA256Digest.of(bytes)))
+        try FileManager.default.createDirectory(at: copy.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try bytes.write(to: copy)
+        try bytes.write(to: url)
+        try ManifestCoding.encode(IndexSignature.sign(bytes, with: [env.key])).write(
+            to: env.repo.appendingPathComponent("index.json.sig"))
+    }
+
+    /// Every regular file under `url`, with its bytes.
+    func files(under url: URL) throws -> [(String, Data)] {
+        let names = FileManager.default.enumerator(atPath: url.path)?.compactMap { $0 as? String } ?? []
+        return try names.compactMap { rel in
+            var isDir: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: url.path + "/" + rel, isDirectory: &isDir), !isDir.boolValue
+            else { return nil }
+            return (rel, try Data(contentsOf: url.appendingPathComponent(rel)))
+        }
+    }
+
+    /// The list the sandbox keeps for the installed `version`.
+    func installedList(_ env: SyncEnv, _ version: String) throws -> FileList {
+        let path = SandboxLayout(root: env.root).list(PackageID("sample-app")!, SemanticVersion(version)!)
+        return try ManifestCoding.decode(FileList.self, from: AtomicFile.read(path), document: "list")
+    }
+
+    /// Checks that `id`@`version`'s installed tree is exactly its published list.
+    func expectInstalled(_ env: SyncEnv, _ version: String, list: FileList) throws {
+        let tree = SandboxLayout(root: env.root).tree(PackageID("sample-app")!, SemanticVersion(version)!)
+        for f in list.files {
+            #expect(SHA256Digest.of(try AtomicFile.read(tree.appending(f.path.string))) == f.sha256, "\(f.path)")
+        }
+    }
+
+    @Test("install, update by objects, a second recipient; no plaintext, zip, gzip or file name in the repository")
+    func endToEnd() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try publish(env, 0, to: [device, other])
+        try env.initialise()
+        let first = try await sync(env, keys: [device])
+        let installed = try #require(first.packages.first)
+        #expect(installed.outcome == .done, "\(first)")
+        #expect(try env.active() == "1.0.0")
+        let list0 = try installedList(env, "1.0.0")
+        #expect(list0.files.allSatisfy { $0.sealed != nil })
+        try expectInstalled(env, "1.0.0", list: list0)
+
+        // 1.1.0 changes the catalogue only: an update by objects fetches that one content.
+        try publish(env, 1, to: [device, other]) {
+            try chunkedApp(0)($0)
+            try SampleRepository.setCatalogVersion("1.1.0")($0)
+        }
+        let update = try await sync(env, keys: [device])
+        let updated = try #require(update.packages.first)
+        #expect(updated.outcome == .done && updated.method == .objects, "\(update)")
+        #expect(updated.bytesFetched < (updated.bundleBytes ?? 0) / 20, "\(updated)")
+        #expect(try env.active() == "1.1.0")
+        let list1 = try installedList(env, "1.1.0")
+        try expectInstalled(env, "1.1.0", list: list1)
+
+        // The other recipient installs it too, from scratch, by its own key.
+        let secondRoot = FilePath(env.dir.appendingPathComponent("second").path)
+        _ = try SyncConfig.initialise(
+            root: secondRoot, repository: env.repo.absoluteString, keys: [env.key.publicKey], channel: "stable",
+            appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
+        var o = SyncOptions()
+        let now = env.clock
+        o.clock = { now }
+        o.recipientKeys = [other]
+        let r = try await Syncer(root: secondRoot, options: o).sync()
+        #expect(r.packages.first?.outcome == .done, "\(r)")
+        #expect(try SandboxReader(root: secondRoot).state().packages["sample-app"]?.active?.description == "1.1.0")
+
+        // Nothing the repository serves reveals the package: no zip or gzip stream, none of its
+        // file names or contents, and the lists a reader without the key sees are markers.
+        var known: [Data] = []
+        for f in list1.files {
+            known.append(Data(f.path.string.utf8))
+            let content = try AtomicFile.read(
+                SandboxLayout(root: env.root).tree(PackageID("sample-app")!, SemanticVersion("1.1.0")!)
+                    .appending(f.path.string))
+            if content.count >= 32 { known.append(content[content.count / 2..<content.count / 2 + 32]) }
+        }
+        known.append(Data("export const".utf8))
+        // The index names the entry file (index.html) in the clear, as the format doc says.
+        let entry = Data("index.html".utf8)
+        for (path, data) in try files(under: env.repo) {
+            #expect(data.range(of: Data([0x50, 0x4B, 0x03, 0x04])) == nil, "a zip signature in \(path)")
+            #expect(data.prefix(2) != Data([0x1F, 0x8B]), "a gzip stream in \(path)")
+            for k in known where k != entry {
+                #expect(data.range(of: k) == nil, "\(path) holds \(String(decoding: k, as: UTF8.self))")
+            }
+        }
+        let marker = try Data(contentsOf: env.repo.appendingPathComponent("packages/sample-app/1.1.0/files.json"))
+        #expect(throws: ManifestError.self) {
+            try ManifestCoding.decode(FileList.self, from: marker, document: "files.json")
+        }
+    }
+
+    @Test(
+        "no key, another recipient's key, a wrapped key that is not ours, a tampered bundle: each its own code, 1.0.0 kept"
+    )
+    func refusals() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try publish(env, 0, to: [])
+        try env.initialise()
+        #expect(try await sync(env, keys: []).packages.first?.outcome == .done)
+        try publish(env, 1, to: [device])
+
+        func attempt(_ keys: [RecipientKey]) async throws -> PackageResult {
+            let r = try await sync(env, keys: keys)
+            #expect(try env.active() == "1.0.0")
+            let staged = SandboxLayout(root: env.root).tree(PackageID("sample-app")!, SemanticVersion("1.1.0")!)
+            #expect(!AtomicFile.exists(staged), "nothing of 1.1.0 is written")
+            // No opened bytes are left in downloads/ either.
+            let downloads = (try? SystemCalls.listDirectory(SandboxLayout(root: env.root).downloads)) ?? []
+            #expect(!downloads.contains { $0.string.hasSuffix(".open") }, "\(downloads)")
+            return try #require(r.packages.first)
+        }
+        #expect(try await attempt([]).code == "recipient-key-missing")
+        #expect(try await attempt([other]).code == "not-a-recipient")
+
+        // The entry's wrapped key is replaced by one made for `other`, under our key id.
+        try resign(env) { index in
+            let i = try #require(index.packages.firstIndex { $0.version == SemanticVersion("1.1.0")! })
+            let info = Encryption.keyInfo(index.packages[i].id, index.packages[i].version)
+            var forged = try ContentKeys.wrap(SymmetricKey(size: .bits256), to: [other.publicKey], info: info)[0]
+            forged.keyId = device.keyId
+            index.packages[i].encryption?.recipients = [forged]
+        }
+        #expect(try await attempt([device]).code == "recipient-key-wrong")
+
+    }
+
+    @Test("a tampered sealed bundle or object is refused by its digest before it is opened; 1.0.0 kept")
+    func tampered() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try publish(env, 0, to: [device])
+        try env.initialise()
+        #expect(try await sync(env, keys: [device]).packages.first?.outcome == .done)
+        let before = Set(try files(under: env.repo).map(\.0))
+        try publish(env, 1, to: [device])
+        // Every blob 1.1.0 added: its sealed objects, bundle and list, one byte flipped in each
+        // but the list (which the sync needs to go on).
+        for (path, data) in try files(under: env.repo)
+        where !before.contains(path) && (path.hasPrefix("objects/") || path.hasSuffix("bundle.sealed")) {
+            var d = data
+            d[d.count / 2] ^= 0x01
+            try d.write(to: env.repo.appendingPathComponent(path))
+        }
+        let r = try await sync(env, keys: [device])
+        let p = try #require(r.packages.first)
+        #expect(p.outcome == .failed && p.code == "hash-mismatch", "\(r)")
+        #expect(try env.active() == "1.0.0")
+    }
+
+    @Test("a device that does not know encryption meets the marker: refused as a newer file list, nothing installed")
+    func olderDevice() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try publish(env, 0, to: [])
+        try env.initialise()
+        #expect(try await sync(env, keys: []).packages.first?.outcome == .done)
+        try publish(env, 1, to: [device])
+        // What an older device reads: the entry without the member it does not know.
+        try resign(env) { index in
+            for i in index.packages.indices { index.packages[i].encryption = nil }
+        }
+        let r = try await sync(env, keys: [device])
+        let p = try #require(r.packages.first)
+        #expect(p.outcome == .failed && p.code == "file-list-schema", "\(r)")
+        #expect(p.reason.contains("schemaVersion 2"), "\(r)")
+        #expect(try env.active() == "1.0.0")
+    }
+
+    @Test("a sealed blob round trip through the pipeline: every kind opens with its own binding only")
+    func pipelineBinding() throws {
+        let key = SymmetricKey(size: .bits256)
+        let id = PackageID("sample-app")!
+        let a = BytePipeline.standard.sealed(key: key, id: id, version: SemanticVersion("1.0.0")!)
+        let b = BytePipeline.standard.sealed(key: key, id: id, version: SemanticVersion("1.0.1")!)
+        let json = Data(String(repeating: "{\"a\": 1}\n", count: 20_000).utf8)
+        let stored = try a.encodeDocument(json)
+        #expect(try a.decodeDocument(stored, limit: Int64(json.count)) == json)
+        #expect(throws: BlobError.self) { try b.decodeDocument(stored, limit: Int64(json.count)) }
+        #expect(throws: BlobError.self) { try BytePipeline.standard.decodeDocument(stored, limit: Int64(json.count)) }
+    }
+}
