@@ -54,10 +54,8 @@ package enum IndexRules {
                 if e.scheme != Encryption.scheme {
                     add("bad-encryption", "encryption scheme \(quoted(e.scheme)) is not \(Encryption.scheme)")
                 }
-                if p.filesGzip != nil || p.deltas != nil {
-                    add(
-                        "bad-encryption",
-                        "an encrypted version has no filesGzip and no deltas (they would be in the clear)")
+                if p.filesGzip != nil {
+                    add("bad-encryption", "an encrypted version has no filesGzip (it would be in the clear)")
                 }
             }
             if p.files.path != "packages/\(id)/\(v)/files.json" {

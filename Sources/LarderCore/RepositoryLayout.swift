@@ -70,6 +70,18 @@ package struct RepositoryLayout: Sendable {
         versionPath(id, to) + "/deltas/\(from).json.gz"
     }
 
+    /// `packages/<id>/<to>/deltas/<from>.sealed`: an encrypted version's delta manifest, sealed.
+    package static func sealedDeltaPath(_ id: PackageID, from: SemanticVersion, to: SemanticVersion) -> String {
+        versionPath(id, to) + "/deltas/\(from).sealed"
+    }
+
+    /// `packages/<id>/<version>/encryption.json`: an encrypted version's `encryption` member as
+    /// packed (its wrapped keys), kept so that a publisher holding a recipient key can read the
+    /// version later (to make deltas from it).
+    package static func encryptionPath(_ id: PackageID, _ version: SemanticVersion) -> String {
+        versionPath(id, version) + "/encryption.json"
+    }
+
     /// `patches/<aa>/<sha256>` relative to the root: a binary patch, named by its own SHA-256.
     package static func patchPath(_ digest: SHA256Digest) -> String {
         let hex = digest.hex

@@ -39,6 +39,12 @@ public struct DeltaReport: Sendable, Codable, Equatable {
 /// are made per new content, and no file over `BinaryPatch.maxFileSize` is patched. The
 /// patches go end to end into one patch file in `patches/` (content-addressed, written once),
 /// the manifest to the new version's staging directory.
+/// A version a delta starts from: its list and how its objects are read.
+struct DeltaBase {
+    let list: FileList
+    let pipeline: BytePipeline
+}
+
 struct DeltaBuilder {
     let layout: RepositoryLayout
     /// The new version's list (with object sizes) and its reference.
@@ -51,11 +57,17 @@ struct DeltaBuilder {
     /// How patches, objects and the manifest are encoded.
     let pipeline: BytePipeline
 
-    func build(from base: FileList) throws(PublishError) -> (DeltaRef, DeltaReport) {
+    /// A delta from `base` (its list, and the pipeline its objects are read with: the standard
+    /// one, or the base's sealed one when it is encrypted).
+    func build(from base: DeltaBase) throws(PublishError) -> (DeltaRef, DeltaReport) {
         let started = Date()
+        let basePipeline = base.pipeline
+        let base = base.list
         let fail = { (detail: String) in PublishError.delta(from: base.version.description, detail: detail) }
         let held = Set(base.files.map(\.sha256))
-        let (remove, upsert) = DeltaManifest.changes(from: base, to: target)
+        // Sealed object names differ in every version (each has its own key): the changes are
+        // the contents' and paths', and a device of an encrypted version takes its list whole.
+        let (remove, upsert) = DeltaManifest.changes(from: base.withoutSealedNames, to: target.withoutSealedNames)
         // Contents are named by position: in `upsert` (targets, objects) and in the base's list.
         let targetAt = Dictionary(upsert.enumerated().map { ($1.sha256, $0) }, uniquingKeysWith: { a, _ in a })
         let baseAt = Dictionary(base.files.enumerated().map { ($1.sha256, $0) }, uniquingKeysWith: { a, _ in a })
@@ -72,7 +84,7 @@ struct DeltaBuilder {
         // Every base content that could be patched from, sketched once (read from its object).
         let (contents, index) = try BaseSelection.index(base) { (f: FileEntry) throws(PublishError) -> ContentSketch? in
             guard f.size <= BinaryPatch.maxFileSize else { return nil }
-            return ContentSketch(try readBase(f, fail))
+            return ContentSketch(try readBase(f, basePipeline, fail))
         }
         for f in target.files where !held.contains(f.sha256) && seen.insert(f.sha256).inserted {
             withoutPatches += f.objectCost
@@ -99,7 +111,7 @@ struct DeltaBuilder {
             // Rank the candidates with a fast patch; make the winner's at level 19.
             var best: (entry: FileEntry, rule: BaseSelection.Rule, size: Int)?
             for (candidate, rule) in candidates {
-                let bytes = try baseContent(candidate, &baseCache, fail)
+                let bytes = try baseContent(candidate, basePipeline, &baseCache, fail)
                 let trial: Data
                 do { trial = try pipeline.makePatch(base: bytes, target: content, level: 3) } catch {
                     throw fail("\(f.path): \(error)")
@@ -111,7 +123,7 @@ struct DeltaBuilder {
             let patch: Data
             do {
                 patch = try pipeline.makePatch(
-                    base: try baseContent(winner.entry, &baseCache, fail), target: content, level: 19)
+                    base: try baseContent(winner.entry, basePipeline, &baseCache, fail), target: content, level: 19)
             } catch let e as PublishError {
                 throw e
             } catch {
@@ -136,13 +148,16 @@ struct DeltaBuilder {
         do { data = try pipeline.encodeDocument(ManifestCoding.encode(manifest)) } catch {
             throw fail("encoding the manifest: \(error)")
         }
-        let file = staging.appending("deltas").appending("\(base.version).json.gz")
+        let file = staging.appending("deltas").appending(
+            pipeline.isSealed ? "\(base.version).sealed" : "\(base.version).json.gz")
         try io { () throws(FileSystemError) in
             try AtomicFile.makeDirectories(file.removingLastComponent())
             try AtomicFile.write(data, to: file)
         }
         let ref = BlobRef(
-            path: RepositoryLayout.deltaPath(target.id, from: base.version, to: target.version),
+            path: pipeline.isSealed
+                ? RepositoryLayout.sealedDeltaPath(target.id, from: base.version, to: target.version)
+                : RepositoryLayout.deltaPath(target.id, from: base.version, to: target.version),
             size: Int64(data.count), sha256: SHA256Digest.of(data))
         let linked = Set(target.files.map(\.sha256)).intersection(held).count
         let report = DeltaReport(
@@ -155,10 +170,11 @@ struct DeltaBuilder {
 
     /// A content of the base version, read from its object (and checked), through `cache`.
     func baseContent(
-        _ f: FileEntry, _ cache: inout [SHA256Digest: Data], _ fail: (String) -> PublishError
+        _ f: FileEntry, _ basePipeline: BytePipeline, _ cache: inout [SHA256Digest: Data],
+        _ fail: (String) -> PublishError
     ) throws(PublishError) -> Data {
         if let d = cache[f.sha256] { return d }
-        let data = try readBase(f, fail)
+        let data = try readBase(f, basePipeline, fail)
         // A few bases are tried for many targets; keep the cache small.
         if cache.count > 64 { cache.removeAll() }
         cache[f.sha256] = data
@@ -166,10 +182,12 @@ struct DeltaBuilder {
     }
 
     /// A content of the base version, read from its object and checked.
-    func readBase(_ f: FileEntry, _ fail: (String) -> PublishError) throws(PublishError) -> Data {
-        let path = layout.resolve(RepositoryLayout.objectPath(f.sha256))
+    func readBase(_ f: FileEntry, _ basePipeline: BytePipeline, _ fail: (String) -> PublishError) throws(PublishError)
+        -> Data
+    {
+        let path = layout.resolve(RepositoryLayout.objectPath(f.objectName))
         let data: Data
-        do { data = try pipeline.decodeObject(file: path, limit: f.size) } catch {
+        do { data = try basePipeline.decodeObject(file: path, limit: f.size) } catch {
             throw fail("the object of \(f.path) (\(f.sha256.hex.prefix(12))…): \(error)")
         }
         guard data.count == f.size, SHA256Digest.of(data) == f.sha256 else {

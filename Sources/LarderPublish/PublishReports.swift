@@ -48,8 +48,11 @@ public struct PackRequest: Sendable {
     public var deltaBases = 3
     /// Recipients to encrypt the version to (manifests §16): its bundle, objects and file list
     /// are sealed with a content key of its own, wrapped for each of these keys. Empty: in the
-    /// clear. An encrypted version gets no deltas, and none are made from it.
+    /// clear.
     public var encryptTo: [Curve25519.KeyAgreement.PublicKey] = []
+    /// Recipient keys the publisher holds, to read earlier encrypted versions: a delta from an
+    /// encrypted version is made only when one of these opens its content key.
+    public var recipientKeys: [RecipientKey] = []
 
     /// A request with the required parts; set the rest as needed.
     public init(source: FilePath, repository: FilePath, id: String, version: String) {

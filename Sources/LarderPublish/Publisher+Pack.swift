@@ -44,7 +44,9 @@ extension Publisher {
             let previous = index.packages.first { $0.id == v.id && $0.channel == request.channel }
             // 3–5. The version assembled under a temporary name, the objects it needs, and the
             // deltas to it from the last versions on its channel.
-            let s = try stage(request, v, layout, bases: deltaBases(previous, count: request.deltaBases, layout))
+            let s = try stage(
+                request, v, layout,
+                bases: deltaBases(previous, count: request.deltaBases, layout, keys: request.recipientKeys))
             staged.append(s)
             // 6. The new index entry.
             var entry = PackageEntry(
@@ -133,27 +135,57 @@ extension Publisher {
 
     /// The versions to make deltas from: the one the new version replaces on its channel, then
     /// the bases of that one's deltas (its own recent predecessors), newest first, none revoked,
-    /// each with its file list in the repository; at most `count`.
-    func deltaBases(_ previous: PackageEntry?, count: Int, _ layout: RepositoryLayout) -> [FileList] {
+    /// each with its file list in the repository; at most `count`. An encrypted version is a
+    /// base only when one of `keys` opens its content key (its list and objects are read with it).
+    func deltaBases(_ previous: PackageEntry?, count: Int, _ layout: RepositoryLayout, keys: [RecipientKey] = [])
+        -> [DeltaBase]
+    {
         guard let previous, count > 0 else { return [] }
         var versions = [previous.version] + (previous.deltas ?? []).map(\.from)
         versions = versions.filter { !previous.revoked.contains($0) }
         var seen: Set<SemanticVersion> = []
-        var lists: [FileList] = []
-        for v in versions where seen.insert(v).inserted && lists.count < count {
-            let path = layout.resolve(RepositoryLayout.fileListPath(previous.id, v))
+        var bases: [DeltaBase] = []
+        for v in versions where seen.insert(v).inserted && bases.count < count {
+            if let base = readBase(previous.id, v, layout, keys: keys) { bases.append(base) }
+        }
+        return bases
+    }
+
+    /// The list of `id`@`v` in the repository and the pipeline its objects are read with; nil
+    /// when it cannot be read (or is encrypted and no key of `keys` opens it).
+    func readBase(_ id: PackageID, _ v: SemanticVersion, _ layout: RepositoryLayout, keys: [RecipientKey])
+        -> DeltaBase?
+    {
+        let sealedList = layout.resolve(RepositoryLayout.sealedListPath(id, v))
+        guard AtomicFile.exists(sealedList) else {
+            let path = layout.resolve(RepositoryLayout.fileListPath(id, v))
             guard let data = try? AtomicFile.read(path),
                 let list = try? ManifestCoding.decode(FileList.self, from: data, document: path.string)
-            else { continue }
-            lists.append(list)
+            else { return nil }
+            return DeltaBase(list: list, pipeline: pipeline)
         }
-        return lists
+        let entry = PackageEntry(
+            id: id, version: v, bundle: BlobRef(path: "", size: 0, sha256: SHA256Digest.of(Data())),
+            files: BlobRef(path: "", size: 0, sha256: SHA256Digest.of(Data())))
+        guard !keys.isEmpty,
+            let keysData = try? AtomicFile.read(layout.resolve(RepositoryLayout.encryptionPath(id, v))),
+            let encryption = try? ManifestCoding.decode(Encryption.self, from: keysData, document: "encryption.json"),
+            let sealed = try? pipeline.sealed(for: entry, encryption, keys: keys),
+            let stored = try? AtomicFile.read(sealedList),
+            let json = try? sealed.decodeDocument(stored, limit: Int64(ManifestCoding.maxDocumentBytes)),
+            let list = try? ManifestCoding.decode(FileList.self, from: json, document: sealedList.string),
+            list.id == id, list.version == v
+        else {
+            logger.info("no delta from an encrypted version no recipient key opens", metadata: ["version": "\(v)"])
+            return nil
+        }
+        return DeltaBase(list: list, pipeline: sealed)
     }
 
     /// Scans the tree, writes the bundle and its file list into a staging directory beside the
     /// version's place, checks the bundle with the device's reader, and writes the objects the
     /// repository lacks. The staging directory is removed on failure.
-    func stage(_ request: PackRequest, _ v: ValidatedRequest, _ layout: RepositoryLayout, bases: [FileList] = [])
+    func stage(_ request: PackRequest, _ v: ValidatedRequest, _ layout: RepositoryLayout, bases: [DeltaBase] = [])
         throws(PublishError) -> StagedVersion
     {
         let tree = try SourceTree.scan(request.source, limits: request.limits)
@@ -165,7 +197,7 @@ extension Publisher {
         var finished = false
         defer { if !finished { try? SystemCalls.removeTree(staging) } }
         if !request.encryptTo.isEmpty {
-            let s = try stageSealed(request, v, tree, staging: staging, layout: layout)
+            let s = try stageSealed(request, v, tree, staging: staging, layout: layout, bases: bases)
             finished = true
             return s
         }

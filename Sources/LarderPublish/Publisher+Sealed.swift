@@ -12,9 +12,12 @@ extension Publisher {
     /// Stages an encrypted version: a new content key wrapped for `request.encryptTo`; the bundle
     /// sealed (`bundle.sealed`), the list gzipped and sealed (`files.sealed`), each content's
     /// object gzipped and sealed and named by the SHA-256 of its sealed bytes, and the marker
-    /// `files.json` that devices without encryption refuse. No deltas.
+    /// `files.json` that devices without encryption refuse; `encryption.json` (the wrapped keys,
+    /// for later packs); and deltas from `bases`, patches made over the contents and sealed
+    /// one by one, the manifest sealed.
     func stageSealed(
-        _ request: PackRequest, _ v: ValidatedRequest, _ tree: SourceTree, staging: FilePath, layout: RepositoryLayout
+        _ request: PackRequest, _ v: ValidatedRequest, _ tree: SourceTree, staging: FilePath, layout: RepositoryLayout,
+        bases: [DeltaBase]
     ) throws(PublishError) -> StagedVersion {
         let key = SymmetricKey(size: .bits256)
         let sealed = pipeline.sealed(key: key, id: v.id, version: v.version)
@@ -54,9 +57,30 @@ extension Publisher {
         do { marker = try Encryption.marker(v.id, v.version) } catch {
             throw .encryption("the marker could not be encoded: \(error)")
         }
+        let listRef = BlobRef(
+            path: RepositoryLayout.sealedListPath(v.id, v.version), size: Int64(sealedList.count),
+            sha256: SHA256Digest.of(sealedList))
+        let encryption = Encryption(files: listRef, recipients: recipients)
+        let encryptionData = try encode(encryption)
         try io { () throws(FileSystemError) in
             try AtomicFile.write(sealedList, to: staging.appending("files.sealed"))
             try AtomicFile.write(marker, to: staging.appending("files.json"))
+            try AtomicFile.write(encryptionData, to: staging.appending("encryption.json"))
+        }
+        // A delta names the list it leads to by its opened bytes: a device checks the list it
+        // opened against it before using the delta's patches.
+        let builder = DeltaBuilder(
+            layout: layout, target: listed,
+            targetRef: BlobRef(path: listRef.path, size: Int64(listData.count), sha256: SHA256Digest.of(listData)),
+            sources: Dictionary(
+                zip(fileList.files.map(\.sha256), tree.files.map(\.source)), uniquingKeysWith: { a, _ in a }),
+            staging: staging, pipeline: sealed)
+        var deltas: [DeltaReport] = []
+        var deltaRefs: [DeltaRef] = []
+        for base in bases {
+            let (ref, report) = try builder.build(from: base)
+            deltaRefs.append(ref)
+            deltas.append(report)
         }
         let bundleRef = BlobRef(
             path: RepositoryLayout.sealedBundlePath(v.id, v.version), size: try fileSize(bundleFile),
@@ -64,15 +88,12 @@ extension Publisher {
         let markerRef = BlobRef(
             path: RepositoryLayout.fileListPath(v.id, v.version), size: Int64(marker.count),
             sha256: SHA256Digest.of(marker))
-        let listRef = BlobRef(
-            path: RepositoryLayout.sealedListPath(v.id, v.version), size: Int64(sealedList.count),
-            sha256: SHA256Digest.of(sealedList))
         return StagedVersion(
             id: v.id, version: v.version, staging: staging,
             versionDir: layout.resolve(RepositoryLayout.versionPath(v.id, v.version)), bundle: bundleRef,
             fileList: markerRef, fileCount: fileList.files.count, totalSize: fileList.totalSize,
-            objects: (objects.written, 0, objects.bytes), filesGzip: nil, deltas: [], deltaRefs: [],
-            encryption: Encryption(files: listRef, recipients: recipients))
+            objects: (objects.written, 0, objects.bytes), filesGzip: nil, deltas: deltas, deltaRefs: deltaRefs,
+            encryption: encryption)
     }
 
     /// Writes each distinct content of `fileList` as a sealed object named by its sealed bytes'

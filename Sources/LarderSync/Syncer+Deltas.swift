@@ -64,7 +64,10 @@ extension Syncer {
             guard let base = p.local[patch.base] else { continue }
             let reason: String
             if let part = file.patch {
-                guard let why = apply(patch, part: part, base: base, to: p.sandbox.layout.appliedContent(patch.target))
+                guard
+                    let why = apply(
+                        patch, part: part, base: base, to: p.sandbox.layout.appliedContent(patch.target),
+                        pipeline: p.sealed[id] ?? options.pipeline)
                 else {
                     fetched[content: patch.target].applied = p.sandbox.layout.appliedContent(patch.target)
                     outcome.applied[id, default: (0, 0)].count += 1
@@ -79,7 +82,7 @@ extension Syncer {
             }
             outcome.fallbacks[id, default: []].append(DeltaFallback(content: patch.target, reason: reason, to: .object))
             if fetched[content: patch.target].object == nil, let f = entryOf[patch.target] {
-                outcome.objectJobs.append(objectJob(id, f, sandbox: p.sandbox, base: p.base))
+                outcome.objectJobs.append(objectJob(id, f, sandbox: p.sandbox, base: p.base, sealed: p.sealed[id]))
             }
         }
         if let part = file.patch { try? SystemCalls.unlink(part) }
@@ -138,10 +141,13 @@ extension Syncer {
 
     /// Applies one patch (read from the patch file at `part`) to the content at `base` through
     /// the byte pipeline, writing the result to `output` (checked against the patch's size and
-    /// SHA-256); returns why it failed (the output then removed), or nil.
-    func apply(_ patch: PatchRef, part: FilePath, base: FilePath, to output: FilePath) -> String? {
+    /// SHA-256); returns why it failed (the output then removed), or nil. `pipeline`: an
+    /// encrypted version's, whose patches are sealed one by one.
+    func apply(_ patch: PatchRef, part: FilePath, base: FilePath, to output: FilePath, pipeline: BytePipeline)
+        -> String?
+    {
         do throws(BlobError) {
-            try options.pipeline.placePatched(patch, patchFile: part, base: base, at: output)
+            try pipeline.placePatched(patch, patchFile: part, base: base, at: output)
             return nil
         } catch {
             return error.description

@@ -193,7 +193,7 @@ extension Syncer {
                     if let p = patches[f.sha256], local[p.base] != nil {
                         patching = true
                     } else {
-                        jobs.append(objectJob(a.id, f, sandbox: sandbox, base: base))
+                        jobs.append(objectJob(a.id, f, sandbox: sandbox, base: base, sealed: sealed[a.id]))
                     }
                 }
                 // The patch file, whole and in one request (resumed like a bundle).

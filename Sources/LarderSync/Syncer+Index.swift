@@ -237,6 +237,18 @@ extension Syncer {
                     out.bytes[a.id] = bytes
                     out.wireBytes[a.id, default: 0] += wire
                     out.sealed[a.id] = pipeline
+                    if let active = sandbox.state[a.id].active, let ref = e.delta(from: active) {
+                        switch await sealedDelta(
+                            e, ref, active: active, list: list, listBytes: bytes, pipeline: pipeline,
+                            transport: transport, base: base, sandbox: sandbox)
+                        {
+                        case .success(let (delta, wire)):
+                            out.deltas[a.id] = delta
+                            out.wireBytes[a.id, default: 0] += wire
+                        case .failure(let why):
+                            out.deltaNotes[a.id] = why.description
+                        }
+                    }
                 case .failure(let failure):
                     out.failures[a.id] = failure
                 }
@@ -269,11 +281,13 @@ extension Syncer {
         return out
     }
 
-    /// The release's list from the delta manifest `ref` and the active version's list.
-    func listFromDelta(
-        _ e: PackageEntry, _ ref: DeltaRef, active: SemanticVersion, transport: any Transport, base: URL,
-        sandbox: Sandbox
-    ) async -> Result<(FileList, Data, ResolvedDelta, Int64), DeltaError> {
+    /// The delta manifest `ref` (decoded with `pipeline`: the standard one, or an encrypted
+    /// version's), checked to lead from `active` to `e`, with the active version's list and the
+    /// bytes it cost on the wire.
+    func fetchDelta(
+        _ e: PackageEntry, _ ref: DeltaRef, active: SemanticVersion, pipeline: BytePipeline,
+        transport: any Transport, base: URL, sandbox: Sandbox
+    ) async -> Result<(DeltaManifest, FileList, Int64), DeltaError> {
         let doc: FetchedDocument
         do throws(FetchError) {
             doc = try await transport.document(
@@ -287,12 +301,12 @@ extension Syncer {
         }
         let manifest: DeltaManifest
         do {
-            let json = try options.pipeline.decodeDocument(doc.data, limit: Int64(Self.maxIndexBytes))
+            let json = try pipeline.decodeDocument(doc.data, limit: Int64(Self.maxIndexBytes))
             manifest = try ManifestCoding.decode(DeltaManifest.self, from: json, document: ref.manifest.path)
         } catch {
             return .failure(DeltaError("\(ref.manifest.path): \(error)"))
         }
-        guard manifest.id == e.id, manifest.from == active, manifest.to == e.version, manifest.files == e.files else {
+        guard manifest.id == e.id, manifest.from == active, manifest.to == e.version else {
             return .failure(DeltaError("\(ref.manifest.path) is not the delta \(e.id)@\(active) → \(e.version)"))
         }
         let current: FileList
@@ -301,6 +315,26 @@ extension Syncer {
             current = try ManifestCoding.decode(FileList.self, from: data, document: "the list of \(active)")
         } catch {
             return .failure(DeltaError("the list of the active \(active) cannot be read: \(error)"))
+        }
+        return .success((manifest, current, Int64(doc.data.count)))
+    }
+
+    /// The release's list from the delta manifest `ref` and the active version's list.
+    func listFromDelta(
+        _ e: PackageEntry, _ ref: DeltaRef, active: SemanticVersion, transport: any Transport, base: URL,
+        sandbox: Sandbox
+    ) async -> Result<(FileList, Data, ResolvedDelta, Int64), DeltaError> {
+        let manifest: DeltaManifest
+        let current: FileList
+        let wire: Int64
+        switch await fetchDelta(
+            e, ref, active: active, pipeline: options.pipeline, transport: transport, base: base, sandbox: sandbox)
+        {
+        case .success(let got): (manifest, current, wire) = got
+        case .failure(let why): return .failure(why)
+        }
+        guard manifest.files == e.files else {
+            return .failure(DeltaError("\(ref.manifest.path) leads to another list than the index's"))
         }
         let delta: ResolvedDelta
         switch manifest.resolve(from: current) {
@@ -316,7 +350,7 @@ extension Syncer {
             return .failure(DeltaError("the list built from the delta is not the signed list of \(e.version)"))
         }
         if let gap = delta.covers(rebuilt, holding: Set(current.files.map(\.sha256))) { return .failure(gap) }
-        return .success((rebuilt, bytes, delta, Int64(doc.data.count)))
+        return .success((rebuilt, bytes, delta, wire))
     }
 
     /// The release's list: gzipped when the index names a gzip (its decompressed bytes checked

@@ -2,6 +2,7 @@ import Foundation
 import LarderArchive
 import LarderCore
 import LarderFetch
+import LarderStore
 
 /// Encrypted versions (manifests §16): the content key unwrapped with one of the device's
 /// recipient keys before anything is fetched, then the sealed list fetched, checked against its
@@ -55,5 +56,35 @@ extension Syncer {
             return .failure(.fileListMismatch("\(ref.path): \(f.path) names no sealed object"))
         }
         return .success((list, data, Int64(doc.data.count), pipeline))
+    }
+
+    /// The delta to the encrypted version `e` from the active one: its patches only (each object
+    /// name of an encrypted version is its own, so the list is the one opened, `list`). The
+    /// manifest must name that list's opened bytes.
+    func sealedDelta(
+        _ e: PackageEntry, _ ref: DeltaRef, active: SemanticVersion, list: FileList, listBytes: Data,
+        pipeline: BytePipeline, transport: any Transport, base: URL, sandbox: Sandbox
+    ) async -> Result<(ResolvedDelta, Int64), DeltaError> {
+        let manifest: DeltaManifest
+        let current: FileList
+        let wire: Int64
+        switch await fetchDelta(
+            e, ref, active: active, pipeline: pipeline, transport: transport, base: base, sandbox: sandbox)
+        {
+        case .success(let got): (manifest, current, wire) = got
+        case .failure(let why): return .failure(why)
+        }
+        guard manifest.files.size == Int64(listBytes.count), manifest.files.sha256 == SHA256Digest.of(listBytes) else {
+            return .failure(DeltaError("\(ref.manifest.path) leads to another list than the one opened"))
+        }
+        let resolved: ResolvedDelta
+        switch manifest.resolve(from: current) {
+        case .success(let d): resolved = d
+        case .failure(let why): return .failure(why)
+        }
+        let delta = ResolvedDelta(
+            manifest: manifest, list: list, patches: resolved.patches, objects: resolved.objects)
+        if let gap = delta.covers(list, holding: Set(current.files.map(\.sha256))) { return .failure(gap) }
+        return .success((delta, wire))
     }
 }

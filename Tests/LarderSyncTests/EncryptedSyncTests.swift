@@ -21,11 +21,14 @@ struct EncryptedSyncTests {
 
     /// Publishes release `release` of the chunked app, encrypted to `recipients` (in the clear
     /// when empty).
+    @discardableResult
     func publish(
-        _ env: SyncEnv, _ release: Int, to recipients: [RecipientKey], edit: (@Sendable (URL) throws -> Void)? = nil
-    ) throws {
+        _ env: SyncEnv, _ release: Int, to recipients: [RecipientKey], holding: [RecipientKey] = [],
+        edit: (@Sendable (URL) throws -> Void)? = nil
+    ) throws -> PackReport {
         try env.repository.publish("1.\(release).0", edit: edit ?? chunkedApp(release), at: env.clock) {
             $0.encryptTo = recipients.map(\.publicKey)
+            $0.recipientKeys = holding
             $0.deltaBases = 3
         }
     }
@@ -220,6 +223,41 @@ struct EncryptedSyncTests {
         #expect(p.outcome == .failed && p.code == "file-list-schema", "\(r)")
         #expect(p.reason.contains("schemaVersion 2"), "\(r)")
         #expect(try env.active() == "1.0.0")
+    }
+
+    @Test("update by delta: patches made over the contents, sealed one by one; none without the publisher's key")
+    func delta() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        let publisherKey = RecipientKey()
+        try publish(env, 0, to: [device, publisherKey])
+        try env.initialise()
+        #expect(try await sync(env, keys: [device]).packages.first?.outcome == .done)
+        // A publisher that cannot open 1.0.0 makes no delta from it.
+        let blind = try publish(env, 1, to: [device, publisherKey])
+        #expect(blind.deltas.isEmpty, "\(blind.deltas)")
+        let packed = try publish(env, 2, to: [device, publisherKey], holding: [publisherKey])
+        // From 1.1.0 (the version it replaces) and 1.0.0 (the base of 1.1.0's deltas: none).
+        #expect(packed.deltas.count == 1 && (packed.deltas.first?.patches ?? 0) > 0, "\(packed.deltas)")
+        #expect(packed.deltas.first?.manifest.path.hasSuffix(".sealed") == true)
+        // The device holds 1.0.0 and the delta is from 1.1.0: it updates by objects.
+        let r = try await sync(env, keys: [device])
+        #expect(r.packages.first?.outcome == .done, "\(r)")
+        #expect(try env.active() == "1.2.0")
+
+        let second = try publish(env, 3, to: [device, publisherKey], holding: [publisherKey])
+        #expect((second.deltas.first?.patches ?? 0) > 0, "\(second.deltas)")
+        let update = try await sync(env, keys: [device])
+        let byDelta = try #require(update.packages.first)
+        #expect(byDelta.outcome == .done && byDelta.method == .delta, "\(update)")
+        #expect((byDelta.delta?.patchesApplied ?? 0) > 0 && byDelta.delta?.fallbacks == [], "\(byDelta)")
+        #expect(try env.active() == "1.3.0")
+        try expectInstalled(env, "1.3.0", list: try installedList(env, "1.3.0"))
+        // Patches and manifests are sealed like the rest: no zstd frame in the clear.
+        for (path, data) in try files(under: env.repo) where path.hasPrefix("patches/") || path.contains("/deltas/") {
+            #expect(data.range(of: Data([0x28, 0xB5, 0x2F, 0xFD])) == nil, "a zstd frame in \(path)")
+            #expect(data.prefix(4) == Data("LRDE".utf8), "\(path) is not sealed")
+        }
     }
 
     @Test("a sealed blob round trip through the pipeline: every kind opens with its own binding only")
