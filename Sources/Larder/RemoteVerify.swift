@@ -18,7 +18,7 @@ extension Larder {
     package static func verifyRemoteRepository(
         _ base: URL, verifier: Verifier, transport: any Transport, scratch: FilePath
     ) async -> VerifyReport {
-        var copy = RemoteCopy(base: base, transport: transport, scratch: scratch)
+        var copy = RemoteCopy(base: base, transport: transport, scratch: scratch, recipientKeys: verifier.recipientKeys)
         let maxIndex = ManifestCoding.maxDocumentBytes
         guard let sig = await copy.document(RepositoryLayout.signatureName, maxBytes: 1 << 16),
             let index = await copy.document(RepositoryLayout.indexName, maxBytes: maxIndex)
@@ -61,6 +61,8 @@ extension Larder {
         let base: URL
         let transport: any Transport
         let scratch: FilePath
+        /// Keys that open encrypted versions (their lists name the objects to fetch).
+        let recipientKeys: [RecipientKey]
         var problems: [VerifyProblem] = []
         /// Paths to download, each with its size limit.
         var downloads: [(String, Int64)] = []
@@ -85,6 +87,10 @@ extension Larder {
         mutating func package(_ entry: PackageEntry) async {
             let maxIndex = ManifestCoding.maxDocumentBytes
             downloads.append((entry.bundle.path, entry.bundle.size))
+            if let encryption = entry.encryption {
+                await sealedPackage(entry, encryption)
+                return
+            }
             guard let listBytes = await document(entry.files.path, maxBytes: maxIndex),
                 let list = try? ManifestCoding.decode(FileList.self, from: listBytes, document: "files.json")
             else { return }
@@ -95,6 +101,37 @@ extension Larder {
             }
             if let gz = entry.filesGzip { downloads.append((gz.path, gz.size)) }
             for ref in entry.deltas ?? [] { await delta(ref, of: entry) }
+        }
+
+        /// An encrypted version: its marker, sealed list and delta manifests; with a key that
+        /// opens it, its objects and patch files too.
+        mutating func sealedPackage(_ entry: PackageEntry, _ encryption: Encryption) async {
+            let maxIndex = ManifestCoding.maxDocumentBytes
+            _ = await document(entry.files.path, maxBytes: Int(min(entry.files.size, Int64(maxIndex))))
+            let sealedList = await document(
+                encryption.files.path, maxBytes: Int(min(encryption.files.size, Int64(maxIndex))))
+            var manifests: [Data] = []
+            for ref in entry.deltas ?? [] {
+                if let m = await document(ref.manifest.path, maxBytes: Int(min(ref.manifest.size, Int64(maxIndex)))) {
+                    manifests.append(m)
+                }
+            }
+            guard let sealedList,
+                let pipeline = try? BytePipeline.standard.sealed(for: entry, encryption, keys: recipientKeys),
+                let json = try? pipeline.decodeDocument(sealedList, limit: Int64(maxIndex)),
+                let list = try? ManifestCoding.decode(FileList.self, from: json, document: "files.sealed")
+            else { return }
+            for file in list.files {
+                let path = RepositoryLayout.objectPath(file.objectName)
+                if seen.insert(path).inserted { downloads.append((path, file.packed ?? 0)) }
+            }
+            for m in manifests {
+                guard let json = try? pipeline.decodeDocument(m, limit: Int64(maxIndex)),
+                    let manifest = try? ManifestCoding.decode(DeltaManifest.self, from: json, document: "delta"),
+                    let file = manifest.patchFile, seen.insert(file.path).inserted
+                else { continue }
+                downloads.append((file.path, file.size))
+            }
         }
 
         /// A delta: its manifest, the base's list, the patch file and every base content's object.

@@ -16,6 +16,10 @@ extension Verifier {
         func problem(_ code: String, _ file: String?, _ message: String) {
             report.problems.append(VerifyProblem(code: code, package: id, version: v, file: file, message: message))
         }
+        if let encryption = entry.encryption {
+            verifySealed(entry, encryption, layout: layout, report: &report, objects: &objects)
+            return
+        }
         // Paths from the index are used only when they match the layout (IndexRules reports others).
         guard entry.bundle.path == RepositoryLayout.bundlePath(entry.id, entry.version),
             entry.files.path == RepositoryLayout.fileListPath(entry.id, entry.version)
@@ -56,7 +60,7 @@ extension Verifier {
             if !list.files.contains(where: { $0.path.string == entry.entry }) {
                 problem("entry-missing", entry.entry, "the entry file \(quoted(entry.entry)) is not in the package")
             }
-            checkObjects(list, layout: layout, objects: &objects, problem: problem)
+            checkObjects(list, pipeline: pipeline, layout: layout, objects: &objects, problem: problem)
             // Links are checked against what the bundle really holds (the list is compared above).
             checkLinks(collector.texts, files: listing?.files ?? list.files, entryName: entry.entry, problem: problem)
         }
@@ -71,13 +75,15 @@ extension Verifier {
 
     /// Each file's object: present, and inflating to the file's size and hash. `objects` keeps
     /// the verdict of each content checked, so a content shared by packages is read once.
+    /// An encrypted version's objects are named by their sealed bytes (checked first, against
+    /// the list's `sealed` and `packed`) and opened with its `pipeline`.
     func checkObjects(
-        _ list: FileList, layout: RepositoryLayout, objects: inout [SHA256Digest: Bool],
+        _ list: FileList, pipeline: BytePipeline, layout: RepositoryLayout, objects: inout [SHA256Digest: Bool],
         problem: (String, String?, String) -> Void
     ) {
         for file in list.files {
-            let objectRel = RepositoryLayout.objectPath(file.sha256)
-            if let ok = objects[file.sha256] {
+            let objectRel = RepositoryLayout.objectPath(file.objectName)
+            if let ok = objects[file.objectName] {
                 if !ok {
                     problem("object-bad", objectRel, "object for \(file.path) is missing or corrupt (see above)")
                 }
@@ -85,14 +91,21 @@ extension Verifier {
             }
             let objectPath = layout.resolve(objectRel)
             guard AtomicFile.exists(objectPath) else {
-                objects[file.sha256] = false
-                problem("object-missing", objectRel, "no object for \(file.path) (\(file.sha256))")
+                objects[file.objectName] = false
+                problem("object-missing", objectRel, "no object for \(file.path) (\(file.objectName))")
                 continue
+            }
+            if let sealed = file.sealed {
+                let ref = BlobRef(path: objectRel, size: file.packed ?? -1, sha256: sealed)
+                guard checkBlobOnDisk(ref, layout: layout, problem: problem) else {
+                    objects[file.objectName] = false
+                    continue
+                }
             }
             do {
                 let got = try pipeline.contentOfObject(file: objectPath, limit: limits.maxFileBytes)
                 let ok = got.sha256 == file.sha256 && got.size == file.size
-                objects[file.sha256] = ok
+                objects[file.objectName] = ok
                 if !ok {
                     problem(
                         "object-corrupt", objectRel,
@@ -100,7 +113,7 @@ extension Verifier {
                     )
                 }
             } catch {
-                objects[file.sha256] = false
+                objects[file.objectName] = false
                 problem("object-corrupt", objectRel, "cannot inflate the object for \(file.path): \(error)")
             }
         }

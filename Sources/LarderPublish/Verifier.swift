@@ -15,6 +15,9 @@ public struct Verifier: Sendable {
     let now: @Sendable () -> Date
     /// How stored blobs are decoded (`BytePipeline.standard`).
     package var pipeline: BytePipeline = .standard
+    /// Recipient keys that open encrypted versions, which are then checked fully; without one,
+    /// an encrypted version is checked as far as the key is not needed (manifests §16).
+    public var recipientKeys: [RecipientKey] = []
 
     /// Creates a verifier.
     public init(

@@ -57,6 +57,11 @@ public struct VerifyReport: Sendable, Codable, Equatable {
     public var objectsChecked: Int
     /// Shards of a sharded index checked (repositories only; 0 for an inline index).
     public var shardsChecked = 0
+    /// Encrypted versions checked (repositories only).
+    public var encryptedChecked = 0
+    /// Of those, the ones opened with a recipient key and checked fully; the others were
+    /// checked without the key (signatures, layout, sealed digests and headers).
+    public var encryptedOpened = 0
     /// Every problem found, in the order found; empty when all is well.
     public var problems: [VerifyProblem]
     /// Whether nothing was found.
@@ -74,7 +79,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
 
     enum CodingKeys: String, CodingKey {
         case kind, path, serial, signedBy, signatureChecked, packagesChecked, filesChecked, objectsChecked,
-            shardsChecked, problems, ok
+            shardsChecked, encryptedChecked, encryptedOpened, problems, ok
     }
 
     /// Encodes every field and `ok`, so the JSON output carries the verdict.
@@ -89,6 +94,10 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         try c.encode(filesChecked, forKey: .filesChecked)
         try c.encode(objectsChecked, forKey: .objectsChecked)
         if shardsChecked > 0 { try c.encode(shardsChecked, forKey: .shardsChecked) }
+        if encryptedChecked > 0 {
+            try c.encode(encryptedChecked, forKey: .encryptedChecked)
+            try c.encode(encryptedOpened, forKey: .encryptedOpened)
+        }
         try c.encode(problems, forKey: .problems)
         try c.encode(ok, forKey: .ok)
     }
@@ -105,6 +114,8 @@ public struct VerifyReport: Sendable, Codable, Equatable {
         filesChecked = try c.decode(Int.self, forKey: .filesChecked)
         objectsChecked = try c.decode(Int.self, forKey: .objectsChecked)
         shardsChecked = try c.decodeIfPresent(Int.self, forKey: .shardsChecked) ?? 0
+        encryptedChecked = try c.decodeIfPresent(Int.self, forKey: .encryptedChecked) ?? 0
+        encryptedOpened = try c.decodeIfPresent(Int.self, forKey: .encryptedOpened) ?? 0
         problems = try c.decode([VerifyProblem].self, forKey: .problems)
     }
 

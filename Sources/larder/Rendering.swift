@@ -60,6 +60,12 @@ struct VerifyOutput: RenderedReport {
         if let s = report.serial { summary += "; serial \(s)" }
         if let k = report.signedBy { summary += "; signed by \(k)" }
         if signatureSkipped { summary += "; signature NOT checked" }
+        if report.encryptedChecked > 0 {
+            let closed = report.encryptedChecked - report.encryptedOpened
+            summary += "; \(report.encryptedChecked) encrypted version(s)"
+            summary +=
+                closed == 0 ? ", all opened" : ", \(closed) checked without the key (no --recipient-key opens it)"
+        }
         return report.problems.map(\.description) + [summary]
     }
 }

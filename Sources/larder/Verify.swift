@@ -22,6 +22,10 @@ extension LarderCommand {
                 the signature names, and every file list, bundle and object the index names are \
                 downloaded into a temporary directory (nothing trusted; sizes capped by the index) and \
                 checked there; what cannot be fetched is a problem with the fetch's code.
+                An encrypted version is checked without its key as far as that goes (signature, \
+                layout, the marker, the sealed bundle, list and delta manifests by size, sha256 and \
+                header); with a --recipient-key that opens it, fully (its list, each object's sealed \
+                bytes and content, the bundle through the strict reader, the deltas' lists).
                 A bundle (a .zip): the archive rules and its references; with --files, its tree must \
                 equal that file list.
 
@@ -55,6 +59,13 @@ extension LarderCommand {
         @Option(help: "For a bundle: the entry file name used for directory links.")
         var entry = "index.html"
 
+        @Option(
+            name: .customLong("recipient-key"),
+            help: ArgumentHelp(
+                "A recipient private key: encrypted versions it opens are checked fully (repeatable).",
+                valueName: "FILE"))
+        var recipientKeys: [FilePath] = []
+
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
@@ -78,7 +89,12 @@ extension LarderCommand {
                     throw Output.failure(command: "verify", code: "key", message: "\(error)", json: output.json)
                 }
             }
-            let verifier = Verifier(trustedKeys: keys, checkSignature: !skipSignature)
+            var verifier = Verifier(trustedKeys: keys, checkSignature: !skipSignature)
+            for k in recipientKeys {
+                do { verifier.recipientKeys.append(try PublisherKeys.loadRecipientKey(k)) } catch {
+                    throw Output.failure(command: "verify", code: "key", message: "\(error)", json: output.json)
+                }
+            }
             let report: VerifyReport
             if let base = repositoryURL {
                 report = try await verifyRemote(base, verifier)
