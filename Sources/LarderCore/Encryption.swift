@@ -65,6 +65,9 @@ public struct Encryption: Codable, Sendable, Equatable {
     }
 }
 
+/// A recipient's public key (X25519): what `pack --encrypt-to` wraps content keys for.
+public typealias RecipientPublicKey = Curve25519.KeyAgreement.PublicKey
+
 /// A device's recipient key (the private half of an X25519 pair from `larder keygen --recipient`):
 /// it opens the content keys of versions encrypted to its public half.
 public struct RecipientKey: Sendable {

@@ -129,9 +129,7 @@ public enum PublisherKeys {
     }
 
     /// Reads a recipient's public key file (a private key file also yields its public half).
-    public static func loadRecipientPublicKey(_ path: FilePath) throws(KeyLoadError)
-        -> Curve25519.KeyAgreement.PublicKey
-    {
+    public static func loadRecipientPublicKey(_ path: FilePath) throws(KeyLoadError) -> RecipientPublicKey {
         let data = try Self.read(path)
         do { return try RecipientKeyFile.publicKey(from: data, path: path.string) } catch { throw .key(error) }
     }

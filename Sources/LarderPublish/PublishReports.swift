@@ -5,8 +5,6 @@ import LarderFileSystem
 import Logging
 import SystemPackage
 
-import enum Crypto.Curve25519
-
 /// What to pack: the tree, where, and the index fields of the new release.
 public struct PackRequest: Sendable {
     /// The directory whose whole tree becomes the version's files.
@@ -49,7 +47,7 @@ public struct PackRequest: Sendable {
     /// Recipients to encrypt the version to (manifests §16): its bundle, objects and file list
     /// are sealed with a content key of its own, wrapped for each of these keys. Empty: in the
     /// clear.
-    public var encryptTo: [Curve25519.KeyAgreement.PublicKey] = []
+    public var encryptTo: [RecipientPublicKey] = []
     /// Recipient keys the publisher holds, to read earlier encrypted versions: a delta from an
     /// encrypted version is made only when one of these opens its content key.
     public var recipientKeys: [RecipientKey] = []

@@ -146,16 +146,19 @@ extension Publisher {
         var seen: Set<SemanticVersion> = []
         var bases: [DeltaBase] = []
         for v in versions where seen.insert(v).inserted && bases.count < count {
-            if let base = readBase(previous.id, v, layout, keys: keys) { bases.append(base) }
+            // The version in the index is read by its wrapping there (it may have been rewrapped).
+            let wrapping = v == previous.version ? previous.encryption : nil
+            if let base = readBase(previous.id, v, layout, keys: keys, wrapping: wrapping) { bases.append(base) }
         }
         return bases
     }
 
     /// The list of `id`@`v` in the repository and the pipeline its objects are read with; nil
     /// when it cannot be read (or is encrypted and no key of `keys` opens it).
-    func readBase(_ id: PackageID, _ v: SemanticVersion, _ layout: RepositoryLayout, keys: [RecipientKey])
-        -> DeltaBase?
-    {
+    func readBase(
+        _ id: PackageID, _ v: SemanticVersion, _ layout: RepositoryLayout, keys: [RecipientKey],
+        wrapping: Encryption? = nil
+    ) -> DeltaBase? {
         let sealedList = layout.resolve(RepositoryLayout.sealedListPath(id, v))
         guard AtomicFile.exists(sealedList) else {
             let path = layout.resolve(RepositoryLayout.fileListPath(id, v))
@@ -168,8 +171,10 @@ extension Publisher {
             id: id, version: v, bundle: BlobRef(path: "", size: 0, sha256: SHA256Digest.of(Data())),
             files: BlobRef(path: "", size: 0, sha256: SHA256Digest.of(Data())))
         guard !keys.isEmpty,
-            let keysData = try? AtomicFile.read(layout.resolve(RepositoryLayout.encryptionPath(id, v))),
-            let encryption = try? ManifestCoding.decode(Encryption.self, from: keysData, document: "encryption.json"),
+            let encryption = wrapping
+                ?? (try? AtomicFile.read(layout.resolve(RepositoryLayout.encryptionPath(id, v)))).flatMap({
+                    try? ManifestCoding.decode(Encryption.self, from: $0, document: "encryption.json")
+                }),
             let sealed = try? pipeline.sealed(for: entry, encryption, keys: keys),
             let stored = try? AtomicFile.read(sealedList),
             let json = try? sealed.decodeDocument(stored, limit: Int64(ManifestCoding.maxDocumentBytes)),

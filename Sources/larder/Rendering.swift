@@ -24,6 +24,7 @@ extension PackReport: RenderedReport {
             "  objects \(objectsWritten) written (\(Output.bytes(objectBytesWritten)) gzip), \(objectsReused) already present",
             "  index   serial \(serial), expires \(ManifestCoding.formatRFC3339(expires)), signed by \(signedBy)",
         ]
+            + (encryptedTo.map { ["  sealed  encrypted to [\($0.joined(separator: ", "))]"] } ?? [])
             + deltas.map { d in
                 "  delta   from \(d.from): \(d.patches) patch(es) \(Output.bytes(d.patchBytes)), \(d.objects) object(s) "
                     + "\(Output.bytes(d.objectBytes)), \(d.linked) linked, manifest \(Output.bytes(d.manifest.size)) "
@@ -34,6 +35,15 @@ extension PackReport: RenderedReport {
 
 extension RevokeReport: RenderedReport {
     var textLines: [String] { ["revoked \(id) \(version): index serial \(serial), signed by \(signedBy)"] }
+}
+
+extension RewrapReport: RenderedReport {
+    var textLines: [String] {
+        [
+            "rewrapped \(versions.joined(separator: ", ")) for [\(recipients.joined(separator: ", "))]: "
+                + "index serial \(serial), signed by \(signedBy)"
+        ]
+    }
 }
 
 extension Publisher.RotationReport: RenderedReport {

@@ -92,3 +92,60 @@ extension LarderCommand {
         }
     }
 }
+
+extension LarderCommand {
+    struct Rewrap: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rewrap",
+            abstract: "Wrap encrypted versions' content keys for a new set of recipients.",
+            discussion: """
+                For every encrypted version in the index (or those of --id), opens its content key \
+                with a --recipient-key you hold and wraps it for each --encrypt-to key, in a newly \
+                signed index (serial + 1). No content is uploaded again. A recipient left out cannot \
+                get these keys from the index any more; what it already fetched or copied (keys, \
+                contents) it keeps: revoking a recipient protects future versions only.
+                """)
+
+        @Option(help: "The repository directory.") var repo: FilePath
+        @Option(help: ArgumentHelp("Private key file from `larder keygen`.", valueName: "KEY")) var key: FilePath
+        @Option(
+            name: .customLong("recipient-key"),
+            help: ArgumentHelp("A recipient private key that opens the content keys (repeatable).", valueName: "FILE"))
+        var recipientKeys: [FilePath]
+        @Option(
+            name: .customLong("encrypt-to"),
+            help: ArgumentHelp("A recipient public key of the new set (repeatable).", valueName: "PUB"))
+        var encryptTo: [FilePath]
+        @Option(name: .customLong("id"), help: ArgumentHelp("Only this package (repeatable).", valueName: "ID"))
+        var ids: [String] = []
+        @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS")) var ttlDays = 30.0
+        @Option(
+            name: .customLong("co-sign"),
+            help: ArgumentHelp("Another private key that also signs the index (repeatable).", valueName: "KEY"))
+        var coSign: [FilePath] = []
+        @OptionGroup var output: OutputOptions
+
+        func validate() throws {
+            guard ttlDays > 0 else { throw ValidationError("--ttl-days must be positive") }
+            guard !encryptTo.isEmpty else { throw ValidationError("at least one --encrypt-to is needed") }
+            guard !recipientKeys.isEmpty else { throw ValidationError("at least one --recipient-key is needed") }
+        }
+
+        func run() throws {
+            let report: RewrapReport
+            do {
+                let privateKey = try PublisherKeys.loadPrivateKey(key)
+                let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey($0) }
+                let holding = try recipientKeys.map { try PublisherKeys.loadRecipientKey($0) }
+                let recipients = try encryptTo.map { try PublisherKeys.loadRecipientPublicKey($0) }
+                report = try Publisher(key: privateKey, coSigners: coSigners).rewrap(
+                    ids: ids, to: recipients, holding: holding, repository: repo, timeToLive: ttlDays * 24 * 3600)
+            } catch let e as PublishError {
+                throw Output.failure(command: "rewrap", code: e.code, message: e.description, json: output.json)
+            } catch {
+                throw Output.failure(command: "rewrap", code: "key", message: "\(error)", json: output.json)
+            }
+            try Output.emit(report, json: output.json)
+        }
+    }
+}

@@ -260,6 +260,30 @@ struct EncryptedSyncTests {
         }
     }
 
+    @Test("rewrap: the content keys wrapped for a new recipient set, no content written again")
+    func rewrap() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        let publisherKey = RecipientKey()
+        try publish(env, 0, to: [device, publisherKey])
+        let before = try files(under: env.repo).filter { !$0.0.hasPrefix("index") }
+        let report = try Publisher(key: env.key, now: { env.clock }).rewrap(
+            to: [other.publicKey, publisherKey.publicKey], holding: [publisherKey],
+            repository: FilePath(env.repo.path))
+        #expect(report.versions == ["sample-app@1.0.0"] && report.recipients.contains(other.keyId), "\(report)")
+        // Only the index pair (and its copy) changed.
+        let after = try files(under: env.repo).filter { !$0.0.hasPrefix("index") }
+        #expect(after.map(\.0) == before.map(\.0) && zip(after, before).allSatisfy { $0.1 == $1.1 })
+        try env.initialise()
+        #expect(try await sync(env, keys: [device]).packages.first?.code == "not-a-recipient")
+        #expect(try await sync(env, keys: [other]).packages.first?.outcome == .done)
+        // Without a key that opens the content key, nothing is published.
+        #expect(throws: PublishError.self) {
+            try Publisher(key: env.key, now: { env.clock }).rewrap(
+                to: [device.publicKey], holding: [device], repository: FilePath(env.repo.path))
+        }
+    }
+
     @Test("a sealed blob round trip through the pipeline: every kind opens with its own binding only")
     func pipelineBinding() throws {
         let key = SymmetricKey(size: .bits256)
