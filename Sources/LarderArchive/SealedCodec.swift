@@ -1,8 +1,11 @@
-import Crypto
 import Foundation
 import LarderCore
 import LarderFileSystem
 import SystemPackage
+
+import struct Crypto.HKDF
+import struct Crypto.SHA256
+import struct Crypto.SymmetricKey
 
 /// The encoding of an encrypted version's blobs (manifests §16): what `inner` stores, sealed with
 /// the version's content key in 64 KiB segments (`SegmentedSeal`). Decoding opens segment by
@@ -12,18 +15,48 @@ package struct SealedCodec: BlobCodec {
     package let inner: any BlobCodec
     let key: SymmetricKey
     let associated: Data
+    /// Objects: each content is sealed under a key of its own, derived from the content key and
+    /// the content's SHA-256, with a zero nonce prefix, so that the same content under the same
+    /// content key is the same sealed bytes (an object named by them is shared by the versions
+    /// that share the key), and no key seals two contents. Decoding needs the content's digest
+    /// (`forContent`).
+    let perContent: Bool
+    /// The content the codec opens, for a `perContent` codec.
+    let content: SHA256Digest?
     package var kind: BlobKind { inner.kind }
 
-    /// Seals what `inner` stores with `key`, binding every segment to `associated`.
-    package init(_ inner: any BlobCodec, key: SymmetricKey, associated: Data) {
+    /// Seals what `inner` stores with `key` (or, `perContent`, a key derived for each content),
+    /// binding every segment to `associated`.
+    package init(
+        _ inner: any BlobCodec, key: SymmetricKey, associated: Data, perContent: Bool = false,
+        content: SHA256Digest? = nil
+    ) {
         self.inner = inner
         self.key = key
         self.associated = associated
+        self.perContent = perContent
+        self.content = content
+    }
+
+    /// This codec bound to the content with digest `digest` (what a `perContent` codec decodes).
+    package func forContent(_ digest: SHA256Digest) -> SealedCodec {
+        SealedCodec(inner, key: key, associated: associated, perContent: perContent, content: digest)
+    }
+
+    /// The key and nonce prefix `digest`'s content is sealed with.
+    func sealing(_ digest: SHA256Digest?) throws(BlobError) -> (SymmetricKey, [UInt8]?) {
+        guard perContent else { return (key, nil) }
+        guard let digest else { throw .malformed(kind, "a sealed object opens only with its content's digest") }
+        let derived = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: key, salt: Data("larder-seal-1 object".utf8),
+            info: associated + Data(digest.hex.utf8), outputByteCount: 32)
+        return (derived, [UInt8](repeating: 0, count: 7))
     }
 
     package func encode(_ content: Data) throws(BlobError) -> Data {
         let stored = try inner.encode(content)
-        do { return try SegmentedSeal.seal(stored, key: key, associated: associated) } catch {
+        let (k, prefix) = try sealing(perContent ? SHA256Digest.of(content) : nil)
+        do { return try SegmentedSeal.seal(stored, key: k, associated: associated, prefix: prefix) } catch {
             throw .malformed(kind, "sealing failed: \(error)")
         }
     }
@@ -32,9 +65,10 @@ package struct SealedCodec: BlobCodec {
         let plain = FilePath(output.string + ".inner")
         defer { try? SystemCalls.unlink(plain) }
         let encoded = try inner.encode(file: source, to: plain)
+        let (k, prefix) = try sealing(encoded.sha256)
         let size: Int64
         do {
-            size = try Self.seal(file: plain, to: output, key: key, associated: associated)
+            size = try Self.seal(file: plain, to: output, key: k, associated: associated, prefix: prefix)
         } catch let e as FileSystemError {
             throw .io(e)
         } catch {
@@ -45,17 +79,20 @@ package struct SealedCodec: BlobCodec {
 
     package func makeDecoder(limit: Int64) throws(BlobError) -> any BlobDecoder {
         // The sealed form of `limit` content bytes is longer; the inner decoder keeps the limit.
-        SealedDecoder(
-            kind: kind, opener: SegmentedSeal.Opener(key: key, associated: associated),
+        let (k, _) = try sealing(content)
+        return SealedDecoder(
+            kind: kind, opener: SegmentedSeal.Opener(key: k, associated: associated),
             inner: try inner.makeDecoder(limit: limit))
     }
 
     /// Seals the file at `source` into `output` (replaced atomically) segment by segment; returns
     /// the sealed size.
-    static func seal(file source: FilePath, to output: FilePath, key: SymmetricKey, associated: Data) throws -> Int64 {
+    static func seal(
+        file source: FilePath, to output: FilePath, key: SymmetricKey, associated: Data, prefix: [UInt8]? = nil
+    ) throws -> Int64 {
         let src = try SystemCalls.open(source, .readOnly, options: [.noFollow])
         defer { try? SystemCalls.close(src, path: source) }
-        var sealer = SegmentedSeal.Sealer(key: key, associated: associated)
+        var sealer = SegmentedSeal.Sealer(key: key, associated: associated, prefix: prefix)
         var total: Int64 = 0
         try AtomicFile.replace(output, wrapping: { $0 as any Error }) { out, temp in
             var buffer = [UInt8](repeating: 0, count: 256 << 10)
@@ -107,7 +144,9 @@ extension BytePipeline {
     package func sealed(key: SymmetricKey, id: PackageID, version: SemanticVersion) -> BytePipeline {
         var p = self
         p.bundle = SealedCodec(bundle, key: key, associated: Encryption.associated(id, version, "bundle"))
-        p.object = SealedCodec(object, key: key, associated: Encryption.associated(id, version, "object"))
+        // Objects are bound to the package, not the version: a version packed with the content
+        // key of the one before it shares the objects of the contents they share.
+        p.object = SealedCodec(object, key: key, associated: Encryption.associatedObject(id), perContent: true)
         p.document = SealedCodec(document, key: key, associated: Encryption.associated(id, version, "document"))
         p.patch = SealedCodec(patch, key: key, associated: Encryption.associated(id, version, "patch"))
         return p
@@ -131,6 +170,15 @@ extension BytePipeline {
         throw wrong ?? .noRecipient(keys.map(\.keyId).joined(separator: ", "))
     }
 
+    /// This pipeline with its objects bound to the content `digest` (a sealed object opens only
+    /// with its content's digest); unchanged when objects are not sealed.
+    package func forObject(_ digest: SHA256Digest) -> BytePipeline {
+        guard let sealed = object as? SealedCodec else { return self }
+        var p = self
+        p.object = sealed.forContent(digest)
+        return p
+    }
+
     /// Whether this is an encrypted version's pipeline.
     package var isSealed: Bool { bundle is SealedCodec }
 
@@ -142,7 +190,9 @@ extension BytePipeline {
         guard let sealed = codec(kind) as? SealedCodec else {
             throw .malformed(kind, "this \(kind.rawValue) is not sealed")
         }
-        let outer = SealedCodec(StoredCodec(kind), key: sealed.key, associated: sealed.associated)
+        let outer = SealedCodec(
+            StoredCodec(kind), key: sealed.key, associated: sealed.associated, perContent: sealed.perContent,
+            content: sealed.content)
         try AtomicFile.replace(output, durable: false, wrapping: { BlobError.io($0) }) {
             (out, temp) throws(BlobError) in
             try decode(outer, file: stored, limit: limit, bufferSize: 256 << 10) {

@@ -49,6 +49,12 @@ public struct Encryption: Codable, Sendable, Equatable {
         Data("larder sealed \(kind) \(id)@\(version)".utf8)
     }
 
+    /// What every sealed object of package `id` authenticates besides its bytes: objects are
+    /// bound to the package, so that versions sharing a content key share objects.
+    package static func associatedObject(_ id: PackageID) -> Data {
+        Data("larder sealed object \(id)".utf8)
+    }
+
     /// The marker `files` names in an encrypted entry: a file list of schema version 2 with no
     /// files, which a device that does not know encryption refuses ("upgrade larder") instead of
     /// installing anything.

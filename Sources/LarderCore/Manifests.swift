@@ -454,14 +454,6 @@ public struct FileList: Codable, Sendable, Equatable, RepositoryDocument {
     /// Every file of the version, sorted by path in UTF-8 byte order.
     public var files: [FileEntry]
 
-    /// This list without its entries' sealed object names (what two encrypted versions' lists
-    /// are compared by: each version seals its objects under its own key).
-    package var withoutSealedNames: FileList {
-        var l = self
-        for i in l.files.indices { l.files[i].sealed = nil }
-        return l
-    }
-
     /// Creates a file list; `files` is sorted by path.
     public init(schemaVersion: Int = currentSchemaVersion, id: PackageID, version: SemanticVersion, files: [FileEntry])
     {

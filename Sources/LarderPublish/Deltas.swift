@@ -65,9 +65,7 @@ struct DeltaBuilder {
         let base = base.list
         let fail = { (detail: String) in PublishError.delta(from: base.version.description, detail: detail) }
         let held = Set(base.files.map(\.sha256))
-        // Sealed object names differ in every version (each has its own key): the changes are
-        // the contents' and paths', and a device of an encrypted version takes its list whole.
-        let (remove, upsert) = DeltaManifest.changes(from: base.withoutSealedNames, to: target.withoutSealedNames)
+        let (remove, upsert) = DeltaManifest.changes(from: base, to: target)
         // Contents are named by position: in `upsert` (targets, objects) and in the base's list.
         let targetAt = Dictionary(upsert.enumerated().map { ($1.sha256, $0) }, uniquingKeysWith: { a, _ in a })
         let baseAt = Dictionary(base.files.enumerated().map { ($1.sha256, $0) }, uniquingKeysWith: { a, _ in a })
@@ -187,7 +185,7 @@ struct DeltaBuilder {
     {
         let path = layout.resolve(RepositoryLayout.objectPath(f.objectName))
         let data: Data
-        do { data = try basePipeline.decodeObject(file: path, limit: f.size) } catch {
+        do { data = try basePipeline.forObject(f.sha256).decodeObject(file: path, limit: f.size) } catch {
             throw fail("the object of \(f.path) (\(f.sha256.hex.prefix(12))…): \(error)")
         }
         guard data.count == f.size, SHA256Digest.of(data) == f.sha256 else {

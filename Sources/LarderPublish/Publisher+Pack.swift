@@ -46,7 +46,8 @@ extension Publisher {
             // deltas to it from the last versions on its channel.
             let s = try stage(
                 request, v, layout,
-                bases: deltaBases(previous, count: request.deltaBases, layout, keys: request.recipientKeys))
+                bases: deltaBases(previous, count: request.deltaBases, layout, keys: request.recipientKeys),
+                previous: previous)
             staged.append(s)
             // 6. The new index entry.
             var entry = PackageEntry(
@@ -190,7 +191,10 @@ extension Publisher {
     /// Scans the tree, writes the bundle and its file list into a staging directory beside the
     /// version's place, checks the bundle with the device's reader, and writes the objects the
     /// repository lacks. The staging directory is removed on failure.
-    func stage(_ request: PackRequest, _ v: ValidatedRequest, _ layout: RepositoryLayout, bases: [DeltaBase] = [])
+    func stage(
+        _ request: PackRequest, _ v: ValidatedRequest, _ layout: RepositoryLayout, bases: [DeltaBase] = [],
+        previous: PackageEntry? = nil
+    )
         throws(PublishError) -> StagedVersion
     {
         let tree = try SourceTree.scan(request.source, limits: request.limits)
@@ -202,7 +206,8 @@ extension Publisher {
         var finished = false
         defer { if !finished { try? SystemCalls.removeTree(staging) } }
         if !request.encryptTo.isEmpty {
-            let s = try stageSealed(request, v, tree, staging: staging, layout: layout, bases: bases)
+            let s = try stageSealed(
+                request, v, tree, staging: staging, layout: layout, bases: bases, previous: previous)
             finished = true
             return s
         }

@@ -17,9 +17,9 @@ extension Publisher {
     /// one by one, the manifest sealed.
     func stageSealed(
         _ request: PackRequest, _ v: ValidatedRequest, _ tree: SourceTree, staging: FilePath, layout: RepositoryLayout,
-        bases: [DeltaBase]
+        bases: [DeltaBase], previous: PackageEntry?
     ) throws(PublishError) -> StagedVersion {
-        let key = SymmetricKey(size: .bits256)
+        let key = reusableKey(previous, request, layout) ?? SymmetricKey(size: .bits256)
         let sealed = pipeline.sealed(key: key, id: v.id, version: v.version)
         let recipients: [WrappedKey]
         do {
@@ -92,19 +92,45 @@ extension Publisher {
             id: v.id, version: v.version, staging: staging,
             versionDir: layout.resolve(RepositoryLayout.versionPath(v.id, v.version)), bundle: bundleRef,
             fileList: markerRef, fileCount: fileList.files.count, totalSize: fileList.totalSize,
-            objects: (objects.written, 0, objects.bytes), filesGzip: nil, deltas: deltas, deltaRefs: deltaRefs,
+            objects: (objects.written, objects.reused, objects.bytes), filesGzip: nil, deltas: deltas,
+            deltaRefs: deltaRefs,
             encryption: encryption)
     }
 
+    /// The content key of `previous` (the version the new one replaces on its channel), to seal
+    /// the new version with: so that the contents they share are the same sealed objects, and an
+    /// update moves only what changed. Only when a key of `request.recipientKeys` opens it and
+    /// the recipients are the same as those it was packed for and is wrapped for now: a key a
+    /// removed (or rewrapped-away) recipient held is never used again. Else nil: a new key.
+    func reusableKey(_ previous: PackageEntry?, _ request: PackRequest, _ layout: RepositoryLayout) -> SymmetricKey? {
+        guard let previous, let encryption = previous.encryption, !request.recipientKeys.isEmpty else { return nil }
+        let wanted = Set(request.encryptTo.map(ContentKeys.keyID))
+        guard Set(encryption.recipients.map(\.keyId)) == wanted,
+            let data = try? AtomicFile.read(
+                layout.resolve(RepositoryLayout.encryptionPath(previous.id, previous.version))),
+            let packed = try? ManifestCoding.decode(Encryption.self, from: data, document: "encryption.json"),
+            Set(packed.recipients.map(\.keyId)) == wanted
+        else { return nil }
+        let info = Encryption.keyInfo(previous.id, previous.version)
+        for k in request.recipientKeys {
+            if let key = try? k.unwrap(encryption.recipients, info: info) { return key }
+        }
+        return nil
+    }
+
     /// Writes each distinct content of `fileList` as a sealed object named by its sealed bytes'
-    /// SHA-256. Every one is new: a content key is the version's own, so no earlier object is
-    /// the same bytes.
+    /// SHA-256 (the same content under the same content key is the same bytes: one already there
+    /// is kept).
     func writeSealedObjects(
         _ fileList: FileList, sources: [FilePath], pipeline sealed: BytePipeline, staging: FilePath,
         layout: RepositoryLayout
-    ) throws(PublishError) -> (written: Int, bytes: Int64, names: [SHA256Digest: (sha256: SHA256Digest, size: Int64)]) {
+    ) throws(PublishError) -> (
+        written: Int, reused: Int, bytes: Int64, names: [SHA256Digest: (sha256: SHA256Digest, size: Int64)]
+    ) {
         var names: [SHA256Digest: (sha256: SHA256Digest, size: Int64)] = [:]
         var bytes: Int64 = 0
+        var written = 0
+        var reused = 0
         let temp = staging.appending("object.sealed")
         for (file, source) in zip(fileList.files, sources) where names[file.sha256] == nil {
             let result: EncodedBlob
@@ -117,13 +143,19 @@ extension Publisher {
             }
             let name = try digest(of: temp)
             let objectPath = layout.resolve(RepositoryLayout.objectPath(name))
+            names[file.sha256] = (name, result.storedSize)
+            if AtomicFile.exists(objectPath), (try? fileSize(objectPath)) == result.storedSize {
+                reused += 1
+                continue
+            }
             try io { () throws(FileSystemError) in
                 try AtomicFile.makeDirectories(objectPath.removingLastComponent())
                 try SystemCalls.rename(temp, to: objectPath)
             }
-            names[file.sha256] = (name, result.storedSize)
+            written += 1
             bytes += result.storedSize
         }
-        return (names.count, bytes, names)
+        try? SystemCalls.unlink(temp)
+        return (written, reused, bytes, names)
     }
 }

@@ -103,7 +103,8 @@ extension Verifier {
                 }
             }
             do {
-                let got = try pipeline.contentOfObject(file: objectPath, limit: limits.maxFileBytes)
+                let got = try pipeline.forObject(file.sha256).contentOfObject(
+                    file: objectPath, limit: limits.maxFileBytes)
                 let ok = got.sha256 == file.sha256 && got.size == file.size
                 objects[file.objectName] = ok
                 if !ok {

@@ -250,10 +250,14 @@ extension Syncer {
         // An encrypted version's blob, its sealed bytes checked, is opened beside its part.
         var opened: FilePath?
         if failure == nil, let sealed {
-            let kind: BlobKind = if case .bundle = job { .bundle } else { .object }
+            // An object opens with its content's digest (its key is derived from it).
+            let (kind, pipeline): (BlobKind, BytePipeline) =
+                if case .object(_, let digest, _, _, _, _) = job { (.object, sealed.forObject(digest)) } else {
+                    (.bundle, sealed)
+                }
             let out = FilePath(part.string + ".open")
             do throws(BlobError) {
-                try sealed.unseal(kind, part, to: out, limit: exp.limit)
+                try pipeline.unseal(kind, part, to: out, limit: exp.limit)
                 opened = out
             } catch {
                 try? SystemCalls.unlink(part)

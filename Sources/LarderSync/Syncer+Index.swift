@@ -231,24 +231,36 @@ extension Syncer {
         for a in plan.actions where a.skip == .fileListNeeded {
             guard let e = entries[a.id] else { continue }
             if let encryption = e.encryption {
-                switch await fetchSealedList(e, encryption, transport: transport, base: base) {
-                case .success(let (list, bytes, wire, pipeline)):
+                // The key first: nothing of the version is fetched without it.
+                let pipeline: BytePipeline
+                switch sealedPipeline(e, encryption) {
+                case .success(let p): pipeline = p
+                case .failure(let f):
+                    out.failures[a.id] = f
+                    continue
+                }
+                if let active = sandbox.state[a.id].active, let ref = e.delta(from: active) {
+                    switch await sealedListFromDelta(
+                        e, encryption, ref, active: active, pipeline: pipeline, transport: transport, base: base,
+                        sandbox: sandbox)
+                    {
+                    case .success(let (list, bytes, delta, wire)):
+                        out.lists[a.id] = list
+                        out.bytes[a.id] = bytes
+                        out.deltas[a.id] = delta
+                        out.wireBytes[a.id, default: 0] += wire
+                        out.sealed[a.id] = pipeline
+                        continue
+                    case .failure(let why):
+                        out.deltaNotes[a.id] = why.description
+                    }
+                }
+                switch await fetchSealedList(e, encryption, pipeline: pipeline, transport: transport, base: base) {
+                case .success(let (list, bytes, wire)):
                     out.lists[a.id] = list
                     out.bytes[a.id] = bytes
                     out.wireBytes[a.id, default: 0] += wire
                     out.sealed[a.id] = pipeline
-                    if let active = sandbox.state[a.id].active, let ref = e.delta(from: active) {
-                        switch await sealedDelta(
-                            e, ref, active: active, list: list, listBytes: bytes, pipeline: pipeline,
-                            transport: transport, base: base, sandbox: sandbox)
-                        {
-                        case .success(let (delta, wire)):
-                            out.deltas[a.id] = delta
-                            out.wireBytes[a.id, default: 0] += wire
-                        case .failure(let why):
-                            out.deltaNotes[a.id] = why.description
-                        }
-                    }
                 case .failure(let failure):
                     out.failures[a.id] = failure
                 }

@@ -5,8 +5,9 @@ import LarderFetch
 import LarderStore
 
 /// Encrypted versions (manifests §16): the content key unwrapped with one of the device's
-/// recipient keys before anything is fetched, then the sealed list fetched, checked against its
-/// signed digest, opened and decoded. Every later download of the version is checked against
+/// recipient keys before anything is fetched, then the list: built from a delta manifest as for
+/// a version in the clear, else the sealed list fetched, checked against its signed digest,
+/// opened and decoded. Every later download of the version is checked against
 /// its sealed digest first and opened after (`Syncer.transfer`).
 extension Syncer {
     /// The byte pipeline of the encrypted version `e`: its content key, unwrapped.
@@ -21,16 +22,11 @@ extension Syncer {
         }
     }
 
-    /// The list of the encrypted version `e`, with its bytes (the opened JSON), the bytes it
-    /// cost on the wire, and the version's pipeline.
-    func fetchSealedList(_ e: PackageEntry, _ encryption: Encryption, transport: any Transport, base: URL) async
-        -> Result<(FileList, Data, Int64, BytePipeline), PackageFailure>
-    {
-        let pipeline: BytePipeline
-        switch sealedPipeline(e, encryption) {
-        case .success(let p): pipeline = p
-        case .failure(let f): return .failure(f)
-        }
+    /// The list of the encrypted version `e` opened with `pipeline`, with its bytes (the opened
+    /// JSON) and the bytes it cost on the wire.
+    func fetchSealedList(
+        _ e: PackageEntry, _ encryption: Encryption, pipeline: BytePipeline, transport: any Transport, base: URL
+    ) async -> Result<(FileList, Data, Int64), PackageFailure> {
         let ref = encryption.files
         let doc: FetchedDocument
         do throws(FetchError) {
@@ -55,16 +51,16 @@ extension Syncer {
         if let f = list.files.first(where: { $0.sealed == nil || $0.packed == nil }) {
             return .failure(.fileListMismatch("\(ref.path): \(f.path) names no sealed object"))
         }
-        return .success((list, data, Int64(doc.data.count), pipeline))
+        return .success((list, data, Int64(doc.data.count)))
     }
 
-    /// The delta to the encrypted version `e` from the active one: its patches only (each object
-    /// name of an encrypted version is its own, so the list is the one opened, `list`). The
-    /// manifest must name that list's opened bytes.
-    func sealedDelta(
-        _ e: PackageEntry, _ ref: DeltaRef, active: SemanticVersion, list: FileList, listBytes: Data,
-        pipeline: BytePipeline, transport: any Transport, base: URL, sandbox: Sandbox
-    ) async -> Result<(ResolvedDelta, Int64), DeltaError> {
+    /// The list of the encrypted version `e` built from the active version's list and the delta
+    /// manifest `ref` (opened with `pipeline`), as for a version in the clear: the manifest names
+    /// the opened list (at the sealed list's path), and the list built must be those bytes.
+    func sealedListFromDelta(
+        _ e: PackageEntry, _ encryption: Encryption, _ ref: DeltaRef, active: SemanticVersion, pipeline: BytePipeline,
+        transport: any Transport, base: URL, sandbox: Sandbox
+    ) async -> Result<(FileList, Data, ResolvedDelta, Int64), DeltaError> {
         let manifest: DeltaManifest
         let current: FileList
         let wire: Int64
@@ -74,17 +70,25 @@ extension Syncer {
         case .success(let got): (manifest, current, wire) = got
         case .failure(let why): return .failure(why)
         }
-        guard manifest.files.size == Int64(listBytes.count), manifest.files.sha256 == SHA256Digest.of(listBytes) else {
-            return .failure(DeltaError("\(ref.manifest.path) leads to another list than the one opened"))
+        guard manifest.files.path == encryption.files.path else {
+            return .failure(DeltaError("\(ref.manifest.path) leads to another list than the index's"))
         }
-        let resolved: ResolvedDelta
+        let delta: ResolvedDelta
         switch manifest.resolve(from: current) {
-        case .success(let d): resolved = d
+        case .success(let d): delta = d
         case .failure(let why): return .failure(why)
         }
-        let delta = ResolvedDelta(
-            manifest: manifest, list: list, patches: resolved.patches, objects: resolved.objects)
-        if let gap = delta.covers(list, holding: Set(current.files.map(\.sha256))) { return .failure(gap) }
-        return .success((delta, wire))
+        let bytes: Data
+        do { bytes = try ManifestCoding.encode(delta.list) } catch {
+            return .failure(DeltaError("the rebuilt list cannot be encoded: \(error)"))
+        }
+        guard Int64(bytes.count) == manifest.files.size, SHA256Digest.of(bytes) == manifest.files.sha256 else {
+            return .failure(DeltaError("the list built from the delta is not the list of \(e.version)"))
+        }
+        if let f = delta.list.files.first(where: { $0.sealed == nil || $0.packed == nil }) {
+            return .failure(DeltaError("\(f.path) names no sealed object"))
+        }
+        if let gap = delta.covers(delta.list, holding: Set(current.files.map(\.sha256))) { return .failure(gap) }
+        return .success((delta.list, bytes, delta, wire))
     }
 }

@@ -132,6 +132,13 @@ extension LarderCommand {
                 valueName: "PUB"))
         var encryptTo: [FilePath] = []
 
+        @Option(
+            name: .customLong("recipient-key"),
+            help: ArgumentHelp(
+                "A recipient private key you hold: deltas are made from earlier encrypted versions it opens "
+                    + "(repeatable).", valueName: "FILE"))
+        var recipientKeys: [FilePath] = []
+
         @OptionGroup var output: OutputOptions
 
         /// The standard limits, tightened by the options (devices accept the standard ones, so a
@@ -169,6 +176,7 @@ extension LarderCommand {
                 privateKey = try PublisherKeys.loadPrivateKey(key)
                 coSigners = try coSign.map { try PublisherKeys.loadPrivateKey($0) }
                 request.encryptTo = try encryptTo.map { try PublisherKeys.loadRecipientPublicKey($0) }
+                request.recipientKeys = try recipientKeys.map { try PublisherKeys.loadRecipientKey($0) }
             } catch {
                 throw Output.failure(command: "pack", code: "key", message: "\(error)", json: output.json)
             }

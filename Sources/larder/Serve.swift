@@ -75,6 +75,12 @@ extension LarderCommand {
                 "Seconds a request for an on-demand package not yet installed waits for its install (0.1–600).",
                 valueName: "SECONDS"))
         var firstUseDeadline: Double = 10
+        @Option(
+            name: .customLong("recipient-key"),
+            help: ArgumentHelp(
+                "A recipient private key that opens encrypted on-demand packages installed at first use (repeatable).",
+                valueName: "FILE"))
+        var recipientKeys: [FilePath] = []
 
         func validate() throws {
             guard (0.1...600).contains(firstUseDeadline) else {
@@ -91,9 +97,14 @@ extension LarderCommand {
 
         /// Installs an on-demand package at the first request for it: a sync of that package
         /// (`larder fetch ID`), one per package however many requests wait.
-        func firstUse(_ resolver: Resolver) -> FirstUse {
+        func firstUse(_ resolver: Resolver) throws -> FirstUse {
             let root = self.root
             var options = SyncOptions()
+            for path in recipientKeys {
+                do { options.recipientKeys.append(try PublisherKeys.loadRecipientKey(path)) } catch {
+                    throw Output.failure(command: "serve", code: "key", message: "\(error)", json: false)
+                }
+            }
             if let ca = ProcessInfo.processInfo.environment["LARDER_CA_FILE"], !ca.isEmpty {
                 options.http.caFiles = [ca]
             }
@@ -115,7 +126,7 @@ extension LarderCommand {
                     network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue),
                     exchange: HTTPStack.platform.makeExchange()),
                 log: { Output.line($0) })
-            if !offline { gateway.firstUse = firstUse(resolver) }
+            if !offline { gateway.firstUse = try firstUse(resolver) }
             if pageHealth {
                 let recorder = StoreHealthRecorder(root: root) { result in
                     switch result {

@@ -151,6 +151,12 @@ struct ManifestTests {
             of: try Data(contentsOf: dir.appendingPathComponent("catalog.json")), root: root)
         try ShardedIndex.checkCatalog(catalog, covers: entries)
         #expect(!entries.isEmpty && root.schemaVersion == 2)
+        // An encrypted version (§16), as pack --encrypt-to writes it.
+        let encrypted = try ManifestCoding.decode(
+            RepositoryIndex.self, from: try Data(contentsOf: dir.appendingPathComponent("index-encrypted.json")),
+            document: "index-encrypted.json")
+        #expect(encrypted.packages.first?.encryption?.recipients.count == 1)
+        #expect(IndexRules.issues(encrypted).isEmpty, "\(IndexRules.issues(encrypted))")
     }
 
     /// Examples that only the JSON Schema refuses (scripts/tools/check-manifests.py checks them): the

@@ -247,10 +247,20 @@ struct EncryptedSyncTests {
 
         let second = try publish(env, 3, to: [device, publisherKey], holding: [publisherKey])
         #expect((second.deltas.first?.patches ?? 0) > 0, "\(second.deltas)")
+        // Sealed with 1.2.0's content key (same recipients, a key the publisher holds): the
+        // contents they share are the same sealed objects.
+        #expect(second.objectsReused > 0 && second.objectsWritten < second.fileCount, "\(second)")
         let update = try await sync(env, keys: [device])
         let byDelta = try #require(update.packages.first)
         #expect(byDelta.outcome == .done && byDelta.method == .delta, "\(update)")
         #expect((byDelta.delta?.patchesApplied ?? 0) > 0 && byDelta.delta?.fallbacks == [], "\(byDelta)")
+        // The list was built from the delta, not fetched: the metadata is the manifest alone.
+        let sealedList = try #require(
+            ManifestCoding.decode(
+                RepositoryIndex.self, from: Data(contentsOf: env.repo.appendingPathComponent("index.json")),
+                document: "index"
+            ).packages.first?.encryption?.files)
+        #expect((byDelta.metadataBytes ?? 0) < sealedList.size, "\(byDelta) \(sealedList)")
         #expect(try env.active() == "1.3.0")
         try expectInstalled(env, "1.3.0", list: try installedList(env, "1.3.0"))
         // Patches and manifests are sealed like the rest: no zstd frame in the clear.
@@ -277,11 +287,48 @@ struct EncryptedSyncTests {
         try env.initialise()
         #expect(try await sync(env, keys: [device]).packages.first?.code == "not-a-recipient")
         #expect(try await sync(env, keys: [other]).packages.first?.outcome == .done)
+        // The next version gets a new content key (the one `device` held is never used again);
+        // the one after shares that new key (same recipients): its unchanged contents' objects too.
+        let rotated = try publish(env, 1, to: [other, publisherKey], holding: [publisherKey])
+        #expect(rotated.objectsReused == 0, "\(rotated)")
+        let kept = try publish(env, 2, to: [other, publisherKey], holding: [publisherKey])
+        #expect(kept.objectsReused > 0, "\(kept)")
         // Without a key that opens the content key, nothing is published.
         #expect(throws: PublishError.self) {
             try Publisher(key: env.key, now: { env.clock }).rewrap(
                 to: [device.publicKey], holding: [device], repository: FilePath(env.repo.path))
         }
+    }
+
+    @Test("a sealed bundle cut off mid-transfer is resumed with Range from where it stopped, then opened")
+    func resumedSealedBundle() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        try publish(env, 0, to: [device])
+        let origin = try await FaultOrigin.start(serving: env.repo, otherHost: nil)
+        do {
+            _ = try SyncConfig.initialise(
+                root: env.root, repository: origin.base + "/", keys: [env.key.publicKey], channel: "stable",
+                appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: true)
+            let index = try ManifestCoding.decode(
+                RepositoryIndex.self, from: Data(contentsOf: env.repo.appendingPathComponent("index.json")),
+                document: "index")
+            let bundle = try #require(index.packages.first?.bundle)
+            let cut = Int(bundle.size / 2)
+            origin.inject(.truncate(after: cut), at: "/" + bundle.path)
+            var o = SyncOptions()
+            o.recipientKeys = [device]
+            let again = try await Syncer(root: env.root, options: o).sync()
+            let p = try #require(again.packages.first)
+            #expect(p.outcome == .done && p.method == .bundle, "\(again)")
+            let asked = origin.requests(under: "/" + bundle.path)
+            #expect(asked.count == 2 && asked.last?.range == "bytes=\(cut)-" && asked.last?.status == 206, "\(asked)")
+            try expectInstalled(env, "1.0.0", list: try installedList(env, "1.0.0"))
+        } catch {
+            await origin.stop()
+            throw error
+        }
+        await origin.stop()
     }
 
     @Test("a sealed blob round trip through the pipeline: every kind opens with its own binding only")

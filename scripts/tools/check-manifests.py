@@ -55,6 +55,7 @@ VALID = {  # example file -> schema
     "key.pub": "key.schema.json",
     "delta.json": "delta.schema.json",
     "index-sharded.json": "index.schema.json",
+    "index-encrypted.json": "index.schema.json",
     "shard.json": "shard.schema.json",
     "catalog.json": "catalog.schema.json",
 }

@@ -154,6 +154,27 @@ def operations(larder, work):
     larder.must("init", "--root", sharded, "--repo", "file://" + repo5, "--public-key", run.pub)
     larder.must("fetch", "mini", "--root", sharded)
     larder.must("init", "--root", sharded, "--repo", "file://" + repo6, "--public-key", run.pub)
+    # An encrypted version: repo-7 is repo-4 with app 4.0.0 sealed for a recipient key
+    # (`pack --encrypt-to`); a device on 3.0.0 that holds the key syncs it (manifests §16).
+    repo7 = os.path.join(work, "repo-7")
+    shutil.copytree(run.repo4, repo7)
+    recipient = os.path.join(work, "keys", "device")
+    larder.must("keygen", "--recipient", "--out", recipient)
+    src4 = os.path.join(work, "src-4")
+    shutil.copytree(ls.SAMPLE_APP, src4)
+    with open(os.path.join(src4, "data", "catalog.json"), "w") as f:
+        json.dump({"version": "4.0.0", "items": []}, f)
+    larder.must("pack", src4, "--repo", repo7, "--id", "app", "--version", "4.0.0", "--key", run.key,
+                "--encrypt-to", recipient + ".pub")
+    run.lists["4.0.0"] = {}
+    for dirpath, _, files in os.walk(src4):
+        for name in files:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as h:
+                run.lists["4.0.0"][os.path.relpath(full, src4)] = hashlib.sha256(h.read()).hexdigest()
+    encrypted = os.path.join(work, "templates", "encrypted")
+    shutil.copytree(v3, encrypted, symlinks=True)
+    larder.must("init", "--root", encrypted, "--repo", "file://" + repo7, "--public-key", run.pub)
     bundle2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "bundle.zip")
     files2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "files.json")
     return run, [
@@ -168,6 +189,7 @@ def operations(larder, work):
         ("evict", evict, ["gc", "--keep", "1", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
         ("fetch", fetch, ["fetch", "mini", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
         ("sync-sharded", sharded, SYNC, {"3.0.0"}, "3.0.0"),
+        ("sync-encrypted", encrypted, SYNC + ["--recipient-key", recipient + ".key"], {"3.0.0", "4.0.0"}, "4.0.0"),
     ]
 
 

@@ -1,6 +1,7 @@
 """Varnish from Debian as a foreground child on 127.0.0.1: a CDN edge in front of an origin, for
 scripts/integration/edge.py and `scripts/bench --edge`. The VCL is Examples/cdn/edge.vcl with its
-backend's port replaced by the origin's; the cache lives in memory, so a restart empties it."""
+backend's port replaced by the origin's; the cache lives in memory (or in a file when told), and a
+restart empties it."""
 import json
 import os
 import re
@@ -18,7 +19,7 @@ NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class Varnish:
-    def __init__(self, work, origin_port, memory="256m"):
+    def __init__(self, work, origin_port, memory="256m", storage=None):
         self.binary = ls.ensure_tool("varnishd", "varnish")
         self.stat_binary = ls.ensure_tool("varnishstat", "varnish")
         self.dir = os.path.join(work, "varnish")
@@ -32,6 +33,8 @@ class Varnish:
         with open(self.vcl, "w") as f:
             f.write(text)
         self.memory = memory
+        # Varnish's -s argument: memory unless told (a `file,PATH,SIZE` cache can be read after).
+        self.storage = storage or "malloc," + memory
         self.port = None
         self.proc = None
         self.output = os.path.join(self.dir, "varnishd.out")
@@ -52,7 +55,7 @@ class Varnish:
             out = open(self.output, "ab")
             self.proc = subprocess.Popen(
                 [self.binary, "-F", "-n", self.instance, "-a", "127.0.0.1:%d" % self.port, "-f", self.vcl,
-                 "-s", "malloc," + self.memory, "-T", "none", "-p", "thread_pool_min=50",
+                 "-s", self.storage, "-T", "none", "-p", "thread_pool_min=50",
                  # Counters flushed after every request, so that a request is counted when answered.
                  "-p", "thread_stats_rate=1"]
                 # As root, varnishd would switch to its own user, which cannot read a private
