@@ -92,7 +92,15 @@ class Run:
         self.src = os.path.join(work, "src")
         shutil.copytree(ls.SAMPLE_APP, self.src)
         self.releases = {}
-        self.nginx = Nginx(ls.ensure_tool("nginx", "nginx-light"), work, self.repo, include=SNIPPET)
+        # The shipped cache headers, the index pair's max-age cut to 1 s (a release shows at once).
+        self.snippet = os.path.join(work, "cdn.conf")
+        with open(SNIPPET) as f:
+            text = f.read()
+        if "max-age=60" not in text:
+            raise SetupError("Examples/cdn/nginx-repository.conf has no max-age=60 for the index pair")
+        with open(self.snippet, "w") as f:
+            f.write(text.replace("max-age=60", "max-age=1"))
+        self.nginx = Nginx(ls.ensure_tool("nginx", "nginx-light"), work, self.repo, include=self.snippet)
         self.varnish = None
         self.storage = os.path.join(work, "varnish-cache.bin")
 
@@ -103,6 +111,7 @@ class Run:
                          self.sign + ".key", "--encrypt-to", self.device_key + ".pub", "--encrypt-to",
                          self.publisher_key + ".pub", "--recipient-key", self.publisher_key + ".key")
         self.releases[version] = tree_files(self.src)
+        time.sleep(1.5)  # the edge's copy of the index pair expires
         return version
 
     def device(self, name, base=None):
