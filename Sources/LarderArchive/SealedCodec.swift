@@ -202,3 +202,78 @@ extension BytePipeline {
         }
     }
 }
+
+/// A sealed bundle opened while it arrives: reads the sealed bytes from `inner` (a download
+/// being written), opens each segment once it is complete — authenticated before any of its
+/// bytes is handed on — and hands the zip's bytes to the archive reader, keeping a copy at
+/// `output`, which `complete()` returns (the reader checks the complete zip there).
+package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
+    // @unchecked: used by one thread at a time (the streamed extraction's), like the source it wraps.
+    let inner: any ArchiveByteSource
+    let opener: SegmentedSeal.Opener
+    /// The opened zip, written as it is handed on.
+    package let output: FilePath
+    var fd: FileDescriptor?
+    var pending = Data()
+    var offset = 0
+    var ended = false
+    var chunk = [UInt8](repeating: 0, count: 256 << 10)
+
+    /// A source opening what `inner` delivers with `pipeline`'s bundle seal; nil when the
+    /// pipeline's bundles are not sealed over their zip.
+    package init?(_ inner: any ArchiveByteSource, pipeline: BytePipeline, output: FilePath) {
+        guard let sealed = pipeline.bundle as? SealedCodec, sealed.inner is StoredCodec,
+            let fd = try? SystemCalls.open(output, .writeOnly, options: [.create, .truncate])
+        else { return nil }
+        self.inner = inner
+        opener = SegmentedSeal.Opener(key: sealed.key, associated: sealed.associated)
+        self.output = output
+        self.fd = fd
+    }
+
+    deinit { if let fd { try? SystemCalls.close(fd, path: output) } }
+
+    package func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        while offset == pending.count {
+            if ended { return 0 }
+            let n = try chunk.withUnsafeMutableBytes { try inner.read(into: $0) }
+            let opened: Data
+            do {
+                if n == 0 {
+                    opened = try opener.finish()
+                    ended = true
+                } else {
+                    opened = try opener.feed(Data(chunk[0..<n]))
+                }
+            } catch {
+                throw ArchiveError.unreadable(detail: "the sealed bundle does not open: \(error)")
+            }
+            if let fd, !opened.isEmpty {
+                try opened.withUnsafeBytes { try SystemCalls.writeAll(fd, $0, path: output) }
+            }
+            pending = opened
+            offset = 0
+        }
+        let k = min(buffer.count, pending.count - offset)
+        pending.withUnsafeBytes { raw in
+            if let base = buffer.baseAddress, let from = raw.baseAddress {
+                base.copyMemory(from: from + offset, byteCount: k)
+            }
+        }
+        offset += k
+        return k
+    }
+
+    package func complete() throws -> FilePath {
+        _ = try inner.complete()
+        // The reader may stop before the end (it reads the central directory from the file).
+        let rest = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
+        defer { rest.deallocate() }
+        while try read(into: rest) > 0 {}
+        if let fd {
+            try SystemCalls.close(fd, path: output)
+            self.fd = nil
+        }
+        return output
+    }
+}

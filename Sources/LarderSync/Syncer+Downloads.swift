@@ -99,7 +99,9 @@ extension Syncer {
     /// Extracts a bundle into `area` on a thread of its own, reading the part file as the
     /// download writes it (see `GrowingPart`); the thread blocks while it waits for bytes, which
     /// no task of the cooperative pool may do.
-    static func extract(_ area: StagingArea, following watch: GrowingPart, size: Int64) async -> Result<
+    static func extract(
+        _ area: StagingArea, following watch: some ArchiveByteSource & Sendable, size: Int64
+    ) async -> Result<
         StagedBundle, StoreError
     > {
         await withCheckedContinuation { continuation in
@@ -175,9 +177,9 @@ extension Syncer {
             case .bundle:
                 let part = sandbox.layout.bundlePart(e.id, e.version, sha256: e.bundle.sha256)
                 // Without a staging area the complete file is extracted after the download.
-                // A sealed bundle is opened once its digest is checked, then extracted.
+                // A sealed bundle is opened as it arrives (`SealedByteSource`) and extracted too.
                 let area =
-                    options.pipeline.streamsBundles && sealed[a.id] == nil
+                    options.pipeline.streamsBundles
                     ? try? sandbox.makeStagingArea(id: e.id, version: e.version, expected: list.files) : nil
                 let expected = Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256)
                 jobs.append(.bundle(a.id, url(base, e.bundle.path), part, expected, area, sealed[a.id]))
@@ -235,8 +237,13 @@ extension Syncer {
             case .patch(let i, _, let u, let p, let e): (i, u, p, e, nil, nil)
             }
         let watch = area.map { _ in GrowingPart(part) }
+        // A sealed bundle is opened segment by segment as it arrives, and extracted from that.
+        let opening = watch.flatMap { w in
+            sealed.flatMap { SealedByteSource(w, pipeline: $0, output: FilePath(part.string + ".open")) }
+        }
         async let extraction: Result<StagedBundle, StoreError>? = {
             guard let area, let watch else { return nil }
+            if let opening { return await extract(area, following: opening, size: exp.size ?? exp.limit) }
             return await extract(area, following: watch, size: exp.size ?? exp.limit)
         }()
         var failure: PackageFailure?
@@ -247,9 +254,16 @@ extension Syncer {
             failure = .fetch(error)
             watch?.fail(error.description)
         }
-        // An encrypted version's blob, its sealed bytes checked, is opened beside its part.
+        let extracted = await extraction
+        // An encrypted version's blob, its sealed bytes checked, is opened beside its part (a
+        // bundle extracted as it arrived was opened on the way).
         var opened: FilePath?
-        if failure == nil, let sealed {
+        if failure != nil, let opening {
+            // What opened before the transfer failed goes (the staging area with it, `record`).
+            try? SystemCalls.unlink(opening.output)
+        } else if failure == nil, let opening, case .success = extracted {
+            opened = opening.output
+        } else if failure == nil, let sealed {
             // An object opens with its content's digest (its key is derived from it).
             let (kind, pipeline): (BlobKind, BytePipeline) =
                 if case .object(_, let digest, _, _, _, _) = job { (.object, sealed.forObject(digest)) } else {
@@ -269,8 +283,7 @@ extension Syncer {
             }
         }
         let seconds = Date().timeIntervalSince(started)
-        return Transfer(
-            job: job, failure: failure, seconds: seconds, extraction: await extraction, opened: opened)
+        return Transfer(job: job, failure: failure, seconds: seconds, extraction: extracted, opened: opened)
     }
 
     /// Files a finished transfer's outcome: the part file, or the failure and the part to resume.
