@@ -269,7 +269,7 @@ package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
         // The reader may stop before the end (it reads the central directory from the file).
         let rest = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
         defer { rest.deallocate() }
-        while try read(into: rest) > 0 {}
+        while try self.read(into: rest) > 0 {}
         if let fd {
             try SystemCalls.close(fd, path: output)
             self.fd = nil
