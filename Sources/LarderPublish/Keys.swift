@@ -56,26 +56,10 @@ public enum KeyLoadError: Error, Sendable, Equatable, CustomStringConvertible {
 public enum PublisherKeys {
     /// Makes a new Ed25519 key pair: `<out>.key` (private, mode 0600) and `<out>.pub`.
     public static func generate(out: FilePath) throws(KeygenError) -> KeygenReport {
-        let privatePath = FilePath(out.string + ".key")
-        let publicPath = FilePath(out.string + ".pub")
-        for p in [privatePath, publicPath] where AtomicFile.exists(p) { throw .exists(p.string) }
         let key = PrivateKey()
-        let privateData: Data
-        let publicData: Data
-        do {
-            privateData = try ManifestCoding.encode(KeyFile(private: key))
-            publicData = try ManifestCoding.encode(KeyFile(public: key.publicKey))
-        } catch {
-            throw .encoding("\(error)")
-        }
-        do {
-            let dir = out.removingLastComponent()
-            if !dir.isEmpty { try AtomicFile.makeDirectories(dir) }
-            try AtomicFile.write(privateData, to: privatePath, permissions: [.ownerReadWrite])
-            try AtomicFile.write(publicData, to: publicPath)
-        } catch {
-            throw .io(error)
-        }
+        let (privatePath, publicPath) = try writePair(
+            out: out, { try ManifestCoding.encode(KeyFile(private: key)) },
+            { try ManifestCoding.encode(KeyFile(public: key.publicKey)) })
         return KeygenReport(
             keyId: key.publicKey.keyID, publicKey: key.publicKey.base64, privateKeyFile: privatePath.string,
             publicKeyFile: publicPath.string)
@@ -97,26 +81,10 @@ public enum PublisherKeys {
     /// `<out>.key` (private, mode 0600: the app holds it) and `<out>.pub` (for
     /// `pack --encrypt-to`).
     public static func generateRecipient(out: FilePath) throws(KeygenError) -> KeygenReport {
-        let privatePath = FilePath(out.string + ".key")
-        let publicPath = FilePath(out.string + ".pub")
-        for p in [privatePath, publicPath] where AtomicFile.exists(p) { throw .exists(p.string) }
         let key = Curve25519.KeyAgreement.PrivateKey()
-        let privateData: Data
-        let publicData: Data
-        do {
-            privateData = try ManifestCoding.encode(RecipientKeyFile(private: key))
-            publicData = try ManifestCoding.encode(RecipientKeyFile(public: key.publicKey))
-        } catch {
-            throw .encoding("\(error)")
-        }
-        do {
-            let dir = out.removingLastComponent()
-            if !dir.isEmpty { try AtomicFile.makeDirectories(dir) }
-            try AtomicFile.write(privateData, to: privatePath, permissions: [.ownerReadWrite])
-            try AtomicFile.write(publicData, to: publicPath)
-        } catch {
-            throw .io(error)
-        }
+        let (privatePath, publicPath) = try writePair(
+            out: out, { try ManifestCoding.encode(RecipientKeyFile(private: key)) },
+            { try ManifestCoding.encode(RecipientKeyFile(public: key.publicKey)) })
         return KeygenReport(
             keyId: ContentKeys.keyID(key.publicKey), publicKey: key.publicKey.rawRepresentation.base64EncodedString(),
             privateKeyFile: privatePath.string, publicKeyFile: publicPath.string)
@@ -132,6 +100,32 @@ public enum PublisherKeys {
     public static func loadRecipientPublicKey(_ path: FilePath) throws(KeyLoadError) -> RecipientPublicKey {
         let data = try Self.read(path)
         do { return try RecipientKeyFile.publicKey(from: data, path: path.string) } catch { throw .key(error) }
+    }
+
+    /// Writes `<out>.key` (mode 0600) and `<out>.pub`, neither of which may exist yet.
+    private static func writePair(out: FilePath, _ privateData: () throws -> Data, _ publicData: () throws -> Data)
+        throws(KeygenError) -> (FilePath, FilePath)
+    {
+        let privatePath = FilePath(out.string + ".key")
+        let publicPath = FilePath(out.string + ".pub")
+        for p in [privatePath, publicPath] where AtomicFile.exists(p) { throw .exists(p.string) }
+        let privateBytes: Data
+        let publicBytes: Data
+        do {
+            privateBytes = try privateData()
+            publicBytes = try publicData()
+        } catch {
+            throw .encoding("\(error)")
+        }
+        do {
+            let dir = out.removingLastComponent()
+            if !dir.isEmpty { try AtomicFile.makeDirectories(dir) }
+            try AtomicFile.write(privateBytes, to: privatePath, permissions: [.ownerReadWrite])
+            try AtomicFile.write(publicBytes, to: publicPath)
+        } catch {
+            throw .io(error)
+        }
+        return (privatePath, publicPath)
     }
 
     private static func read(_ path: FilePath) throws(KeyLoadError) -> Data {

@@ -213,19 +213,7 @@ extension Publisher {
         }
 
         let bundleFile = staging.appending("bundle.zip")
-        let written: [FileEntry]
-        do { written = try pipeline.writeBundle(tree.files, to: bundleFile) } catch { throw .archive(error) }
-        let fileList = FileList(id: v.id, version: v.version, files: written)
-        // Self-check with the device's reader: what we publish, a device can install.
-        let listing: ArchiveListing
-        do {
-            listing = try pipeline.withZip(of: bundleFile, limit: request.limits.maxTotalBytes) {
-                (zip) throws(ArchiveError) in try ZipReader(limits: request.limits).validate(zip)
-            }
-        } catch { throw .archive(error) }
-        guard listing.files == fileList.files else {
-            throw .changedWhilePacking(path: request.source.string)
-        }
+        let fileList = try writeBundle(request, v, tree, to: bundleFile, pipeline: pipeline)
         // Objects the repository lacks (content-addressed, so writing one is idempotent); the list
         // then says each object's size, for a device to weigh objects by what they cost.
         let objects = try writeObjects(fileList, sources: tree.files.map(\.source), layout: layout)
@@ -266,6 +254,24 @@ extension Publisher {
             fileList: fileListRef, fileCount: fileList.files.count, totalSize: fileList.totalSize,
             objects: (objects.written, objects.reused, objects.bytes), filesGzip: gzipRef, deltas: deltas,
             deltaRefs: deltaRefs, encryption: nil)
+    }
+
+    /// Writes the tree as a bundle at `output` with `pipeline` and checks it with the device's
+    /// reader (what we publish, a device can install); returns the version's list.
+    func writeBundle(
+        _ request: PackRequest, _ v: ValidatedRequest, _ tree: SourceTree, to output: FilePath, pipeline: BytePipeline
+    ) throws(PublishError) -> FileList {
+        let written: [FileEntry]
+        do { written = try pipeline.writeBundle(tree.files, to: output) } catch { throw .archive(error) }
+        let fileList = FileList(id: v.id, version: v.version, files: written)
+        let listing: ArchiveListing
+        do {
+            listing = try pipeline.withZip(of: output, limit: request.limits.maxTotalBytes) {
+                (zip) throws(ArchiveError) in try ZipReader(limits: request.limits).validate(zip)
+            }
+        } catch { throw .archive(error) }
+        guard listing.files == fileList.files else { throw .changedWhilePacking(path: request.source.string) }
+        return fileList
     }
 
     /// A pack request's values, parsed and checked.

@@ -29,16 +29,7 @@ extension Publisher {
         }
 
         let bundleFile = staging.appending("bundle.sealed")
-        let written: [FileEntry]
-        do { written = try sealed.writeBundle(tree.files, to: bundleFile) } catch { throw .archive(error) }
-        let fileList = FileList(id: v.id, version: v.version, files: written)
-        let listing: ArchiveListing
-        do {
-            listing = try sealed.withZip(of: bundleFile, limit: request.limits.maxTotalBytes) {
-                (zip) throws(ArchiveError) in try ZipReader(limits: request.limits).validate(zip)
-            }
-        } catch { throw .archive(error) }
-        guard listing.files == fileList.files else { throw .changedWhilePacking(path: request.source.string) }
+        let fileList = try writeBundle(request, v, tree, to: bundleFile, pipeline: sealed)
 
         let objects = try writeSealedObjects(
             fileList, sources: tree.files.map(\.source), pipeline: sealed, staging: staging, layout: layout)

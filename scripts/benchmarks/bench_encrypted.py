@@ -35,12 +35,7 @@ END = "<!-- bench-encrypted:end -->"
 APPS = ("jupyterlab", "marimo", "dagster")
 
 
-def run(args, env=None):
-    p = subprocess.run([str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    if p.returncode != 0:
-        die("failed (exit %d): %s\n%s%s" % (p.returncode, " ".join(map(str, args)), p.stdout[-3000:],
-                                             p.stderr[-3000:]))
-    return p.stdout
+run = bench_deltas.run
 
 
 def timed(args, env=None):
