@@ -135,16 +135,20 @@ package enum SegmentedSeal {
     }
 
     /// Opens a sealed blob fed in pieces: each complete segment is authenticated, then its
-    /// content returned.
+    /// content handed on. A segment wholly inside the bytes fed is opened from them; only one
+    /// that spans two feeds waits in a buffer (at most a segment).
     package final class Opener {
         let key: SymmetricKey
         let associated: Data
-        var buffer = Data()
-        var header: Data?
+        /// The header while it arrives, then a segment while it does.
+        var buffer: [UInt8] = []
+        /// The header and the associated data: what every segment authenticates.
+        var authenticated = Data()
         var prefix: [UInt8] = []
         var segmentSize = 0
         var next: UInt32 = 0
         var ended = false
+        var haveHeader = false
 
         /// An opener for blobs sealed with `key` and `associated`.
         package init(key: SymmetricKey, associated: Data) {
@@ -155,53 +159,94 @@ package enum SegmentedSeal {
         /// Takes more sealed bytes; returns the content of the segments they completed (a
         /// segment is known not to be the last once a byte after it has arrived).
         package func feed(_ bytes: Data) throws(SealError) -> Data {
-            if ended, !bytes.isEmpty { throw .trailing }
-            buffer += bytes
-            try readHeader()
-            guard header != nil else { return Data() }
             var out = Data()
-            let sealed = segmentSize + SegmentedSeal.tagSize
-            while buffer.count > sealed {
-                out += try openSegment(buffer.prefix(sealed), last: false)
-                buffer.removeFirst(sealed)
+            let fed: Result<Void, SealError> = bytes.withUnsafeBytes { raw in
+                Result { () throws(SealError) in try feed(raw) { out += $0 } }
             }
+            try fed.get()
             return out
+        }
+
+        /// Takes more sealed bytes, handing `opened` the content of each segment they completed,
+        /// in order.
+        package func feed(_ bytes: UnsafeRawBufferPointer, _ opened: (Data) throws(SealError) -> Void)
+            throws(SealError)
+        {
+            if ended, !bytes.isEmpty { throw .trailing }
+            var rest = bytes[...]
+            if !haveHeader {
+                let take = min(rest.count, SegmentedSeal.headerSize - buffer.count)
+                buffer.append(contentsOf: rest.prefix(take))
+                rest = rest.dropFirst(take)
+                try readHeader()
+                guard haveHeader else { return }
+            }
+            let sealed = segmentSize + SegmentedSeal.tagSize
+            if !buffer.isEmpty {
+                // A segment begun in an earlier feed: completed, and opened once a byte follows it.
+                let take = min(rest.count, sealed - buffer.count)
+                buffer.append(contentsOf: rest.prefix(take))
+                rest = rest.dropFirst(take)
+                guard !rest.isEmpty else { return }
+                try opened(try openBuffer(last: false))
+                buffer.removeAll(keepingCapacity: true)
+            }
+            while rest.count > sealed {
+                try opened(openSegment(UnsafeRawBufferPointer(rebasing: rest.prefix(sealed)), last: false))
+                rest = rest.dropFirst(sealed)
+            }
+            buffer.append(contentsOf: rest)
         }
 
         /// Ends the input: opens the last segment, which must be all that is left.
         package func finish() throws(SealError) -> Data {
-            if ended { return Data() }
-            try readHeader()
-            guard header != nil, buffer.count >= SegmentedSeal.tagSize else { throw .truncated }
-            guard buffer.count <= segmentSize + SegmentedSeal.tagSize else { throw .trailing }
-            let out = try openSegment(buffer, last: true)
-            buffer = Data()
-            ended = true
+            var out = Data()
+            try finish { out += $0 }
             return out
         }
 
+        /// Ends the input: hands `opened` the last segment's content, which must be all that is left.
+        package func finish(_ opened: (Data) throws(SealError) -> Void) throws(SealError) {
+            if ended { return }
+            guard haveHeader, buffer.count >= SegmentedSeal.tagSize else { throw .truncated }
+            guard buffer.count <= segmentSize + SegmentedSeal.tagSize else { throw .trailing }
+            let content = try openBuffer(last: true)
+            buffer = []
+            ended = true
+            try opened(content)
+        }
+
+        /// Opens the segment held in the buffer.
+        private func openBuffer(last: Bool) throws(SealError) -> Data {
+            let r: Result<Data, SealError> = buffer.withUnsafeBytes { raw in
+                Result { () throws(SealError) in try openSegment(raw, last: last) }
+            }
+            return try r.get()
+        }
+
         private func readHeader() throws(SealError) {
-            guard header == nil, buffer.count >= SegmentedSeal.headerSize else { return }
-            let h = Data(buffer.prefix(SegmentedSeal.headerSize))
-            let bytes = [UInt8](h)
+            guard !haveHeader, buffer.count >= SegmentedSeal.headerSize else { return }
+            let bytes = buffer
             guard Array(bytes[0..<4]) == SegmentedSeal.magic else { throw .header("no LRDE magic") }
             guard bytes[4] == SegmentedSeal.version else { throw .header("version \(bytes[4])") }
             guard (10...24).contains(Int(bytes[5])) else { throw .header("segment size 2^\(bytes[5])") }
             guard bytes[13...15].allSatisfy({ $0 == 0 }) else { throw .header("reserved bytes set") }
             segmentSize = 1 << Int(bytes[5])
             prefix = Array(bytes[6..<13])
-            header = h
-            buffer.removeFirst(SegmentedSeal.headerSize)
+            authenticated = Data(bytes) + associated
+            haveHeader = true
+            buffer.removeAll(keepingCapacity: true)
+            buffer.reserveCapacity(segmentSize + SegmentedSeal.tagSize)
         }
 
-        private func openSegment(_ sealed: Data, last: Bool) throws(SealError) -> Data {
+        private func openSegment(_ sealed: UnsafeRawBufferPointer, last: Bool) throws(SealError) -> Data {
             let n = next
-            let tag = sealed.suffix(SegmentedSeal.tagSize)
-            let ciphertext = sealed.prefix(sealed.count - SegmentedSeal.tagSize)
             do {
                 let box = try ChaChaPoly.SealedBox(
-                    nonce: try SegmentedSeal.nonce(prefix, n, last: last), ciphertext: ciphertext, tag: tag)
-                let content = try ChaChaPoly.open(box, using: key, authenticating: (header ?? Data()) + associated)
+                    nonce: try SegmentedSeal.nonce(prefix, n, last: last),
+                    ciphertext: sealed.prefix(sealed.count - SegmentedSeal.tagSize),
+                    tag: sealed.suffix(SegmentedSeal.tagSize))
+                let content = try ChaChaPoly.open(box, using: key, authenticating: authenticated)
                 next += 1
                 return content
             } catch {

@@ -255,6 +255,8 @@ extension Syncer {
             watch?.fail(error.description)
         }
         let extracted = await extraction
+        // Whatever the extraction's end, the thread opening the bundle is done before its file is used.
+        opening?.stop()
         // An encrypted version's blob, its sealed bytes checked, is opened beside its part (a
         // bundle extracted as it arrived was opened on the way).
         var opened: FilePath?

@@ -32,7 +32,11 @@ struct SealingTests {
             let sealed = try SegmentedSeal.seal(c, key: Self.key, associated: Self.ad, segmentShift: 10)
             let segments = max(1, (n + s - 1) / s)
             #expect(sealed.count == SegmentedSeal.headerSize + n + segments * SegmentedSeal.tagSize)
-            for chunk in [1, 7, 1000, 1 << 20] {
+            // Pieces that end inside the header, at a sealed segment's end, a byte before or after it.
+            let sealedSegment = s + SegmentedSeal.tagSize
+            for chunk in [
+                1, 7, 1000, sealedSegment - 1, sealedSegment, sealedSegment + 1, 2 * sealedSegment + 3, 1 << 20,
+            ] {
                 #expect(try Self.open(sealed, chunk: chunk) == c, "n \(n) chunk \(chunk)")
             }
         }
@@ -67,6 +71,8 @@ struct SealingTests {
         // Cut at a segment's end: the segment before is not the last one.
         #expect(refused(sealed.prefix(h + 2 * seg)) == .segment(1))
         #expect(refused(sealed.prefix(h + 10)) == .truncated)
+        #expect(refused(sealed.prefix(h)) == .truncated)
+        #expect(refused(sealed.prefix(h - 3)) == .truncated)
         #expect(refused(sealed + Data([0])) != nil)
         #expect(refused(sealed, key: SymmetricKey(size: .bits256)) == .segment(0))
         #expect(refused(sealed, ad: Data("bundle packages/app/2.0.0".utf8)) == .segment(0))
