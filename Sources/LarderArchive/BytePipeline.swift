@@ -15,8 +15,11 @@ package struct BytePipeline: Sendable {
     package var object: any BlobCodec = GzipCodec(.object)
     /// How compressed documents are stored (gzip).
     package var document: any BlobCodec = GzipCodec(.document)
-    /// How patches are stored (as is: a zstd frame).
+    /// How each patch is stored (as is: a zstd frame).
     package var patch: any BlobCodec = StoredCodec(.patch)
+    /// How a delta's patch file — its patches end to end — is stored (as is; sealed once, whole,
+    /// in an encrypted version).
+    package var patchFile: any BlobCodec = StoredCodec(.patch)
 
     /// The encodings of format version 1.
     package static let standard = BytePipeline()
@@ -33,6 +36,9 @@ package struct BytePipeline: Sendable {
         case .patch: patch
         }
     }
+
+    /// A delta's patch file (its stored patches end to end) as published.
+    package func encodePatchFile(_ patches: Data) throws(BlobError) -> Data { try patchFile.encode(patches) }
 
     /// The most a stored blob of `kind` whose content is `size` bytes may take: what a download
     /// of it is bounded by when its stored size is not signed. gzip of incompressible data grows

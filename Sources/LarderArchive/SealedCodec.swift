@@ -150,7 +150,7 @@ extension BytePipeline {
         // key of the one before it shares the objects of the contents they share.
         p.object = SealedCodec(object, key: key, associated: Encryption.associatedObject(id), perContent: true)
         p.document = SealedCodec(document, key: key, associated: Encryption.associated(id, version, "document"))
-        p.patch = SealedCodec(patch, key: key, associated: Encryption.associated(id, version, "patch"))
+        p.patchFile = SealedCodec(patchFile, key: key, associated: Encryption.associated(id, version, "patch"))
         return p
     }
 
@@ -189,7 +189,7 @@ extension BytePipeline {
     /// whose sealed bytes were checked against their signed digest, so that the rest of a sync
     /// reads it as it reads any other. A pipeline that is not sealed copies nothing and says so.
     package func unseal(_ kind: BlobKind, _ stored: FilePath, to output: FilePath, limit: Int64) throws(BlobError) {
-        guard let sealed = codec(kind) as? SealedCodec else {
+        guard let sealed = (kind == .patch ? patchFile : codec(kind)) as? SealedCodec else {
             throw .malformed(kind, "this \(kind.rawValue) is not sealed")
         }
         let outer = SealedCodec(

@@ -141,8 +141,9 @@ package struct DeltaManifest: Codable, Sendable, Equatable, RepositoryDocument, 
     /// The delta read against `from`'s verified list: `to`'s list rebuilt (the caller checks its
     /// bytes against `files`), each patch with the digests its positions name and its place in
     /// the patch file, and the objects' digests. Fails on a position outside its list, a patch
-    /// of no length, or patches whose lengths do not add up to the patch file's size.
-    package func resolve(from list: FileList) -> Result<ResolvedDelta, DeltaError> {
+    /// of no length, or patches whose lengths do not add up to the patch file's size (`sealed`:
+    /// to its size opened, the patch file of an encrypted version being sealed once, whole).
+    package func resolve(from list: FileList, sealed: Bool = false) -> Result<ResolvedDelta, DeltaError> {
         let rebuilt: FileList
         switch rebuild(from: list) {
         case .success(let l): rebuilt = l
@@ -169,9 +170,11 @@ package struct DeltaManifest: Codable, Sendable, Equatable, RepositoryDocument, 
                     target: t.sha256, size: t.size, base: list.files[p.base].sha256, offset: offset, length: p.length))
             offset += p.length
         }
-        if let file = patchFile, file.size != offset {
+        if let file = patchFile, file.size != (sealed ? SegmentedSeal.sealedSize(offset) : offset) {
             return .failure(
-                DeltaError("the patches' lengths add up to \(offset) bytes, the patch file has \(file.size)"))
+                DeltaError(
+                    "the patches' lengths add up to \(offset) bytes, the patch file has \(file.size)"
+                        + (sealed ? " (sealed)" : "")))
         }
         var digests: [SHA256Digest] = []
         digests.reserveCapacity(objects.count)

@@ -49,6 +49,12 @@ package enum SegmentedSeal {
     /// 64 KiB segments.
     package static let defaultSegmentShift = 16
 
+    /// The size of `content` bytes sealed in segments of 2^`segmentShift` bytes.
+    package static func sealedSize(_ content: Int64, segmentShift: Int = defaultSegmentShift) -> Int64 {
+        let size = Int64(1) << segmentShift
+        return Int64(headerSize) + content + Int64(tagSize) * max(1, (content + size - 1) / size)
+    }
+
     /// `content` sealed with `key`; `prefix` (7 bytes) is random unless given (tests).
     package static func seal(
         _ content: Data, key: SymmetricKey, associated: Data, segmentShift: Int = defaultSegmentShift,

@@ -137,7 +137,15 @@ struct DeltaBuilder {
             patchBytes += Int64(patch.count)
             rules[winner.rule.rawValue, default: 0] += 1
         }
-        let fileRef = patches.isEmpty ? nil : try writePatch(patchFile)
+        // The patch file is published as the pipeline stores it (sealed once, whole, when encrypted).
+        var fileRef: BlobRef?
+        if !patches.isEmpty {
+            let stored: Data
+            do { stored = try pipeline.encodePatchFile(patchFile) } catch {
+                throw fail("sealing the patch file: \(error)")
+            }
+            fileRef = try writePatch(stored)
+        }
         let manifest = DeltaManifest(
             id: target.id, from: base.version, to: target.version, files: targetRef, remove: remove, upsert: upsert,
             patchFile: fileRef, patches: patches, objects: objects)

@@ -81,8 +81,9 @@ extension Syncer {
         case bundle(PackageID, URL, FilePath, Expectation, StagingArea?, BytePipeline?)
         /// An object, by content digest; an encrypted version's is unsealed once checked.
         case object(PackageID, SHA256Digest, URL, FilePath, Expectation, BytePipeline?)
-        /// A delta's patch file (its own digest names it in `Fetched.contents`).
-        case patch(PackageID, SHA256Digest, URL, FilePath, Expectation)
+        /// A delta's patch file (its own digest names it in `Fetched.contents`); an encrypted
+        /// version's is unsealed, whole, once checked.
+        case patch(PackageID, SHA256Digest, URL, FilePath, Expectation, BytePipeline?)
     }
 
     /// A finished transfer: its failure, its time, and for a bundle what the extraction that
@@ -203,7 +204,8 @@ extension Syncer {
                     let expected = Expectation(size: file.size, limit: file.size, sha256: file.sha256)
                     jobs.insert(
                         .patch(
-                            a.id, file.sha256, url(base, file.path), sandbox.layout.patchPart(file.sha256), expected),
+                            a.id, file.sha256, url(base, file.path), sandbox.layout.patchPart(file.sha256), expected,
+                            sealed[a.id]),
                         at: 0)
                 }
             case .local:
@@ -234,7 +236,7 @@ extension Syncer {
             switch job {
             case .bundle(let i, let u, let p, let e, let a, let s): (i, u, p, e, a, s)
             case .object(let i, _, let u, let p, let e, let s): (i, u, p, e, nil, s)
-            case .patch(let i, _, let u, let p, let e): (i, u, p, e, nil, nil)
+            case .patch(let i, _, let u, let p, let e, let s): (i, u, p, e, nil, s)
             }
         let watch = area.map { _ in GrowingPart(part) }
         // A sealed bundle is opened segment by segment as it arrives, and extracted from that.
@@ -268,8 +270,10 @@ extension Syncer {
         } else if failure == nil, let sealed {
             // An object opens with its content's digest (its key is derived from it).
             let (kind, pipeline): (BlobKind, BytePipeline) =
-                if case .object(_, let digest, _, _, _, _) = job { (.object, sealed.forObject(digest)) } else {
-                    (.bundle, sealed)
+                switch job {
+                case .object(_, let digest, _, _, _, _): (.object, sealed.forObject(digest))
+                case .patch: (.patch, sealed)
+                case .bundle: (.bundle, sealed)
                 }
             let out = FilePath(part.string + ".open")
             do throws(BlobError) {
@@ -319,14 +323,14 @@ extension Syncer {
                 result[content: digest].object = done.opened ?? part
             }
             result[id].seconds = max(result[id].seconds, done.seconds)
-        case .patch(let id, let file, _, let part, _):
+        case .patch(let id, let file, _, let part, _, _):
             // A patch file that cannot be fetched is not the package's failure: its contents
             // fall back to their objects.
             if let e = done.failure {
                 result[content: file].patchFailure = e
                 result.resumable.insert(part.lastComponent?.string ?? "")
             } else {
-                result[content: file].patch = part
+                result[content: file].patch = done.opened ?? part
             }
             result[id].seconds = max(result[id].seconds, done.seconds)
         }

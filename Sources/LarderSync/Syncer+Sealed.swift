@@ -74,7 +74,7 @@ extension Syncer {
             return .failure(DeltaError("\(ref.manifest.path) leads to another list than the index's"))
         }
         let delta: ResolvedDelta
-        switch manifest.resolve(from: current) {
+        switch manifest.resolve(from: current, sealed: true) {
         case .success(let d): delta = d
         case .failure(let why): return .failure(why)
         }

@@ -32,6 +32,7 @@ struct SealingTests {
             let sealed = try SegmentedSeal.seal(c, key: Self.key, associated: Self.ad, segmentShift: 10)
             let segments = max(1, (n + s - 1) / s)
             #expect(sealed.count == SegmentedSeal.headerSize + n + segments * SegmentedSeal.tagSize)
+            #expect(SegmentedSeal.sealedSize(Int64(n), segmentShift: 10) == Int64(sealed.count))
             // Pieces that end inside the header, at a sealed segment's end, a byte before or after it.
             let sealedSegment = s + SegmentedSeal.tagSize
             for chunk in [

@@ -226,7 +226,8 @@ struct EncryptedSyncTests {
         #expect(try env.active() == "1.0.0")
     }
 
-    @Test("update by delta: patches made over the contents, sealed one by one; none without the publisher's key")
+    @Test(
+        "update by delta: patches made over the contents, the patch file sealed once; none without the publisher's key")
     func delta() async throws {
         let env = try SyncEnv()
         defer { env.cleanup() }
@@ -269,6 +270,14 @@ struct EncryptedSyncTests {
             #expect(data.range(of: Data([0x28, 0xB5, 0x2F, 0xFD])) == nil, "a zstd frame in \(path)")
             #expect(data.prefix(4) == Data("LRDE".utf8), "\(path) is not sealed")
         }
+        // Each patch file is sealed once, whole: its patches, one header and a tag per 64 KiB.
+        let made = (packed.deltas + second.deltas).filter { $0.patches > 0 }
+        let patchFiles = try files(under: env.repo).filter { $0.0.hasPrefix("patches/") }
+        #expect(
+            patchFiles.count == made.count
+                && Set(patchFiles.map { Int64($0.1.count) })
+                    == Set(made.map { SegmentedSeal.sealedSize($0.patchBytes) }),
+            "\(made)")
     }
 
     @Test("rewrap: the content keys wrapped for a new recipient set, no content written again")
