@@ -111,6 +111,24 @@ struct DeltaTests {
         }
     }
 
+    @Test("an encrypted version's patch file is sealed whole: its size is the patches' sum sealed, not the sum")
+    func sealedPatchFile() throws {
+        let old = Self.list("1.0.0", [Self.e("a", "1")])
+        func manifest(fileSize: Int64) -> DeltaManifest {
+            DeltaManifest(
+                id: PackageID("app")!, from: SemanticVersion("1.0.0")!, to: SemanticVersion("2.0.0")!, files: Self.ref,
+                remove: [], upsert: [Self.e("a", "2")],
+                patchFile: BlobRef(path: "patches/x", size: fileSize, sha256: Self.d("p")),
+                patches: [DeltaPatch(target: 0, base: 0, length: 70_000)], objects: [])
+        }
+        // Two 64 KiB segments: a 16-byte header and two 16-byte tags.
+        let sealed = manifest(fileSize: 70_000 + 16 + 2 * 16)
+        #expect(SegmentedSeal.sealedSize(70_000) == 70_048)
+        #expect(try sealed.resolve(from: old, sealed: true).get().patches.first?.length == 70_000)
+        #expect(throws: DeltaError.self) { try sealed.resolve(from: old).get() }
+        #expect(throws: DeltaError.self) { try manifest(fileSize: 70_000).resolve(from: old, sealed: true).get() }
+    }
+
     @Test("a delta manifest of format 1 (or any but 2) is refused by name, so the device fetches the list")
     func schemaVersion() throws {
         let m = DeltaManifest(
