@@ -138,8 +138,9 @@ public struct RecipientKeyFile: Codable, Sendable, Equatable {
         guard file.type == privateType else {
             throw .badKeyFile(path: path, detail: "type \(quoted(file.type)) is not \(privateType)")
         }
+        let bytes = try raw(file, path)
         do {
-            return try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: try raw(file, path))
+            return try Curve25519.KeyAgreement.PrivateKey(rawRepresentation: bytes)
         } catch {
             throw .badKeyFile(path: path, detail: "not an X25519 private key")
         }
@@ -154,8 +155,9 @@ public struct RecipientKeyFile: Codable, Sendable, Equatable {
         guard file.type == publicType else {
             throw .badKeyFile(path: path, detail: "type \(quoted(file.type)) is not \(publicType)")
         }
+        let bytes = try raw(file, path)
         do {
-            return try Curve25519.KeyAgreement.PublicKey(rawRepresentation: try raw(file, path))
+            return try Curve25519.KeyAgreement.PublicKey(rawRepresentation: bytes)
         } catch {
             throw .badKeyFile(path: path, detail: "not an X25519 public key")
         }

@@ -240,8 +240,8 @@ extension Syncer {
                     continue
                 }
                 if let active = sandbox.state[a.id].active, let ref = e.delta(from: active) {
-                    switch await sealedListFromDelta(
-                        e, encryption, ref, active: active, pipeline: pipeline, transport: transport, base: base,
+                    switch await listFromDelta(
+                        e, ref, active: active, sealed: (pipeline, encryption), transport: transport, base: base,
                         sandbox: sandbox)
                     {
                     case .success(let (list, bytes, delta, wire)):
@@ -331,25 +331,30 @@ extension Syncer {
         return .success((manifest, current, Int64(doc.data.count)))
     }
 
-    /// The release's list from the delta manifest `ref` and the active version's list.
+    /// The release's list from the delta manifest `ref` and the active version's list. `sealed`:
+    /// an encrypted version's pipeline and encryption — its manifest is opened with the pipeline
+    /// and names the opened list (at the sealed list's path), its patch file is sealed whole, and
+    /// every entry of the list must name its sealed object.
     func listFromDelta(
-        _ e: PackageEntry, _ ref: DeltaRef, active: SemanticVersion, transport: any Transport, base: URL,
-        sandbox: Sandbox
+        _ e: PackageEntry, _ ref: DeltaRef, active: SemanticVersion, sealed: (BytePipeline, Encryption)? = nil,
+        transport: any Transport, base: URL, sandbox: Sandbox
     ) async -> Result<(FileList, Data, ResolvedDelta, Int64), DeltaError> {
         let manifest: DeltaManifest
         let current: FileList
         let wire: Int64
         switch await fetchDelta(
-            e, ref, active: active, pipeline: options.pipeline, transport: transport, base: base, sandbox: sandbox)
+            e, ref, active: active, pipeline: sealed?.0 ?? options.pipeline, transport: transport, base: base,
+            sandbox: sandbox)
         {
         case .success(let got): (manifest, current, wire) = got
         case .failure(let why): return .failure(why)
         }
-        guard manifest.files == e.files else {
+        // In the clear the manifest names the index's list; encrypted, the opened list at the sealed list's path.
+        guard sealed.map({ manifest.files.path == $0.1.files.path }) ?? (manifest.files == e.files) else {
             return .failure(DeltaError("\(ref.manifest.path) leads to another list than the index's"))
         }
         let delta: ResolvedDelta
-        switch manifest.resolve(from: current) {
+        switch manifest.resolve(from: current, sealed: sealed != nil) {
         case .success(let d): delta = d
         case .failure(let why): return .failure(why)
         }
@@ -358,8 +363,11 @@ extension Syncer {
         do { bytes = try ManifestCoding.encode(rebuilt) } catch {
             return .failure(DeltaError("the rebuilt list cannot be encoded: \(error)"))
         }
-        guard Int64(bytes.count) == e.files.size, SHA256Digest.of(bytes) == e.files.sha256 else {
+        guard Int64(bytes.count) == manifest.files.size, SHA256Digest.of(bytes) == manifest.files.sha256 else {
             return .failure(DeltaError("the list built from the delta is not the signed list of \(e.version)"))
+        }
+        if sealed != nil, let f = rebuilt.files.first(where: { $0.sealed == nil || $0.packed == nil }) {
+            return .failure(DeltaError("\(f.path) names no sealed object"))
         }
         if let gap = delta.covers(rebuilt, holding: Set(current.files.map(\.sha256))) { return .failure(gap) }
         return .success((rebuilt, bytes, delta, wire))

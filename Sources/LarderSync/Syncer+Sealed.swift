@@ -53,42 +53,4 @@ extension Syncer {
         }
         return .success((list, data, Int64(doc.data.count)))
     }
-
-    /// The list of the encrypted version `e` built from the active version's list and the delta
-    /// manifest `ref` (opened with `pipeline`), as for a version in the clear: the manifest names
-    /// the opened list (at the sealed list's path), and the list built must be those bytes.
-    func sealedListFromDelta(
-        _ e: PackageEntry, _ encryption: Encryption, _ ref: DeltaRef, active: SemanticVersion, pipeline: BytePipeline,
-        transport: any Transport, base: URL, sandbox: Sandbox
-    ) async -> Result<(FileList, Data, ResolvedDelta, Int64), DeltaError> {
-        let manifest: DeltaManifest
-        let current: FileList
-        let wire: Int64
-        switch await fetchDelta(
-            e, ref, active: active, pipeline: pipeline, transport: transport, base: base, sandbox: sandbox)
-        {
-        case .success(let got): (manifest, current, wire) = got
-        case .failure(let why): return .failure(why)
-        }
-        guard manifest.files.path == encryption.files.path else {
-            return .failure(DeltaError("\(ref.manifest.path) leads to another list than the index's"))
-        }
-        let delta: ResolvedDelta
-        switch manifest.resolve(from: current, sealed: true) {
-        case .success(let d): delta = d
-        case .failure(let why): return .failure(why)
-        }
-        let bytes: Data
-        do { bytes = try ManifestCoding.encode(delta.list) } catch {
-            return .failure(DeltaError("the rebuilt list cannot be encoded: \(error)"))
-        }
-        guard Int64(bytes.count) == manifest.files.size, SHA256Digest.of(bytes) == manifest.files.sha256 else {
-            return .failure(DeltaError("the list built from the delta is not the list of \(e.version)"))
-        }
-        if let f = delta.list.files.first(where: { $0.sealed == nil || $0.packed == nil }) {
-            return .failure(DeltaError("\(f.path) names no sealed object"))
-        }
-        if let gap = delta.covers(delta.list, holding: Set(current.files.map(\.sha256))) { return .failure(gap) }
-        return .success((delta.list, bytes, delta, wire))
-    }
 }

@@ -87,6 +87,25 @@ struct SealingTests {
         if case .header = refused(badMagic) {} else { Issue.record("a bad magic must be refused as a header") }
     }
 
+    @Test("a recipient key file whose key is not 32 bytes of base64 is refused with that reason, either half")
+    func keyFileBytes() throws {
+        let good = RecipientKeyFile(private: Curve25519.KeyAgreement.PrivateKey())
+        for type in [RecipientKeyFile.privateType, RecipientKeyFile.publicType] {
+            for key in ["not base64!", Data(count: 31).base64EncodedString()] {
+                var file = good
+                file.type = type
+                file.key = key
+                let data = try JSONEncoder().encode(file)
+                do {
+                    _ = try RecipientKeyFile.publicKey(from: data, path: "k.json")
+                    Issue.record("\(type) with key \(key) was taken")
+                } catch {
+                    #expect("\(error)".contains("32 bytes of base64") && "\(error)".contains("k.json"), "\(error)")
+                }
+            }
+        }
+    }
+
     @Test("a content key wrapped for two recipients opens for each, for no other key and in no other context")
     func wrapped() throws {
         let a = Curve25519.KeyAgreement.PrivateKey()

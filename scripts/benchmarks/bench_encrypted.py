@@ -8,11 +8,14 @@ For three real web apps built by different tools (release pairs of `--deltas`: j
      the clear, and encrypted (`--encrypt-to` a device's and the publisher's recipient keys;
      `--recipient-key` the publisher's, so deltas are made from the encrypted old release).
   2. nginx (Debian, loopback, a JSON access log) serves each. For each repository, RUNS fresh
-     devices each make a first sync of the old release (timed), then one of them updates to the
-     new release (timed; its wire bytes summed from nginx's log, every request of the update).
+     devices each make a first sync of the old release (timed), then each updates to the new
+     release (timed; the first one's wire bytes summed from nginx's log, every request of the
+     update).
   3. install: the first sync again from a file:// repository on tmpfs, where the transfer is a
      copy and what is timed is the device's own work (check, open, extract, verify, place).
-  4. Each device's tree is compared with the release (`diff -r`); a difference fails the run.
+  4. The two forms alternate run by run (clear, encrypted, clear, …), so that the shared
+     machine's drift falls on both alike rather than on whichever ran second.
+  5. Each device's tree is compared with the release (`diff -r`); a difference fails the run.
 
 Target (issue 31): encrypted ≤ 1.1× in the clear, for first sync, update bytes and install time.
 """
@@ -59,56 +62,68 @@ def measure(pair, wheels, larder, nginx_bin, work, keys, runs):
     say("bench --encrypted [%s]: %s → %s, %d files" % (name, pair["old"], pair["new"], nfiles))
     env = ls.loopback_env()
     out = {"name": name, "tool": pair["tool"], "files": nfiles, "old": pair["old"], "new": pair["new"]}
-    for mode, extra, device in (
-            ("plain", [], []),
-            ("sealed", ["--encrypt-to", keys["device"] + ".pub", "--encrypt-to", keys["publisher"] + ".pub",
-                        "--recipient-key", keys["publisher"] + ".key"],
-             ["--recipient-key", keys["device"] + ".key"])):
-        repo = os.path.join(work, name, "repo-" + mode)
-        common = ["--id", name, "--key", keys["sign"] + ".key", "--repo", repo]
+    modes = (
+        ("plain", [], []),
+        ("sealed", ["--encrypt-to", keys["device"] + ".pub", "--encrypt-to", keys["publisher"] + ".pub",
+                    "--recipient-key", keys["publisher"] + ".key"],
+         ["--recipient-key", keys["device"] + ".key"]))
+    common = {mode: ["--id", name, "--key", keys["sign"] + ".key", "--repo", os.path.join(work, name, "repo-" + mode)]
+              for mode, _, _ in modes}
+    for mode, extra, _ in modes:
         run([larder, "pack", old_tree, "--version", pair["old"], "--entry", bench_deltas.entry_file(old_tree)]
-            + common + extra)
-        # Install: the first sync from file:// on tmpfs (the transfer is a copy).
-        installs = []
+            + common[mode] + extra)
+    servers = {}
+    try:
+        for mode, _, _ in modes:
+            servers[mode] = Nginx(nginx_bin, os.path.join(work, name, "nginx-" + mode),
+                                  os.path.join(work, name, "repo-" + mode))
+            servers[mode].start()
+        # The two forms alternate run by run, so that the machine's drift falls on both alike.
+        installs = {mode: [] for mode, _, _ in modes}
+        firsts = {mode: [] for mode, _, _ in modes}
+        devices = {mode: [] for mode, _, _ in modes}
         for r in range(runs):
-            sb = os.path.join(work, name, "fsb-%s-%d" % (mode, r))
-            run([larder, "init", "--root", sb, "--repo", "file://" + repo, "--public-key", keys["sign"] + ".pub"])
-            secs, _ = timed([larder, "sync", "--root", sb] + device)
-            installs.append(secs)
-            same_tree(os.path.join(sb, "packages", name, pair["old"]), old_tree, "%s (%s, file://)" % (name, mode))
-            shutil.rmtree(sb)
-        out["install_" + mode] = statistics.median(installs)
-        nginx = Nginx(nginx_bin, os.path.join(work, name, "nginx-" + mode), repo)
-        nginx.start()
-        try:
-            firsts = []
-            devices = []
-            for r in range(runs):
+            for mode, _, device in modes:
+                repo = os.path.join(work, name, "repo-" + mode)
+                # Install: the first sync from file:// on tmpfs (the transfer is a copy).
+                sb = os.path.join(work, name, "fsb-%s-%d" % (mode, r))
+                run([larder, "init", "--root", sb, "--repo", "file://" + repo, "--public-key", keys["sign"] + ".pub"])
+                secs, _ = timed([larder, "sync", "--root", sb] + device)
+                installs[mode].append(secs)
+                same_tree(os.path.join(sb, "packages", name, pair["old"]), old_tree, "%s (%s, file://)" % (name, mode))
+                shutil.rmtree(sb)
+                # First sync over nginx.
                 sb = os.path.join(work, name, "sb-%s-%d" % (mode, r))
-                run([larder, "init", "--root", sb, "--repo", nginx.base, "--public-key", keys["sign"] + ".pub"],
-                    env=env)
+                run([larder, "init", "--root", sb, "--repo", servers[mode].base, "--public-key",
+                     keys["sign"] + ".pub"], env=env)
                 secs, _ = timed([larder, "sync", "--root", sb] + device, env=env)
-                firsts.append(secs)
-                devices.append(sb)
-            out["first_" + mode] = statistics.median(firsts)
+                firsts[mode].append(secs)
+                devices[mode].append(sb)
+        for mode, extra, _ in modes:
+            out["install_" + mode] = statistics.median(installs[mode])
+            out["first_" + mode] = statistics.median(firsts[mode])
             run([larder, "pack", new_tree, "--version", pair["new"], "--entry", bench_deltas.entry_file(new_tree)]
-                + common + extra)
-            updates = []
-            for i, sb in enumerate(devices):
-                m = nginx.mark()
+                + common[mode] + extra)
+        updates = {mode: [] for mode, _, _ in modes}
+        for i in range(runs):
+            for mode, _, device in modes:
+                sb = devices[mode][i]
+                m = servers[mode].mark()
                 secs, text = timed([larder, "sync", "--root", sb, "--json"] + device, env=env)
-                log = nginx.since(m)
+                log = servers[mode].since(m)
                 p = ls.find_package(json.loads(text), name) or {}
                 if p.get("to") != pair["new"] or p.get("outcome") != "done":
                     die("%s (%s): the update did not reach %s: %s" % (name, mode, pair["new"], json.dumps(p)))
-                updates.append(secs)
+                updates[mode].append(secs)
                 if i == 0:
                     out["update_bytes_" + mode] = sum(x["body_bytes_sent"] for x in log)
                     out["method_" + mode] = p.get("method")
                     same_tree(os.path.join(sb, "packages", name, pair["new"]), new_tree, "%s (%s)" % (name, mode))
-            out["update_" + mode] = statistics.median(updates)
-        finally:
-            nginx.stop()
+        for mode, _, _ in modes:
+            out["update_" + mode] = statistics.median(updates[mode])
+    finally:
+        for server in servers.values():
+            server.stop()
     shutil.rmtree(os.path.join(work, name), ignore_errors=True)
     return out
 
