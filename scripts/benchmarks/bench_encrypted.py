@@ -168,7 +168,8 @@ def main(larder, wheel_of, runs, write):
                                                                        "≤ 1.1×" if key != "update" else "–"))
             app = ""
     lines += ["", "The encrypted repository seals every bundle, object, patch, file list and delta manifest "
-              "(ChaCha20-Poly1305 in 64 KiB segments, 32 bytes per segment and a 16-byte header) and names "
+              "(ChaCha20-Poly1305 in 64 KiB segments: a 16-byte tag per segment and a 16-byte header; a "
+              "delta's patch file sealed once, whole) and names "
               "objects by their sealed bytes; a device checks each download's SHA-256, then opens it. "
               "Worst of the three judged rows: **%.2f×**." % worst, ""]
     print("\n".join([TITLE] + lines))

@@ -1,0 +1,249 @@
+"""`scripts/bench --pageload`: how long a real app's page takes to load from an offline package
+through `larder serve`, against the same files served by nginx.
+
+For three real web apps built by different tools (the new release of each `--encrypted` pair:
+jupyterlab (webpack), marimo (Vite), dagster (Next.js static export)), with the release build:
+
+  1. `larder pack` publishes the tree with the route `http://bench.invalid/`; a device syncs it
+     from file:// (tmpfs).
+  2. `larder serve --offline` serves the device; nginx (Debian, loopback, sendfile, ETags, one
+     worker per CPU) serves the installed version directory — the very files larder serves.
+  3. Headless Chromium (Debian), driven over the DevTools protocol on a pipe
+     (`--remote-debugging-pipe`), its host resolver mapping bench.invalid to one server or the
+     other, opens the app's entry page:
+       cold — a new browser with an empty profile (the first load after a sync);
+       warm — the same browser opens the page again (its HTTP cache filled, revalidated as the
+              server's headers ask).
+     From the page's own Navigation Timing and Paint Timing: navigation start to the load event,
+     and to first contentful paint. The two servers alternate run by run; medians of RUNS.
+
+The apps run without their back ends: a page's scripts may fail on an API call after the load
+event, which is not timed. Each run checks that the page loaded the same number of resources
+from both servers and that the document was answered 200.
+
+Target (issue 32): larder serve ≤ 1.1× nginx for each, cold and warm.
+"""
+import json
+import os
+import select
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+import bench_deltas
+import bench_serve
+import larder_scripts as ls
+from larder_scripts import die, say
+
+TITLE = "## Page loads from a package against nginx (`scripts/bench --pageload`)"
+BEGIN = "<!-- bench-pageload:begin -->"
+END = "<!-- bench-pageload:end -->"
+APPS = ("jupyterlab", "marimo", "dagster")
+HOST = bench_serve.HOST
+PACKAGE = "web"
+TIMING = ("JSON.stringify({nav: performance.getEntriesByType('navigation')[0].toJSON(), "
+          "paint: performance.getEntriesByType('paint').map(e => [e.name, e.startTime]), "
+          "resources: performance.getEntriesByType('resource').length})")
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol on a pipe: commands are written to the
+    browser's fd 3 and answers and events read from its fd 4, each a JSON text ended by NUL."""
+
+    def __init__(self, chromium, port, profile, tmp):
+        to_browser_r, to_browser_w = os.pipe()
+        from_browser_r, from_browser_w = os.pipe()
+
+        def child():
+            os.dup2(to_browser_r, 3)
+            os.dup2(from_browser_w, 4)
+
+        cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+               "--disable-features=HttpsUpgrades,HttpsFirstBalancedModeAutoEnable", "--user-data-dir=" + profile,
+               "--host-resolver-rules=MAP %s 127.0.0.1:%d, MAP * ~NOTFOUND" % (HOST, port),
+               "--remote-debugging-pipe", "about:blank"]
+        self.proc = subprocess.Popen(cmd, preexec_fn=child, close_fds=False, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env=dict(ls.loopback_env(), TMPDIR=tmp))
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+        self.out, self.inp = to_browser_w, from_browser_r
+        self.buffer = b""
+        self.last = 0
+        self.pending = []
+        targets = self.send("Target.getTargets")["targetInfos"]
+        page = next(t for t in targets if t["type"] == "page")
+        self.session = self.send("Target.attachToTarget", {"targetId": page["targetId"], "flatten": True})["sessionId"]
+        self.send("Page.enable", session=self.session)
+
+    def send(self, method, params=None, session=None):
+        self.last += 1
+        message = {"id": self.last, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self.out, json.dumps(message).encode() + b"\0")
+        answer = self.wait(lambda m: m.get("id") == self.last)
+        if "error" in answer:
+            die("chromium refused %s: %s" % (method, answer["error"]))
+        return answer.get("result", {})
+
+    def wait(self, wanted, timeout=60):
+        for i, m in enumerate(self.pending):
+            if wanted(m):
+                return self.pending.pop(i)
+        deadline = time.time() + timeout
+        while True:
+            while b"\0" not in self.buffer:
+                left = deadline - time.time()
+                if left <= 0 or not select.select([self.inp], [], [], left)[0]:
+                    die("chromium did not answer within %d s" % timeout)
+                chunk = os.read(self.inp, 1 << 20)
+                if not chunk:
+                    die("chromium closed its DevTools pipe (exit %s)" % self.proc.poll())
+                self.buffer += chunk
+            text, self.buffer = self.buffer.split(b"\0", 1)
+            m = json.loads(text)
+            if wanted(m):
+                return m
+            self.pending.append(m)
+
+    def load(self, url):
+        """Opens `url` and waits for its load event: (ms to the load event, ms to first
+        contentful paint or None, resources loaded, the document's status)."""
+        self.pending = [m for m in self.pending if m.get("method") != "Page.loadEventFired"]
+        self.send("Page.navigate", {"url": url}, session=self.session)
+        self.wait(lambda m: m.get("method") == "Page.loadEventFired" and m.get("sessionId") == self.session)
+        # Paint timing is recorded after the frame that paints; give it the next frames.
+        for _ in range(20):
+            value = self.send("Runtime.evaluate", {"expression": TIMING, "returnByValue": True},
+                              session=self.session)["result"]["value"]
+            t = json.loads(value)
+            paint = dict(t["paint"]).get("first-contentful-paint")
+            if paint is not None:
+                break
+            time.sleep(0.05)
+        nav = t["nav"]
+        return nav["loadEventStart"], paint, t["resources"], nav.get("responseStatus")
+
+    def close(self):
+        try:
+            os.write(self.out, json.dumps({"id": self.last + 1, "method": "Browser.close"}).encode() + b"\0")
+            self.proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.out)
+        os.close(self.inp)
+
+
+def publish(larder, work, tree, entry):
+    """Packs `tree` with the bench's route and syncs it into a device: (sandbox, installed dir)."""
+    key, repo, sandbox = (os.path.join(work, n) for n in ("k", "repo", "sandbox"))
+    env = ls.loopback_env()
+    bench_serve.run([larder, "keygen", "--out", key], env)
+    bench_serve.run([larder, "pack", tree, "--repo", repo, "--id", PACKAGE, "--version", "1.0.0", "--key",
+                     key + ".key", "--entry", entry, "--route", "http://%s/" % HOST], env)
+    bench_serve.run([larder, "init", "--root", sandbox, "--repo", "file://%s/" % repo, "--public-key",
+                     key + ".pub"], env)
+    bench_serve.run([larder, "sync", "--root", sandbox], env)
+    return sandbox, os.path.join(sandbox, "packages", PACKAGE, "1.0.0")
+
+
+def measure(pair, wheel, larder, chromium, nginx_bin, work, runs):
+    name = pair["name"]
+    base = os.path.join(work, name)
+    tree = os.path.join(base, "tree")
+    nfiles = bench_deltas.unpack_tree(wheel, tree, pair["tree"])
+    entry = bench_deltas.entry_file(tree)
+    say("bench --pageload [%s]: %s %s, %d files, /%s" % (name, pair["dist"], pair["new"], nfiles, entry))
+    sandbox, installed = publish(larder, base, tree, entry)
+    template = os.path.join(base, "nginx.conf.template")
+    with open(template, "w") as f:
+        f.write(bench_serve.NGINX_CONF.replace("WORKERS", str(os.cpu_count() or 1)))
+    servers = {"larder": bench_serve.Serve(larder, sandbox, entry, base),
+               "nginx": bench_serve.BenchNginx(nginx_bin, base, installed, template)}
+    times = {(s, k): [] for s in servers for k in ("cold_load", "cold_paint", "warm_load", "warm_paint")}
+    resources = {s: set() for s in servers}
+    try:
+        for server in servers.values():
+            server.start()
+        for r in range(runs):
+            for s, server in servers.items():
+                profile = os.path.join(base, "profile-%s-%d" % (s, r))
+                tmp = os.path.join(base, "chromium-tmp")
+                os.makedirs(tmp, exist_ok=True)
+                browser = Browser(chromium, server.port, profile, tmp)
+                try:
+                    for kind in ("cold", "warm"):
+                        load, paint, count, status = browser.load("http://%s/%s" % (HOST, entry))
+                        if status not in (None, 200, 304):
+                            die("%s: %s answered the page %s" % (name, s, status))
+                        if load <= 0:
+                            die("%s (%s, %s): no load event time" % (name, s, kind))
+                        times[s, kind + "_load"].append(load)
+                        if paint is not None:
+                            times[s, kind + "_paint"].append(paint)
+                        if kind == "cold":
+                            resources[s].add(count)
+                finally:
+                    browser.close()
+                    shutil.rmtree(profile, ignore_errors=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+    if resources["larder"] != resources["nginx"]:
+        die("%s: the page loaded %s resources from larder serve but %s from nginx" % (
+            name, sorted(resources["larder"]), sorted(resources["nginx"])))
+    out = {"name": name, "tool": pair["tool"], "version": pair["new"], "files": nfiles, "entry": entry,
+           "resources": max(resources["nginx"])}
+    for (s, k), v in times.items():
+        out["%s_%s" % (s, k)] = statistics.median(v) if v else None
+    shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
+def main(larder, wheel_of, runs, write):
+    nginx_bin = ls.ensure_tool("nginx", "nginx-light")
+    chromium = ls.ensure_tool("chromium", "chromium")
+    ls.ensure_tool("curl", "curl")
+    work = tempfile.mkdtemp(prefix="larder-bench-pageload.", dir=os.environ.get("BENCH_DIR") or "/dev/shm")
+    results = []
+    try:
+        for pair in (p for p in bench_deltas.PAIRS if p["name"] in APPS):
+            results.append(measure(pair, wheel_of(pair["dist"], pair["new"]), os.path.abspath(larder), chromium,
+                                   nginx_bin, work, runs))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    machine = "%d CPUs, %s" % (os.cpu_count() or 0, " ".join(os.uname()[0:3:2]))
+    version = subprocess.run([chromium, "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             text=True).stdout.strip()
+    lines = ["", "Run on %s, %s, %s. Command: `scripts/bench --pageload`, medians of %d, release build; both "
+             "servers on loopback; headless Chromium driven over the DevTools protocol." % (
+                 machine, time.strftime("%Y-%m-%d"), version, runs), "",
+             "| app (build tool, files; page, resources) | row | nginx (baseline) | larder serve | serve / nginx "
+             "| target |", "|---|---|---|---|---|---|"]
+    worst = 0.0
+    for r in results:
+        app = "%s %s (%s, %d files; /%s, %d resources)" % (r["name"], r["version"], r["tool"], r["files"],
+                                                           r["entry"], r["resources"])
+        for label, key in (("cold: to the load event", "cold_load"), ("cold: to first contentful paint",
+                                                                        "cold_paint"),
+                           ("warm: to the load event", "warm_load"), ("warm: to first contentful paint",
+                                                                        "warm_paint")):
+            a, b = r["nginx_" + key], r["larder_" + key]
+            if a is None or b is None:
+                lines.append("| %s | %s | no paint recorded | | | ≤ 1.1× |" % (app, label))
+            else:
+                ratio = b / a if a else float("inf")
+                worst = max(worst, ratio)
+                lines.append("| %s | %s | %.0f ms | %.0f ms | **%.2f×** | ≤ 1.1× |" % (app, label, a, b, ratio))
+            app = ""
+    lines += ["", "Times are the page's own (Navigation Timing `loadEventStart`, Paint Timing "
+              "`first-contentful-paint`), from navigation start. Worst ratio: **%.2f×**." % worst, ""]
+    print("\n".join([TITLE] + lines))
+    if write:
+        ls.write_section(TITLE, BEGIN, END, lines)
+        say("bench --pageload: wrote BENCHMARKS.md")
+    return 0
