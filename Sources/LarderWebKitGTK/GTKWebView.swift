@@ -231,6 +231,14 @@ public final class GTKWebView: @unchecked Sendable {
         }
     }
 
+    /// Lets `file:` pages load other `file:` URLs as one origin (module scripts, fetches): the
+    /// same files outside a package, as a baseline for timing the scheme handler.
+    public func allowFileAccess() {
+        let settings = webkit_web_view_get_settings(view)
+        webkit_settings_set_allow_file_access_from_file_urls(settings, 1)
+        webkit_settings_set_allow_universal_access_from_file_urls(settings, 1)
+    }
+
     /// Runs `script` in the page and hands its result (as a string) to `done`, on the main loop.
     public func evaluate(_ script: String, _ done: @escaping (String?) -> Void) {
         let box = Unmanaged.passRetained(SignalBox(done)).toOpaque()

@@ -58,11 +58,25 @@ struct WebView: ParsableCommand {
     var stay: Double = 0
     @Option(help: ArgumentHelp("Seconds to wait for a first page before giving up.", valueName: "S"))
     var timeout: Double = 60
+    @Flag(
+        help: """
+            After each page settles, print its Navigation and Paint Timing on one line: timing {"load": ms to             the load event, "paint": ms to first contentful paint or null, "resources": n}.
+            """)
+    var timing = false
+    @Option(
+        help: ArgumentHelp("Open the URL this many times in the same view (later loads use its cache).", valueName: "N")
+    )
+    var loads = 1
+    @Flag(help: "Let file: pages load other file: URLs (to time the same files outside a package).")
+    var allowFileAccess = false
     @Argument(help: "The URL to open (larder://<package>/<path>, or a routed custom scheme).") var url: String
 
     func validate() throws {
         guard ["http", "https"].contains(upstreamScheme) else {
             throw ValidationError("--upstream-scheme must be http or https, got \(upstreamScheme)")
+        }
+        guard (1...100).contains(loads) else {
+            throw ValidationError("--loads must be between 1 and 100, got \(loads)")
         }
         guard (0.1...600).contains(readyDeadline) else {
             throw ValidationError("--ready-deadline must be between 0.1 and 600 seconds, got \(readyDeadline)")
@@ -107,6 +121,7 @@ struct WebView: ParsableCommand {
         do { view = try GTKWebView(configuration) } catch {
             throw failure("the sandbox cannot be read: \(error)")
         }
+        if allowFileAccess { view.allowFileAccess() }
         view.presentInWindow(width: 1024, height: 768)
         shown.view = view
 
@@ -178,7 +193,13 @@ final class Session: @unchecked Sendable {
             idleSince = since
             guard Date().timeIntervalSince(since) >= options.settle else { return true }
             report(url) { [self] in
-                guard !settled else { return }
+                // The same URL again, as many times as asked (from the view's cache).
+                if load < options.loads {
+                    settled = true
+                    view.load(options.url)
+                    return
+                }
+                guard load == options.loads || !settled else { return }
                 settled = true
                 GLibMain.after(options.stay) { GLibMain.quit() }
             }
@@ -187,6 +208,14 @@ final class Session: @unchecked Sendable {
     }
 
     func report(_ url: String, then: @escaping () -> Void) {
+        guard options.timing else { return reportRest(url, then: then) }
+        view.evaluate(PageTiming.script) { [self] json in
+            say("timing \(json ?? "null")")
+            reportRest(url, then: then)
+        }
+    }
+
+    func reportRest(_ url: String, then: @escaping () -> Void) {
         let shot = { [self] in
             guard let path = options.screenshot else { return then() }
             view.snapshot(to: path) { ok in
@@ -219,6 +248,16 @@ final class Session: @unchecked Sendable {
         status = 1
         GLibMain.quit()
     }
+}
+
+/// The page's own timing, from navigation start: its load event, first contentful paint, and
+/// how many resources it loaded (Navigation Timing, Paint Timing, Resource Timing).
+enum PageTiming {
+    static let script = """
+        JSON.stringify({load: performance.getEntriesByType('navigation')[0]?.loadEventStart ?? null, \
+        paint: performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')?.startTime ?? null, \
+        resources: performance.getEntriesByType('resource').length})
+        """
 }
 
 /// One line on stdout, written at once (the output is read by tests as it comes).

@@ -182,6 +182,13 @@ struct EncryptedSyncTests {
         }
         #expect(try await attempt([device]).code == "recipient-key-wrong")
 
+        // A scheme this build does not know: the version is refused by name, nothing opened.
+        try resign(env) { index in
+            let i = try #require(index.packages.firstIndex { $0.version == SemanticVersion("1.1.0")! })
+            index.packages[i].encryption?.scheme = "larder-seal-9"
+        }
+        let unknown = try await attempt([device])
+        #expect(unknown.code == "encryption-scheme" && unknown.reason.contains("larder-seal-9"), "\(unknown)")
     }
 
     @Test("a tampered sealed bundle or object is refused by its digest before it is opened; 1.0.0 kept")

@@ -136,7 +136,7 @@ def main():
         sys.exit(bench_encrypted.main(ls.larder_binary("release"), bi.wheel_of, a.runs or 5, not a.no_write))
     if a.pageload:
         import bench_pageload
-        sys.exit(bench_pageload.main(ls.larder_binary("release"), bi.wheel_of, a.runs or 5, not a.no_write))
+        sys.exit(bench_pageload.main(ls.larder_binary("release"), bi.wheel_of, a.runs or 11, not a.no_write))
     if a.offline:
         import bench_offline
         sys.exit(bench_offline.main(ls.larder_binary("release"), a.runs or 9, not a.no_write))

@@ -1,13 +1,17 @@
 """`scripts/bench --pageload`: how long a real app's page takes to load from an offline package
 through `larder serve`, against the same files served by nginx.
 
-For three real web apps built by different tools (the new release of each `--encrypted` pair:
-jupyterlab (webpack), marimo (Vite), dagster (Next.js static export)), with the release build:
+For four real web apps (the new release of each: marimo, streamlit and prefect, whose entry
+pages load the most of their own assets without a back end among the releases of `--deltas`
+(72–107 resources, Vite builds), and dagster (a Next.js static export, 10)), with the release
+build:
 
   1. `larder pack` publishes the tree with the route `http://bench.invalid/`; a device syncs it
      from file:// (tmpfs).
   2. `larder serve --offline` serves the device; nginx (Debian, loopback, sendfile, ETags, one
-     worker per CPU) serves the installed version directory — the very files larder serves.
+     worker per CPU) serves the installed version directory — the very files larder serves —
+     with larder serve's caching policy (`Cache-Control: no-cache`: a gateway must show a new or
+     rolled-back version at once), so that warm loads revalidate alike on both.
   3. Headless Chromium (Debian), driven over the DevTools protocol on a pipe
      (`--remote-debugging-pipe`), its host resolver mapping bench.invalid to one server or the
      other, opens the app's entry page:
@@ -17,11 +21,18 @@ jupyterlab (webpack), marimo (Vite), dagster (Next.js static export)), with the 
      From the page's own Navigation Timing and Paint Timing: navigation start to the load event,
      and to first contentful paint. The two servers alternate run by run; medians of RUNS.
 
+  4. WebKitGTK (Debian's libwebkitgtk-6.0, under Xvfb): `larder-webview --timing --loads 2`
+     (release build) opens the page through Larder's scheme handler (`larder://web/<entry>`),
+     and the same files from file:// (`--allow-file-access`, so that module scripts load as
+     they do from a server); each run a new view, cold, then warm (the second load in it).
+     Cookie bridging is off in both (it injects a script into file: pages too).
+
 The apps run without their back ends: a page's scripts may fail on an API call after the load
 event, which is not timed. Each run checks that the page loaded the same number of resources
 from both servers and that the document was answered 200.
 
-Target (issue 32): larder serve ≤ 1.1× nginx for each, cold and warm.
+Target (issue 32): larder serve ≤ 1.1× nginx and the scheme handler ≤ 1.1× file:// for each,
+cold and warm.
 """
 import json
 import os
@@ -40,7 +51,9 @@ from larder_scripts import die, say
 TITLE = "## Page loads from a package against nginx (`scripts/bench --pageload`)"
 BEGIN = "<!-- bench-pageload:begin -->"
 END = "<!-- bench-pageload:end -->"
-APPS = ("jupyterlab", "marimo", "dagster")
+# The releases of `--deltas` whose entry page loads the most of its own assets without a back end
+# (72–107 resources), and a Next.js export (10).
+APPS = ("marimo", "streamlit", "prefect", "dagster")
 HOST = bench_serve.HOST
 PACKAGE = "web"
 TIMING = ("JSON.stringify({nav: performance.getEntriesByType('navigation')[0].toJSON(), "
@@ -57,16 +70,19 @@ class Browser:
         from_browser_r, from_browser_w = os.pipe()
 
         def child():
-            os.dup2(to_browser_r, 3)
-            os.dup2(from_browser_w, 4)
+            # Copies first: either end may itself be fd 3 or 4.
+            r, w = os.dup(to_browser_r), os.dup(from_browser_w)
+            os.dup2(r, 3)
+            os.dup2(w, 4)
 
         cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
                "--disable-features=HttpsUpgrades,HttpsFirstBalancedModeAutoEnable", "--user-data-dir=" + profile,
                "--host-resolver-rules=MAP %s 127.0.0.1:%d, MAP * ~NOTFOUND" % (HOST, port),
                "--remote-debugging-pipe", "about:blank"]
-        self.proc = subprocess.Popen(cmd, preexec_fn=child, close_fds=False, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     env=dict(ls.loopback_env(), TMPDIR=tmp))
+        self.log = os.path.join(tmp, "chromium.log")
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, preexec_fn=child, close_fds=False, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=log, env=dict(ls.loopback_env(), TMPDIR=tmp))
         os.close(to_browser_r)
         os.close(from_browser_w)
         self.out, self.inp = to_browser_w, from_browser_r
@@ -83,7 +99,10 @@ class Browser:
         message = {"id": self.last, "method": method, "params": params or {}}
         if session:
             message["sessionId"] = session
-        os.write(self.out, json.dumps(message).encode() + b"\0")
+        try:
+            os.write(self.out, json.dumps(message).encode() + b"\0")
+        except BrokenPipeError:
+            die("chromium is gone (exit %s):\n%s" % (self.proc.wait(), self.tail()))
         answer = self.wait(lambda m: m.get("id") == self.last)
         if "error" in answer:
             die("chromium refused %s: %s" % (method, answer["error"]))
@@ -101,13 +120,17 @@ class Browser:
                     die("chromium did not answer within %d s" % timeout)
                 chunk = os.read(self.inp, 1 << 20)
                 if not chunk:
-                    die("chromium closed its DevTools pipe (exit %s)" % self.proc.poll())
+                    die("chromium closed its DevTools pipe (exit %s):\n%s" % (self.proc.poll(), self.tail()))
                 self.buffer += chunk
             text, self.buffer = self.buffer.split(b"\0", 1)
             m = json.loads(text)
             if wanted(m):
                 return m
             self.pending.append(m)
+
+    def tail(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()[-2000:]
 
     def load(self, url):
         """Opens `url` and waits for its load event: (ms to the load event, ms to first
@@ -151,7 +174,38 @@ def publish(larder, work, tree, entry):
     return sandbox, os.path.join(sandbox, "packages", PACKAGE, "1.0.0")
 
 
-def measure(pair, wheel, larder, chromium, nginx_bin, work, runs):
+def webview_binary():
+    """larder-webview, release build (LARDER_WEBKITGTK=1), unless LARDER_WEBVIEW_BIN names one;
+    WebKitGTK and Xvfb installed from Debian when missing."""
+    ls._common("ensure_packages", "pkg-config", "libwebkitgtk-6.0-dev", "xvfb", "xauth")
+    if os.environ.get("LARDER_WEBVIEW_BIN"):
+        return os.environ["LARDER_WEBVIEW_BIN"]
+    os.environ["LARDER_WEBKITGTK"] = "1"
+    try:
+        return ls._common("swift_product_bin", "larder-webview", "release")
+    finally:
+        del os.environ["LARDER_WEBKITGTK"]
+
+
+def webkit_loads(webview, sandbox, url, extra):
+    """One new WebKitGTK view (under Xvfb) that opens `url` twice: [(load ms, paint ms or None,
+    resources)] for the cold and the warm load."""
+    cmd = ["xvfb-run", "-a", "-s", "-screen 0 1280x1024x24", webview, "--root", sandbox, "--offline",
+           "--no-cookie-bridge", "--timing", "--loads", "2", "--settle", "0.3", "--timeout", "60"] + extra + [url]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ls.loopback_env(),
+                       timeout=300)
+    timings = [json.loads(line[len("timing "):]) for line in p.stdout.splitlines() if line.startswith("timing ")]
+    if p.returncode != 0 or len(timings) != 2 or any(t.get("load") in (None, 0) for t in timings):
+        die("larder-webview did not time two loads of %s (exit %d):\n%s" % (url, p.returncode, p.stdout[-3000:]))
+    # WebKit's Resource Timing lists no custom-scheme or file: resource: the view's own log counts
+    # what the scheme handler answered.
+    served = sum(1 for line in p.stdout.splitlines() if line.startswith("GET larder://") and " 200 " in line)
+    if url.startswith("larder:") and served < 2:
+        die("the scheme handler answered %d requests for %s:\n%s" % (served, url, p.stdout[-3000:]))
+    return [(t["load"], t.get("paint"), served) for t in timings]
+
+
+def measure(pair, wheel, larder, chromium, nginx_bin, work, runs, webview):
     name = pair["name"]
     base = os.path.join(work, name)
     tree = os.path.join(base, "tree")
@@ -160,8 +214,14 @@ def measure(pair, wheel, larder, chromium, nginx_bin, work, runs):
     say("bench --pageload [%s]: %s %s, %d files, /%s" % (name, pair["dist"], pair["new"], nfiles, entry))
     sandbox, installed = publish(larder, base, tree, entry)
     template = os.path.join(base, "nginx.conf.template")
+    # The same caching policy as larder serve (a new or rolled-back version shows at once): warm
+    # loads revalidate every resource from both servers alike.
+    conf = bench_serve.NGINX_CONF.replace("WORKERS", str(os.cpu_count() or 1)).replace(
+        "        location / {\n", "        location / {\n            add_header Cache-Control \"no-cache\" always;\n")
+    if "no-cache" not in conf:
+        die("the nginx template changed: the Cache-Control line was not added")
     with open(template, "w") as f:
-        f.write(bench_serve.NGINX_CONF.replace("WORKERS", str(os.cpu_count() or 1)))
+        f.write(conf)
     servers = {"larder": bench_serve.Serve(larder, sandbox, entry, base),
                "nginx": bench_serve.BenchNginx(nginx_bin, base, installed, template)}
     times = {(s, k): [] for s in servers for k in ("cold_load", "cold_paint", "warm_load", "warm_paint")}
@@ -172,8 +232,8 @@ def measure(pair, wheel, larder, chromium, nginx_bin, work, runs):
         for r in range(runs):
             for s, server in servers.items():
                 profile = os.path.join(base, "profile-%s-%d" % (s, r))
-                tmp = os.path.join(base, "chromium-tmp")
-                os.makedirs(tmp, exist_ok=True)
+                # A short TMPDIR: Chromium's singleton socket path must fit in a sockaddr_un.
+                tmp = tempfile.mkdtemp(prefix="lpl.", dir="/tmp")
                 browser = Browser(chromium, server.port, profile, tmp)
                 try:
                     for kind in ("cold", "warm"):
@@ -190,14 +250,29 @@ def measure(pair, wheel, larder, chromium, nginx_bin, work, runs):
                 finally:
                     browser.close()
                     shutil.rmtree(profile, ignore_errors=True)
+                    shutil.rmtree(tmp, ignore_errors=True)
     finally:
         for server in servers.values():
             server.stop()
     if resources["larder"] != resources["nginx"]:
         die("%s: the page loaded %s resources from larder serve but %s from nginx" % (
             name, sorted(resources["larder"]), sorted(resources["nginx"])))
+    # WebKitGTK: the scheme handler (larder://) against the same files from file://.
+    views = (("scheme", "larder://%s/%s" % (PACKAGE, entry), []),
+             ("file", "file://" + os.path.join(installed, entry), ["--allow-file-access"]))
+    for s, _, _ in views:
+        times.update({(s, k): [] for k in ("cold_load", "cold_paint", "warm_load", "warm_paint")})
+        resources[s] = set()
+    for r in range(runs):
+        for s, url, extra in views:
+            for kind, (load, paint, count) in zip(("cold", "warm"), webkit_loads(webview, sandbox, url, extra)):
+                times[s, kind + "_load"].append(load)
+                if paint is not None:
+                    times[s, kind + "_paint"].append(paint)
+                if kind == "cold":
+                    resources[s].add(count)
     out = {"name": name, "tool": pair["tool"], "version": pair["new"], "files": nfiles, "entry": entry,
-           "resources": max(resources["nginx"])}
+           "resources": max(resources["nginx"]), "webkit_requests": max(resources["scheme"])}
     for (s, k), v in times.items():
         out["%s_%s" % (s, k)] = statistics.median(v) if v else None
     shutil.rmtree(base, ignore_errors=True)
@@ -208,12 +283,14 @@ def main(larder, wheel_of, runs, write):
     nginx_bin = ls.ensure_tool("nginx", "nginx-light")
     chromium = ls.ensure_tool("chromium", "chromium")
     ls.ensure_tool("curl", "curl")
+    webview = webview_binary()
     work = tempfile.mkdtemp(prefix="larder-bench-pageload.", dir=os.environ.get("BENCH_DIR") or "/dev/shm")
     results = []
     try:
-        for pair in (p for p in bench_deltas.PAIRS if p["name"] in APPS):
+        apps = os.environ.get("BENCH_PAGELOAD_APPS", ",".join(APPS)).split(",")
+        for pair in (p for p in bench_deltas.PAIRS if p["name"] in apps):
             results.append(measure(pair, wheel_of(pair["dist"], pair["new"]), os.path.abspath(larder), chromium,
-                                   nginx_bin, work, runs))
+                                   nginx_bin, work, runs, webview))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     machine = "%d CPUs, %s" % (os.cpu_count() or 0, " ".join(os.uname()[0:3:2]))
@@ -222,24 +299,26 @@ def main(larder, wheel_of, runs, write):
     lines = ["", "Run on %s, %s, %s. Command: `scripts/bench --pageload`, medians of %d, release build; both "
              "servers on loopback; headless Chromium driven over the DevTools protocol." % (
                  machine, time.strftime("%Y-%m-%d"), version, runs), "",
-             "| app (build tool, files; page, resources) | row | nginx (baseline) | larder serve | serve / nginx "
-             "| target |", "|---|---|---|---|---|---|"]
+             "| app (build tool, files; page, resources) | row | baseline | Larder | ratio | target |",
+             "|---|---|---|---|---|---|"]
     worst = 0.0
     for r in results:
-        app = "%s %s (%s, %d files; /%s, %d resources)" % (r["name"], r["version"], r["tool"], r["files"],
-                                                           r["entry"], r["resources"])
-        for label, key in (("cold: to the load event", "cold_load"), ("cold: to first contentful paint",
-                                                                        "cold_paint"),
-                           ("warm: to the load event", "warm_load"), ("warm: to first contentful paint",
-                                                                        "warm_paint")):
-            a, b = r["nginx_" + key], r["larder_" + key]
-            if a is None or b is None:
-                lines.append("| %s | %s | no paint recorded | | | ≤ 1.1× |" % (app, label))
-            else:
-                ratio = b / a if a else float("inf")
-                worst = max(worst, ratio)
-                lines.append("| %s | %s | %.0f ms | %.0f ms | **%.2f×** | ≤ 1.1× |" % (app, label, a, b, ratio))
-            app = ""
+        app = "%s %s (%s, %d files; /%s; %d resources in Chromium, %d requests to the scheme handler in two " \
+              "WebKitGTK loads)" % (r["name"], r["version"], r["tool"], r["files"], r["entry"], r["resources"],
+                                    r["webkit_requests"])
+        for where, base_key, ours in (("Chromium, larder serve against nginx", "nginx", "larder"),
+                                      ("WebKitGTK, scheme handler against file://", "file", "scheme")):
+            for label, key in (("cold: load event", "cold_load"), ("cold: first contentful paint", "cold_paint"),
+                               ("warm: load event", "warm_load"), ("warm: first contentful paint", "warm_paint")):
+                a, b = r["%s_%s" % (base_key, key)], r["%s_%s" % (ours, key)]
+                row = "%s, %s" % (where, label)
+                if a is None or b is None:
+                    lines.append("| %s | %s | no paint recorded | | | ≤ 1.1× |" % (app, row))
+                else:
+                    ratio = b / a if a else float("inf")
+                    worst = max(worst, ratio)
+                    lines.append("| %s | %s | %.0f ms | %.0f ms | **%.2f×** | ≤ 1.1× |" % (app, row, a, b, ratio))
+                app = ""
     lines += ["", "Times are the page's own (Navigation Timing `loadEventStart`, Paint Timing "
               "`first-contentful-paint`), from navigation start. Worst ratio: **%.2f×**." % worst, ""]
     print("\n".join([TITLE] + lines))

@@ -291,6 +291,15 @@ def main():
         check("a screenshot of the page: artifacts/webkit-v1.png",
               os.path.getsize(os.path.join(ARTIFACTS, "webkit-v1.png")) > 10000)
 
+        # 1a. --timing and --loads (scripts/bench --pageload): two loads in one view, each timed.
+        run = webview("timing", "larder://sample-app/index.html", "--timing", "--loads", "2", "--settle", "0.3")
+        code = run.finish()
+        timings = [json.loads(t) for t in re.findall(r"^timing (\{.*\})$", run.text(), re.M)]
+        check("--timing --loads 2: the page is opened twice, each load's load event and paint timed",
+              code == 0 and len(timings) == 2 and all((t.get("load") or 0) > 0 for t in timings)
+              and len(re.findall(r"^GET larder://sample-app/index\.html 200 ", run.text(), re.M)) == 2,
+              "exit %s; %s\n%s" % (code, timings, run.text()[-1500:]))
+
         # 1b. What a scheme handler must do besides GET: Range, HEAD, ETag/304, a missing file, cancellation.
         run = webview("probe", "larder://sample-app/probe.html")
         code = run.finish()

@@ -6,7 +6,8 @@
 #
 #   scripts/webview --root SANDBOX [--page-health] [--ready-deadline S] [--upstream-scheme http|https]
 #                   [--offline] [--scheme S]… [--memory-limit MB] [--max-terminations N]
-#                   [--dump-dom] [--screenshot FILE.png] [--settle S] [--stay S] [--timeout S] URL
+#                   [--dump-dom] [--screenshot FILE.png] [--timing] [--loads N] [--allow-file-access]
+#                   [--settle S] [--stay S] [--timeout S] URL
 #
 # LARDER_WEBVIEW_BIN: a built larder-webview to run instead of building one.
 # Exit status: the program's (0, 1 when no page loaded or the sandbox cannot be read, 64 usage).
