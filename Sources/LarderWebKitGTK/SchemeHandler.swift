@@ -103,20 +103,39 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
         self.driver = driver
     }
 
+    /// A body of at most this many bytes (its length known from the head) is gathered and handed
+    /// to WebKit whole, from memory, with the head: one hop to the main loop, no pipe, no writer.
+    static let wholeBodyLimit = 256 << 10
+    /// The head and body of a small response while it is gathered (on the delivery queue).
+    private var gathering: (head: SchemeResponseHead, length: Int, body: Data)?
+
     func didReceive(_ head: SchemeResponseHead) {
+        let bodyless = schemeRequest.method == .head || head.status == 204 || head.status == 304
+        let length =
+            bodyless
+            ? 0 : head.headers.first { $0.key.lowercased() == "content-length" }.flatMap { Int($0.value) } ?? -1
+        if (0...Self.wholeBodyLimit).contains(length) {
+            headSent = true
+            gathering = (head, length, Data(capacity: length))
+            return
+        }
         let ends: (read: FileDescriptor, write: FileDescriptor)
         do { ends = try SystemCalls.pipe() } catch {
             return didFail(SchemeTaskError(.unreadable, "no pipe for the body: \(error)"))
         }
         headSent = true
         writer.async { self.fd = ends.write }
-        let (read, request) = (ends.read.rawValue, Request(self.request))
-        let bodyless = schemeRequest.method == .head || head.status == 204 || head.status == 304
-        let length =
-            bodyless
-            ? 0 : head.headers.first { $0.key.lowercased() == "content-length" }.flatMap { Int($0.value) } ?? -1
+        let read = ends.read.rawValue
+        respond(head, length: length) { g_unix_input_stream_new(read, 1) }
+    }
+
+    /// Hands WebKit the response: `head`, and the body `stream` makes (on the main loop).
+    private func respond(
+        _ head: SchemeResponseHead, length: Int, stream: @escaping @Sendable () -> UnsafeMutablePointer<GInputStream>?
+    ) {
+        let request = Request(self.request)
         GLibMain.async {
-            let stream = g_unix_input_stream_new(read, 1)
+            let stream = stream()
             let response = webkit_uri_scheme_response_new(stream, length)
             webkit_uri_scheme_response_set_status(response, UInt32(head.status), nil)
             let fields = soup_message_headers_new(SOUP_MESSAGE_HEADERS_RESPONSE)
@@ -133,6 +152,10 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
     }
 
     func didReceive(_ data: Data) {
+        if gathering != nil {
+            gathering?.body.append(data)
+            return
+        }
         writer.async { [self] in
             guard let fd else { return }
             do {
@@ -148,7 +171,18 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
         }
     }
 
-    func didFinish() { writer.async { [self] in closeBody() } }
+    func didFinish() {
+        if let (head, length, body) = gathering {
+            gathering = nil
+            let bytes = UncheckedBytes(body.withUnsafeBytes { g_bytes_new($0.baseAddress, gsize($0.count)) })
+            respond(head, length: length) {
+                defer { g_bytes_unref(bytes.pointer) }
+                return g_memory_input_stream_new_from_bytes(bytes.pointer)
+            }
+            return
+        }
+        writer.async { [self] in closeBody() }
+    }
 
     /// Closes the body's end of the pipe (on `writer`): WebKit reads the end of the body.
     private func closeBody() {
@@ -159,6 +193,11 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
     static let pipePath: FilePath = "(pipe to WebKit)"
 
     func didFail(_ error: SchemeTaskError) {
+        if gathering != nil {
+            // Nothing of a gathered response went to WebKit: it gets the error instead.
+            gathering = nil
+            headSent = false
+        }
         guard !headSent else {
             // The head went out: the body ends short (WebKit sees fewer bytes than announced).
             return didFinish()
@@ -178,6 +217,13 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
             g_error_free(e)
             request.release()
         }
+    }
+
+    /// A body's bytes on their way to the main loop.
+    struct UncheckedBytes: @unchecked Sendable {
+        // @unchecked: made on the delivery queue, used once on the main loop.
+        let pointer: OpaquePointer?
+        init(_ pointer: OpaquePointer?) { self.pointer = pointer }
     }
 
     /// The task's request, for the main loop (its reference released there once finished).
