@@ -48,7 +48,7 @@ import bench_serve
 import larder_scripts as ls
 from larder_scripts import die, say
 
-TITLE = "## Page loads from a package against nginx (`scripts/bench --pageload`)"
+TITLE = "## Page loads from a package: Chromium against nginx, WebKitGTK against file:// (`scripts/bench --pageload`)"
 BEGIN = "<!-- bench-pageload:begin -->"
 END = "<!-- bench-pageload:end -->"
 # The releases of `--deltas` whose entry page loads the most of its own assets without a back end
