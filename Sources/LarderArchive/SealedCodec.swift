@@ -224,7 +224,6 @@ package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
     private var queue: [Data] = []
     private var head = 0
     private var queued = 0
-    private var opened = false
     private var failure: (any Error)?
     private var cancelled = false
     /// `complete()` was called: what is opened after is written, not queued.
@@ -278,7 +277,6 @@ package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
         do { try SystemCalls.close(fd, path: output) } catch { outcome = outcome ?? error }
         condition.lock()
         failure = outcome
-        opened = outcome == nil
         running = false
         condition.broadcast()
         condition.unlock()

@@ -172,8 +172,5 @@ def main(larder, wheel_of, runs, write):
               "delta's patch file sealed once, whole) and names "
               "objects by their sealed bytes; a device checks each download's SHA-256, then opens it. "
               "Worst of the three judged rows: **%.2f×**." % worst, ""]
-    print("\n".join([TITLE] + lines))
-    if write:
-        ls.write_section(TITLE, BEGIN, END, lines)
-        say("bench --encrypted: wrote BENCHMARKS.md")
+    ls.show_section(TITLE, BEGIN, END, lines, write, "--encrypted")
     return 0

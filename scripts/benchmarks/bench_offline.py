@@ -12,7 +12,7 @@ import subprocess
 import time
 
 import larder_scripts as ls
-from larder_scripts import die, say
+from larder_scripts import die
 
 TITLE = "## A forwarded request with no network (`scripts/bench --offline`)"
 BEGIN = "<!-- bench-offline:begin -->"
@@ -34,8 +34,5 @@ def main(larder, runs, write):
         "", "Each row: `larder serve` (forwarding, not `--offline`) in a network namespace with only loopback up "
         "answers a request it must forward with 502 naming the cause (DNS error, unreachable); curl alone asks the "
         "same in the same namespace. Target: about a second at most, near curl's time (before, 60 s).", ""]
-    print("\n".join([TITLE] + lines))
-    if write:
-        ls.write_section(TITLE, BEGIN, END, lines)
-        say("bench --offline: wrote BENCHMARKS.md")
+    ls.show_section(TITLE, BEGIN, END, lines, write, "--offline")
     return 0

@@ -29,7 +29,7 @@ import tempfile
 import time
 
 import larder_scripts as ls
-from larder_scripts import die, say
+from larder_scripts import die
 
 TITLE = "## On-demand packages: a device holding 10 of 10,000 (`scripts/bench --on-demand`)"
 BEGIN = "<!-- bench-on-demand:begin -->"
@@ -226,8 +226,5 @@ def main(larder, scale, runs, write, nginx_bin=None, web_wheel=None, pick_tree=N
               "then the bundle or its objects, verified and placed) and answers. curl only downloads the bundle "
               "from the same nginx (no verification, nothing placed). Medians of %d, each on a fresh copy of the "
               "device." % runs, ""]
-    print("\n".join([TITLE] + lines))
-    if write:
-        ls.write_section(TITLE, BEGIN, END, lines)
-        say("bench --on-demand: wrote BENCHMARKS.md")
+    ls.show_section(TITLE, BEGIN, END, lines, write, "--on-demand")
     return 0

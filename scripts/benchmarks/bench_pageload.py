@@ -321,8 +321,5 @@ def main(larder, wheel_of, runs, write):
                 app = ""
     lines += ["", "Times are the page's own (Navigation Timing `loadEventStart`, Paint Timing "
               "`first-contentful-paint`), from navigation start. Worst ratio: **%.2f×**." % worst, ""]
-    print("\n".join([TITLE] + lines))
-    if write:
-        ls.write_section(TITLE, BEGIN, END, lines)
-        say("bench --pageload: wrote BENCHMARKS.md")
+    ls.show_section(TITLE, BEGIN, END, lines, write, "--pageload")
     return 0

@@ -311,6 +311,15 @@ def tree_problems(tree, want):
     return problems
 
 
+def show_section(title, begin, end, lines, write, mode):
+    """Prints a bench's section (`title` and `lines`) and, when `write`, puts it into BENCHMARKS.md
+    (`write_section`), saying so for `scripts/bench MODE`."""
+    print("\n".join([title] + lines))
+    if write:
+        write_section(title, begin, end, lines)
+        say("bench %s: wrote BENCHMARKS.md" % mode)
+
+
 def write_section(title, begin, end, lines):
     """Replaces the section of BENCHMARKS.md from `title` to the `end` marker with `title`, the
     `begin` marker, `lines` and `end` (appended when the markers are not there yet)."""
