@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdCore
 import LarderCore
 import LarderResolve
 import Logging
@@ -39,6 +40,10 @@ public struct Gateway: Sendable {
     /// Installs an on-demand package the first time one of its URLs is requested (`serve`
     /// unless `--offline`); nil: such a request is answered as any URL no package serves.
     public var firstUse: FirstUse?
+    /// Whether the requests a package answers are answered on the connection's event loop
+    /// (`PackageHits`), the rest by a task; false answers every request by a task through
+    /// Hummingbird, as before (kept for `scripts/bench`'s side-by-side row).
+    public var answersOnEventLoop = true
 
     /// A gateway for `loader` on `host:port`, passing through with `forwarder`; `log` receives
     /// one line per request.
@@ -57,9 +62,16 @@ public struct Gateway: Sendable {
     /// address (the port is chosen by the system when 0 was asked for).
     public func run(onListening: @escaping @Sendable (String, Int) async -> Void) async throws {
         let bound = BoundPort()
+        let dates = DateField()
+        let eventLoop = answersOnEventLoop
         let app = Application(
             responder: CallbackResponder<BasicRequestContext> { request, _ in
                 await self.respond(request, ownPort: bound.port ?? port)
+            },
+            server: HTTPServerBuilder { responder in
+                let http1 = HTTP1Channel(responder: responder)
+                guard eventLoop else { return http1 }
+                return GatewayChannel(inner: http1, gateway: self, bound: bound, dates: dates)
             },
             configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "larder"),
             onServerRunning: { channel in
@@ -106,31 +118,20 @@ public struct Gateway: Sendable {
         let urls = Self.candidates(authority: authority, target: target, gatewayHost: host, ownPort: ownPort)
         // A watched page's main document is always answered whole (its script tag is new each time).
         let watched = health != nil && method == .get && Self.isNavigation(request.headers)
-        var passReason = ""
-        for url in urls {
-            // The reason of a candidate whose origin a package routes (a bypassed path, a
-            // missing file) says more than "no package routes" for the other scheme's URL.
-            let req = LoadRequest(
-                method: method, url: url, range: watched ? nil : request.headers[.range],
-                ifNoneMatch: watched ? nil : request.headers[.ifNoneMatch], cors: url.hasPrefix("larder:"))
-            switch loader.load(req) {
-            case .response(let r) where r.status == 404 && !afterInstall && firstUse?.package(for: url) != nil:
-                // A `larder://` URL of an on-demand package not installed yet: first use, below.
-                passReason = passReason.isEmpty ? "not installed yet" : passReason
-            case .response(let r):
-                if watched, let injected = watch(r) {
-                    log(line(method, url, r.status, "\(r.outcome) page-health", "\(injected.readableBytes)", started))
-                    return Self.document(r, injected)
-                }
-                log(line(method, url, r.status, "\(r.outcome)", r.header("Content-Length"), started))
-                return Self.response(r, head: method == .head)
-            case .passthrough(let reason):
-                if passReason.isEmpty
-                    || (passReason.hasPrefix(RouteTable.unrouted) && !reason.hasPrefix(RouteTable.unrouted))
-                {
-                    passReason = reason
-                }
+        let passReason: String
+        switch lookUp(
+            method, urls, range: watched ? nil : request.headers[.range],
+            ifNoneMatch: watched ? nil : request.headers[.ifNoneMatch], afterInstall: afterInstall)
+        {
+        case .served(let url, let r):
+            if watched, let injected = watch(r) {
+                log(line(method, url, r.status, "\(r.outcome) page-health", "\(injected.readableBytes)", started))
+                return Self.document(r, injected)
             }
+            log(line(method, url, r.status, "\(r.outcome)", r.header("Content-Length"), started))
+            return Self.response(r, head: method == .head)
+        case .notServed(let reason):
+            passReason = reason
         }
         let url = urls[0]
         // An on-demand package not installed here routes it: install it (once, however many
@@ -156,11 +157,54 @@ public struct Gateway: Sendable {
         }
     }
 
+    /// What the packages answer for a request's candidate URLs.
+    enum Lookup {
+        /// The first candidate a package answers, with the loader's response.
+        case served(url: String, LoadResponse)
+        /// None does: why, to pass the request through with (or, for an on-demand package not
+        /// installed yet, "not installed yet").
+        case notServed(reason: String)
+    }
+
+    /// Asks the loader for each candidate URL in turn (with the request's Range and
+    /// If-None-Match) until a package answers. Before `afterInstall`, a 404 for a URL an
+    /// on-demand package routes does not count as an answer: that is first use.
+    func lookUp(
+        _ method: HTTPRequest.Method, _ urls: [String], range: String?, ifNoneMatch: String?, afterInstall: Bool
+    ) -> Lookup {
+        var passReason = ""
+        for url in urls {
+            let req = LoadRequest(
+                method: method, url: url, range: range, ifNoneMatch: ifNoneMatch, cors: url.hasPrefix("larder:"))
+            switch loader.load(req) {
+            case .response(let r) where r.status == 404 && !afterInstall && firstUse?.package(for: url) != nil:
+                r.close()
+                passReason = passReason.isEmpty ? "not installed yet" : passReason
+            case .response(let r):
+                return .served(url: url, r)
+            case .passthrough(let reason):
+                // The reason of a candidate whose origin a package routes (a bypassed path, a
+                // missing file) says more than "no package routes" for the other scheme's URL.
+                if passReason.isEmpty
+                    || (passReason.hasPrefix(RouteTable.unrouted) && !reason.hasPrefix(RouteTable.unrouted))
+                {
+                    passReason = reason
+                }
+            }
+        }
+        return .notServed(reason: passReason)
+    }
+
     /// Whether a request is a top-level navigation: `Sec-Fetch-Dest: document`, or — from a client
     /// that sends no fetch metadata — one that accepts `text/html`.
     static func isNavigation(_ headers: HTTPFields) -> Bool {
-        if let dest = headers[named: "Sec-Fetch-Dest"] { return dest.lowercased() == "document" }
-        return headers[.accept]?.lowercased().contains("text/html") == true
+        isNavigation(fetchDest: headers[named: "Sec-Fetch-Dest"], accept: headers[.accept])
+    }
+
+    /// Whether a request with these `Sec-Fetch-Dest` and `Accept` values is a navigation.
+    static func isNavigation(fetchDest: String?, accept: String?) -> Bool {
+        if let dest = fetchDest { return dest.lowercased() == "document" }
+        return accept?.lowercased().contains("text/html") == true
     }
 
     /// Starts watching the page `r` serves, when it is an HTML document of an active version no

@@ -99,18 +99,39 @@ public final class LoadResponse: @unchecked Sendable {
             let n = min(maxBytes, d.count)
             body = n == d.count ? .none : .bytes(d.dropFirst(n))
             return Data(d.prefix(n))
+        case .file(_, _, let range):
+            var chunk = Data(count: Int(min(Int64(maxBytes), Int64(max(range.count, 0)))))
+            let n = try chunk.withUnsafeMutableBytes { try nextChunk(into: $0) }
+            guard n > 0 else { return nil }
+            if n < chunk.count { chunk.removeSubrange(n...) }
+            return chunk
+        }
+    }
+
+    /// Reads the next bytes of the body into `buffer` (at most its size): how many, 0 at the end.
+    /// Throws as `nextChunk(maxBytes:)` does; a front-end that writes into its own buffers (the
+    /// gateway's event-loop responder) reads with it, without a `Data` in between.
+    public func nextChunk(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        switch body {
+        case .none:
+            return 0
+        case .bytes(let d):
+            let n = min(buffer.count, d.count)
+            d.prefix(n).copyBytes(to: buffer)
+            body = n == d.count ? .none : .bytes(d.dropFirst(n))
+            return n
         case .file(let fd, let path, let range):
             guard !range.isEmpty else {
                 close()
-                return nil
+                return 0
             }
-            let want = Int(min(Int64(maxBytes), Int64(range.count)))
-            var chunk = Data(count: want)
+            let want = Int(min(Int64(buffer.count), Int64(range.count)))
+            if want == 0 { return 0 }
             // Through the funnel: an interrupted read is retried, an I/O error is one.
-            let read = chunk.withUnsafeMutableBytes { raw in
-                Result { () throws(FileSystemError) in
-                    try SystemCalls.pread(fd, into: raw, at: range.lowerBound, path: path)
-                }
+            let read = Result { () throws(FileSystemError) in
+                try SystemCalls.pread(
+                    fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<want]), at: range.lowerBound, path: path
+                )
             }
             let n: Int
             switch read {
@@ -123,10 +144,19 @@ public final class LoadResponse: @unchecked Sendable {
                 close()
                 throw LoadError.unreadable(error)
             }
-            if n < want { chunk.removeSubrange(n...) }
             body = .file(fd, path, (range.lowerBound + Int64(n))..<range.upperBound)
-            return chunk
+            return n
         }
+    }
+
+    /// The rest of the body as an open file and the byte range of it still to send, handed over:
+    /// the caller owns the descriptor from then on (and closes it), and this response has no body
+    /// left. Nil, with nothing changed, when the body is not a file. A front-end that can send a
+    /// file's bytes without reading them (`sendfile`) takes it.
+    public func takeFile() -> (descriptor: CInt, range: Range<Int64>)? {
+        guard case .file(let fd, _, let range) = body else { return nil }
+        body = .none
+        return (fd.rawValue, range)
     }
 
     /// Closes the file (idempotent; also done at the end of the body and on deinit). A front-end

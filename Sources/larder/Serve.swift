@@ -81,6 +81,12 @@ extension LarderCommand {
                 "A recipient private key that opens encrypted on-demand packages installed at first use (repeatable).",
                 valueName: "FILE"))
         var recipientKeys: [FilePath] = []
+        @Flag(
+            help: """
+                Answer every request from a Swift task through Hummingbird, package hits included \
+                (by default they are answered on the connection's event loop); for side-by-side measurement.
+                """)
+        var taskResponder = false
 
         func validate() throws {
             guard (0.1...600).contains(firstUseDeadline) else {
@@ -127,6 +133,7 @@ extension LarderCommand {
                     exchange: HTTPStack.platform.makeExchange()),
                 log: { Output.line($0) })
             if !offline { gateway.firstUse = try firstUse(resolver) }
+            gateway.answersOnEventLoop = !taskResponder
             if pageHealth {
                 let recorder = StoreHealthRecorder(root: root) { result in
                     switch result {

@@ -31,11 +31,12 @@ final class RunningGateway: Sendable {
     /// Starts `loader`'s gateway, forwarding with `forwarder`, watching page health with `health`.
     static func start(
         loader: ResourceLoader, forwarder: Forwarder = Forwarder(network: .offline, exchange: nil),
-        health: PageHealthTracker? = nil, firstUse: FirstUse? = nil
+        health: PageHealthTracker? = nil, firstUse: FirstUse? = nil, answersOnEventLoop: Bool = true
     ) async throws -> RunningGateway {
         let lines = Locked<[String]>([])
         var gateway = Gateway(
             loader: loader, port: 0, forwarder: forwarder, log: { line in lines.withLock { $0.append(line) } })
+        gateway.answersOnEventLoop = answersOnEventLoop
         gateway.health = health
         gateway.firstUse = firstUse
         let (ports, listening) = AsyncStream<Int>.makeStream()
@@ -132,13 +133,13 @@ struct World {
 
 /// Runs `body` with a gateway over a fresh sandbox (`docs`: with the docs package; `prepare` may
 /// change it first; offline unless
-/// `forwarder` says otherwise; page health watched with `health`), then stops the gateway and
-/// removes the sandbox.
+/// `forwarder` says otherwise; page health watched with `health`; package hits answered on the
+/// event loop unless `answersOnEventLoop` is false), then stops the gateway and removes the sandbox.
 @available(macOS 14, iOS 17, tvOS 17, *)
 func withGateway(
     _ prepare: (ResolveEnv) throws -> Void = { _ in }, docs: Bool = false,
     forwarder: Forwarder = Forwarder(network: .offline, exchange: nil), health: PageHealthSettings? = nil,
-    _ body: (World) async throws -> Void
+    answersOnEventLoop: Bool = true, _ body: (World) async throws -> Void
 ) async throws {
     let env = try makeSandbox(docs: docs)
     defer { env.cleanup() }
@@ -148,7 +149,8 @@ func withGateway(
     let recorder = health.map { _ in StoreHealthRecorder(root: env.root) { _ in } }
     var tracker: PageHealthTracker?
     if let health, let recorder { tracker = PageHealthTracker(settings: health, recorder: recorder) }
-    let gateway = try await RunningGateway.start(loader: loader, forwarder: forwarder, health: tracker)
+    let gateway = try await RunningGateway.start(
+        loader: loader, forwarder: forwarder, health: tracker, answersOnEventLoop: answersOnEventLoop)
     do {
         try await onOwnThreads {
             try await body(World(env: env, gateway: gateway, reporter: reporter, recorder: recorder))

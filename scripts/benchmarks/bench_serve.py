@@ -5,7 +5,10 @@ file:// repository, and served twice:
   larder   `larder serve --offline` on the sandbox; requests carry `Host: bench.invalid`, so they
            take the route a browser's page load takes (the package's route, then its file list,
            then the installed file). Its per-request log line goes to /dev/null (it cannot be
-           turned off).
+           turned off). Package hits are answered on the connection's event loop (the default).
+  task     the same with `--task-responder`: every request answered from a Swift task through
+           Hummingbird, as before the event-loop responder (one hop per request from NIO's event
+           loop to Swift concurrency's threads and back); the side-by-side row.
   nginx    Debian's nginx (nginx-light), a minimal configuration written here: root = the
            installed version directory (the very files larder serves), worker_processes = the
            number of CPUs, access_log off, sendfile on, keepalive_requests high enough that
@@ -14,9 +17,9 @@ file:// repository, and served twice:
 
 Two files of the tree are measured: the text file (js, css, json, ...) nearest ~2 KB and the one
 nearest ~100 KB (a file of that size is written into the copy of the tree before packing when
-none is near). curl first checks that both servers answer 200 with the same bytes. Then, after
+none is near). curl first checks that every server answers 200 with the same bytes. Then, after
 a warm-up of each server, `wrk -t2 -c32 -dNs --latency` runs against each, alternating
-(larder, nginx, larder, nginx, ...; medians of the rounds). Per run: requests/s and p99 latency
+(larder, task, nginx, larder, task, nginx, ...; medians of the rounds). Per run: requests/s and p99 latency
 from wrk's output, and the server's CPU time per request: utime + stime of its process (nginx:
 master and workers) from /proc/PID/stat before and after, over wrk's request count.
 
@@ -153,10 +156,10 @@ def fetch(url, out):
 
 
 class Serve:
-    """`larder serve --offline` on a port picked here, its output to /dev/null."""
+    """`larder serve --offline` (and `extra` options) on a port picked here, its output to /dev/null."""
 
-    def __init__(self, larder, sandbox, probe, work):
-        self.larder, self.sandbox, self.probe, self.work = larder, sandbox, probe, work
+    def __init__(self, larder, sandbox, probe, work, extra=()):
+        self.larder, self.sandbox, self.probe, self.work, self.extra = larder, sandbox, probe, work, list(extra)
         self.proc = None
         self.port = None
 
@@ -170,7 +173,7 @@ class Serve:
             self.port = ls.free_port()
             with open(err, "ab") as e:
                 self.proc = subprocess.Popen([self.larder, "serve", "--root", self.sandbox, "--listen",
-                                              "127.0.0.1:%d" % self.port, "--offline"], stdout=subprocess.DEVNULL,
+                                              "127.0.0.1:%d" % self.port, "--offline"] + self.extra, stdout=subprocess.DEVNULL,
                                              stderr=e, stdin=subprocess.DEVNULL, env=ls.loopback_env())
             deadline = time.time() + 10
             while time.time() < deadline and self.proc.poll() is None:
@@ -260,8 +263,8 @@ def check_same(servers, chosen, work):
 
 
 def measure(larder, work, tree, duration=10, quick=False):
-    """Packs and syncs `tree`, serves it by `larder serve` and by nginx, and runs wrk against
-    each for a ~2 KB and a ~100 KB file. Returns {"2k": {...}, "100k": {...}, "wrk": ...,
+    """Packs and syncs `tree`, serves it by `larder serve` (both responders) and by nginx, and
+    runs wrk against each for a ~2 KB and a ~100 KB file. Returns {"2k": {...}, "100k": {...}, "wrk": ...,
     "nginx_workers": ...}."""
     wrk_bin = ls.ensure_tool("wrk", "wrk")
     nginx_bin = ls.ensure_tool("nginx", "nginx-light")
@@ -275,6 +278,7 @@ def measure(larder, work, tree, duration=10, quick=False):
     with open(template, "w") as f:
         f.write(NGINX_CONF.replace("WORKERS", str(workers)))
     servers = {"larder": Serve(larder, sandbox, chosen["2k"], work),
+               "task": Serve(larder, sandbox, chosen["2k"], work, ["--task-responder"]),
                "nginx": BenchNginx(nginx_bin, work, installed, template)}
     rounds = 1 if quick else 3
     warm = 1 if quick else 2

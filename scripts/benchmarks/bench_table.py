@@ -172,6 +172,9 @@ def group_serve(t, larder, quick):
         t.add("serve", "… CPU per request (µs)", "%.0f" % s["larder_cpu_us_per_req"],
               "nginx: %.0f" % s["nginx_cpu_us_per_req"],
               "%.2f×" % (s["larder_cpu_us_per_req"] / s["nginx_cpu_us_per_req"]), "", None)
+        t.add("serve", "… every request from a task through Hummingbird (`--task-responder`): requests/s",
+              "%.0f" % s["task_rps"], "nginx: %.0f" % s["nginx_rps"], "%.2f×" % (s["task_rps"] / s["nginx_rps"]), "",
+              None)
 
 
 def group_network(t, larder, quick, runs):
