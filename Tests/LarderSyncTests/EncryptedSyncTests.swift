@@ -234,8 +234,9 @@ struct EncryptedSyncTests {
     }
 
     @Test(
-        "update by delta: patches made over the contents, the patch file sealed once; none without the publisher's key")
-    func delta() async throws {
+        "update by delta: patches made over the contents, the patch file sealed once; none without the publisher's key; a tampered sealed patch file falls back to the objects",
+        arguments: [false, true])
+    func delta(tampered: Bool) async throws {
         let env = try SyncEnv()
         defer { env.cleanup() }
         let publisherKey = RecipientKey()
@@ -259,10 +260,25 @@ struct EncryptedSyncTests {
         // Sealed with 1.2.0's content key (same recipients, a key the publisher holds): the
         // contents they share are the same sealed objects.
         #expect(second.objectsReused > 0 && second.objectsWritten < second.fileCount, "\(second)")
+        if tampered {
+            // A byte of every sealed patch file flipped on the server (its size kept).
+            for (path, data) in try files(under: env.repo) where path.hasPrefix("patches/") {
+                var d = data
+                d[d.count / 2] ^= 0x40
+                try d.write(to: env.repo.appendingPathComponent(path))
+            }
+        }
         let update = try await sync(env, keys: [device])
         let byDelta = try #require(update.packages.first)
         #expect(byDelta.outcome == .done && byDelta.method == .delta, "\(update)")
-        #expect((byDelta.delta?.patchesApplied ?? 0) > 0 && byDelta.delta?.fallbacks == [], "\(byDelta)")
+        if tampered {
+            // Refused by its digest before it is opened: each content it patches comes as its object.
+            let fallbacks = byDelta.delta?.fallbacks ?? []
+            #expect(!fallbacks.isEmpty && fallbacks.allSatisfy { $0.to == .object }, "\(byDelta)")
+            #expect(byDelta.delta?.patchesApplied == 0, "\(byDelta)")
+        } else {
+            #expect((byDelta.delta?.patchesApplied ?? 0) > 0 && byDelta.delta?.fallbacks == [], "\(byDelta)")
+        }
         // The list was built from the delta, not fetched: the metadata is the manifest alone.
         let sealedList = try #require(
             ManifestCoding.decode(

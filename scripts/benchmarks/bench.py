@@ -2,7 +2,7 @@
 """Release-mode benchmarks, each figure next to a baseline measured in the same run.
 
 Usage: scripts/bench [--quick] [-k RUNS] [--no-write]   every row in one table (bench_table.py)
-       scripts/bench --install [--only large|web] [-k RUNS] [--runs-large N] [--runs-web N]
+       scripts/bench --install [--only large|web|app100|app400|app1000] [-k RUNS] [--runs-large N] [--runs-web N]
        scripts/bench --scale [--quick] [--no-write] [-k RUNS]   (see bench_scale.py)
        scripts/bench --net [--quick] [--no-write] [-k RUNS]     (see bench_net.py)
        scripts/bench --edge [--devices N] [--jobs N] [--no-write] (see bench_edge.py)
@@ -187,8 +187,7 @@ def main():
     for spec, runs in plan:
         work = tempfile.mkdtemp(prefix="larder-bench.", dir=base)
         out = tempfile.mkdtemp(prefix="larder-bench-out.", dir=base)
-        places = [("tmpfs" if bi.fs_type(out) == "tmpfs" else bi.fs_type(out), out),
-                  ("ext4", bi.FreshExt4(bi.ext4_parent(), 2048 if spec["key"] == "large" else 512))]
+        places = bi.places_for(spec, out)
         try:
             results.append(bi.bench(larder, zf, work, spec, runs, places))
         finally:

@@ -29,8 +29,30 @@ BUNDLES = [
      "runs": 3, "env": "BENCH_WHEEL_LARGE", "tree": "whole wheel", "entry": "first file"},
     {"key": "web", "name": "web assets", "dist": "jupyterlab", "version": "4.6.6", "pkg": "jupyterlab-static",
      "runs": 5, "env": "BENCH_WHEEL_WEB", "tree": "share/jupyter", "entry": "html"},
+    # Typical single-page apps' bundles (a hundred to a thousand files, 5-55 MB), as three real
+    # apps from three bundlers ship them: tmpfs only, Larder's zip only, target TYPICAL_TARGET.
+    {"key": "app100", "name": "prefect UI (Vue)", "dist": "prefect", "version": "3.9.1", "pkg": "prefect-ui",
+     "runs": 7, "env": "BENCH_WHEEL_APP100", "tree": "prefect/server/ui", "entry": "html", "typical": True},
+    {"key": "app400", "name": "mlflow UI (webpack)", "dist": "mlflow", "version": "3.17.0", "pkg": "mlflow-ui",
+     "runs": 7, "env": "BENCH_WHEEL_APP400", "tree": "mlflow/server/js/build", "entry": "html", "typical": True},
+    {"key": "app1000", "name": "gradio front end (Vite)", "dist": "gradio", "version": "6.29.1", "pkg": "gradio-ui",
+     "runs": 5, "env": "BENCH_WHEEL_APP1000", "tree": "gradio/templates/frontend", "entry": "html", "typical": True},
 ]
 TARGET = 0.70
+TYPICAL_TARGET = 0.80
+
+
+def target_of(spec):
+    """The install target of a bundle: ratio to bsdtar at most this."""
+    return TYPICAL_TARGET if spec.get("typical") else TARGET
+
+
+def places_for(spec, out, quick=False):
+    """Where a bundle is timed: tmpfs (`out`), and a fresh ext4 unless quick or a typical bundle."""
+    places = [("tmpfs" if fs_type(out) == "tmpfs" else fs_type(out), out)]
+    if not quick and not spec.get("typical"):
+        places.append(("ext4", FreshExt4(ext4_parent(), 2048 if spec["key"] == "large" else 512)))
+    return places
 
 
 def pip_command():
@@ -226,6 +248,14 @@ def prepare(larder, work, spec):
         nfiles, nbytes = tree_stats(tree)
         rel = "(whole wheel)"
         say("  tree   %s: %d files, %.1f MiB" % (rel, nfiles, nbytes / 2**20))
+    elif spec["tree"] != "share/jupyter":
+        # A named directory of the wheel: the app's own build output.
+        rel = spec["tree"]
+        tree = os.path.join(unpacked, rel)
+        if not os.path.isdir(tree):
+            die("%s has no %s/" % (os.path.basename(wheel), rel))
+        nfiles, nbytes = tree_stats(tree)
+        say("  tree   %s: %d files, %.1f MiB" % (rel, nfiles, nbytes / 2**20))
     else:
         tree, densest = pick_tree(unpacked)
         nfiles, nbytes = tree_stats(tree)
@@ -259,6 +289,8 @@ def bench(larder, zf, work, spec, runs, places, infozip=True):
     bundle); returns the results (exits on any failure or wrong tree)."""
     d = prepare(larder, work, spec)
     pkg, tree = spec["pkg"], d["tree"]
+    infozip = infozip and not spec.get("typical")
+    zf = None if spec.get("typical") else zf
     bundles = d["bundles"] if infozip else {"larder pack": d["bundles"]["larder pack"]}
 
     def args_of(tool, bundle, out):
@@ -344,8 +376,9 @@ def summary(larder, results, load_start, load_end):
                     continue
                 b = statistics.median(t["bsdtar"])
                 lr = statistics.median(t["larder"])
+                goal = target_of(spec)
                 line = "  %-5s %-11s bsdtar -xf %7.1f ms | larder install %7.1f ms | ratio %.2f (target <= %.2f: %s)" % (
-                    place, name + ":", 1000 * b, 1000 * lr, lr / b, TARGET, "met" if lr / b <= TARGET else "MISSED")
+                    place, name + ":", 1000 * b, 1000 * lr, lr / b, goal, "met" if lr / b <= goal else "MISSED")
                 if "zipfoundation" in t:
                     z = statistics.median(t["zipfoundation"])
                     line += " | ZIPFoundation %.1f ms (%.1f× larder)" % (1000 * z, z / lr)
