@@ -276,6 +276,30 @@ struct WriterTests {
         try run("unzip", ["-tq", a.string])
     }
 
+    /// What is already compressed is stored; the rest, WebAssembly included, is deflated.
+    @Test func storedOnlyWhatIsCompressedAlready() throws {
+        let tmp = try TemporaryDirectory.forCurrentTest()
+        let module = Data((0..<200_000).map { UInt8(truncatingIfNeeded: ($0 / 7) % 61) })
+        var files: [(path: RelativePath, source: FilePath)] = []
+        for name in ["app.wasm", "logo.png", "font.woff2", "main.js"] {
+            let url = tmp.url.appendingPathComponent(name)
+            try module.write(to: url)
+            files.append((try #require(RelativePath(name)), FilePath(url.path)))
+        }
+        let zip = FilePath(tmp.url.appendingPathComponent("b.zip").path)
+        _ = try ZipWriter.write(files, to: zip)
+        let methods = try run(
+            "python3",
+            [
+                "-c",
+                "import zipfile,sys;print(' '.join('%s:%d' % (i.filename, i.compress_type) for i in zipfile.ZipFile(sys.argv[1]).infolist()))",
+                zip.string,
+            ])
+        #expect(
+            String(decoding: methods, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                == "app.wasm:8 logo.png:0 font.woff2:0 main.js:8")
+    }
+
     /// Contents whose inflated size is a multiple of the inflater's 256 KiB buffer (the last
     /// inflate call fills it exactly) and odd sizes around it.
     @Test(arguments: [0, 1, 262_143, 262_144, 262_145, 524_288, 1_048_576])
