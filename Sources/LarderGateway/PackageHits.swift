@@ -128,7 +128,7 @@ final class PackageHits: ChannelDuplexHandler, RemovableChannelHandler {
         else { return nil }
         let headers = head.headers
         if gateway.health != nil && head.method == .GET
-            && Gateway.isNavigation(fetchDest: headers.first(name: "sec-fetch-dest"), accept: field(headers, "accept"))
+            && Gateway.isNavigation(fetchDest: field(headers, "sec-fetch-dest"), accept: field(headers, "accept"))
         {
             return nil
         }
