@@ -85,7 +85,13 @@ struct FirstUseTests {
                 #expect(replies.map(\.status) == [200, 200, 200, 200], "\(replies) \(gateway.log)")
                 #expect(installs.withLock { $0 }.count == 1, "\(installs.withLock { $0 })")
                 #expect(installs.withLock { $0 }.first?.hasPrefix("od installed in") == true)
-                #expect(gateway.log.filter { $0.contains("first use of od: installed") }.count == 4, "\(gateway.log)")
+                // Each request waited for that install, unless it reached the gateway after the
+                // install had ended (a loaded machine): then it was served as a local file.
+                let waited = gateway.log.filter { $0.contains("first use of od: installed") }.count
+                let local = gateway.log.filter {
+                    $0.hasPrefix("GET https://od.example.com/") && $0.contains(" 200 od@1.0.0 ")
+                }
+                #expect(waited >= 1 && local.count == 4, "\(gateway.log)")
                 // The second open is local: no wait, no install.
                 let again = try await gateway.send(.GET, "/od/index.html", host: nil)
                 #expect(again.status == 200 && installs.withLock { $0 }.count == 1)
