@@ -158,15 +158,16 @@ final class PackageHits: ChannelDuplexHandler, RemovableChannelHandler {
     private func send(_ answer: Answer, context: ChannelHandlerContext) {
         let r = answer.response
         let length = r.header("Content-Length")
+        let outcome = "\(r.outcome)"
         var headers = HTTPHeaders()
         headers.reserveCapacity(r.headers.count + 3)
         for (name, value) in r.headers { headers.add(name: name, value: value) }
-        headers.add(name: "X-Larder-Outcome", value: "\(r.outcome)")
+        headers.add(name: "X-Larder-Outcome", value: outcome)
         headers.add(name: "Date", value: dates.now())
         headers.add(name: "Server", value: "larder")
         let head = HTTPResponseHead(
             version: .http1_1, status: HTTPResponseStatus(statusCode: r.status), headers: headers)
-        gateway.log(gateway.line(answer.method, answer.url, r.status, "\(r.outcome)", length, answer.started))
+        gateway.log(gateway.line(answer.method, answer.url, r.status, outcome, length, answer.started))
         guard answer.method != .head, r.status != 304 else {
             r.close()
             context.write(wrapOutboundOut(.head(head)), promise: nil)
