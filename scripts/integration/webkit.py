@@ -316,10 +316,23 @@ def main():
         check("If-None-Match with the file's ETag: 304",
               out.get("etag", {}).get("status") == 304 and bool(out.get("etag", {}).get("etag")), detail)
         check("a file the package does not have: 404", out.get("missing", {}).get("status") == 404, detail)
+        # WebKit reads a scheme response's stream as fast as it can, whatever the page consumes: on a
+        # fast run the whole 24 MiB may be in WebKit before the page's abort reaches the task, and
+        # then there is nothing left to cancel. Such a run proves nothing either way, so the probe
+        # runs again (at most three times); an implementation that never stops a task fails all.
+        cancels = []
+        for attempt in range(3):
+            if attempt:
+                run = webview("probe-%d" % attempt, "larder://sample-app/probe.html")
+                code = run.finish()
+                out, log = page_result(run), run.text()
+            cancelled = re.search(r"^GET larder://sample-app/big\.bin cancelled by WebKit after (\d+)B", log, re.M)
+            cancels.append((code, out.get("cancel"), cancelled.group(0) if cancelled else None))
+            if out.get("cancel", {}).get("firstChunk", 0) > 0 and cancelled and int(cancelled.group(1)) < BIG_BYTES:
+                break
         check("a fetch aborted after its first chunk stops the task: WebKit closes the stream, the rest is not sent",
-              out.get("cancel", {}).get("firstChunk", 0) > 0
-              and re.search(r"^GET larder://sample-app/big\.bin cancelled by WebKit after \d+B", log, re.M) is not None,
-              detail)
+              cancels[-1][2] is not None and cancels[-1][1] and cancels[-1][1].get("firstChunk", 0) > 0,
+              "attempts (exit, page's cancel, log line): %s\n%s" % (cancels, log[-1500:]))
 
         # 2. Cookies and POST.
         Origin.log.clear()
