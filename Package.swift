@@ -212,6 +212,17 @@ var package = Package(
         // The fuzz targets (scripts/tools/fuzz.sh): built with -sanitize=fuzzer for libFuzzer, or plain to
         // replay inputs (scripts/test replays the committed seeds); not a product.
         .executableTarget(
+            name: "larder-bench-nio",
+            dependencies: [
+                "LarderFileSystem",
+                .product(name: "SystemPackage", package: "swift-system"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
             name: "larder-fuzz",
             dependencies: [
                 "LarderArchive", "LarderCore", "LarderFileSystem",

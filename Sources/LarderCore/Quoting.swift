@@ -54,6 +54,8 @@ package enum Quoting {
     /// prints through this, so that no message, whatever it embeds, can move the cursor, retitle
     /// the window or hide text.
     package static func sanitizeLine(_ line: String) -> String {
+        // Printable ASCII and tabs (a server's line per request): nothing to look at scalar by scalar.
+        if line.utf8.allSatisfy({ ($0 >= 0x20 && $0 < 0x7F) || $0 == 0x09 }) { return line }
         guard line.unicodeScalars.contains(where: { $0 != "\t" && needsEscape($0) }) else { return line }
         var out = ""
         out.reserveCapacity(line.utf8.count + 8)

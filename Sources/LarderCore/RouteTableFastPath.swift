@@ -116,9 +116,12 @@ extension RouteTable {
     /// The answer for an http(s) URL already in the form a browser requests, naming a file under
     /// a route: lower-case scheme and host (ASCII letters, digits, `-`, `.`, `_`), an optional
     /// port, and a path of printable ASCII with no `%`, `\`, empty or dot-led segment, no final
-    /// `/`, under 4 KiB. Nil for anything else — any escape, case, user info, IP literal, control
-    /// byte, empty path, directory, missing file, bypass prefix or unrouted host — which the
-    /// general path (`BrowserURL`, `match`, `lookup`) answers.
+    /// `/`, under 4 KiB. Such a URL on an origin no route names (an unknown host, another scheme
+    /// or port) is answered too: the general path's passthrough, when the host is one a browser
+    /// leaves as it is (`isCanonicalHost`). Nil for anything else — any escape, case, user info, IP
+    /// literal, control byte, empty path, directory, missing file, bypass prefix or path no
+    /// prefix of its origin takes — which the general path (`BrowserURL`, `match`, `lookup`)
+    /// answers.
     ///
     /// Where it answers, the answer is the general path's: such a URL is already canonical, and
     /// the origin, bucket, prefix and file it finds are those `match` and `lookup` find; only the
@@ -126,13 +129,21 @@ extension RouteTable {
     func fastResolve(_ b: UnsafeBufferPointer<UInt8>) -> Resolution? {
         guard let (https, authStart) = Self.fastScheme(b),
             let (hostEnd, port, pathStart) = Self.fastAuthority(b, from: authStart),
-            let pathEnd = Self.fastPath(b, from: pathStart),
-            let origins = fast.hosts.value(Self.raw(b, authStart..<hostEnd))
+            let pathEnd = Self.fastPath(b, from: pathStart)
         else { return nil }
         let normalisedPort = (https && port == 443) || (!https && port == 80) ? 0 : port
-        guard let origin = origins.first(where: { $0.https == https && $0.port == normalisedPort }),
-            let (slot, restStart) = Self.fastPrefix(origin, b, pathStart..<pathEnd)
-        else { return nil }
+        guard let origins = fast.hosts.value(Self.raw(b, authStart..<hostEnd)),
+            let origin = origins.first(where: { $0.https == https && $0.port == normalisedPort })
+        else {
+            // No route on this origin (the gateway asks https:// and then http:// for each
+            // request): the general path's answer, without its parse, when the host is one a
+            // browser leaves as it is.
+            guard Self.isCanonicalHost(b, authStart..<hostEnd) else { return nil }
+            return .passthrough(
+                reason: Self.unroutedReason(
+                    b, https: https, host: authStart..<hostEnd, port: normalisedPort, path: pathStart..<pathEnd))
+        }
+        guard let (slot, restStart) = Self.fastPrefix(origin, b, pathStart..<pathEnd) else { return nil }
         let pkg = fast.refs[slot]
         let rest = restStart..<pathEnd
         // As `lookup(_:_:_:)`: a file path (the path scan made it plain), no bypass prefix.
@@ -180,6 +191,68 @@ extension RouteTable {
         }
         guard b[i] == UInt8(ascii: "/") else { return nil }
         return (hostEnd, port, i)
+    }
+
+    /// `match`'s reason for a URL no route takes — `no package routes <scheme>://<host>[:<port>]<path>`
+    /// — written in one allocation (the gateway's first candidate of every request to an http
+    /// origin ends here).
+    static func unroutedReason(
+        _ b: UnsafeBufferPointer<UInt8>, https: Bool, host: Range<Int>, port: Int, path: Range<Int>
+    ) -> String {
+        let scheme: StaticString = https ? "https://" : "http://"
+        let portText = port == 0 ? "" : ":\(port)"
+        let count =
+            RouteTable.unrouted.utf8.count + scheme.utf8CodeUnitCount + host.count + portText.utf8.count + path.count
+        return String(unsafeUninitializedCapacity: count) { out in
+            var n = 0
+            func put<C: Collection<UInt8>>(_ bytes: C) {
+                for byte in bytes {
+                    out[n] = byte
+                    n += 1
+                }
+            }
+            put(RouteTable.unrouted.utf8)
+            put(UnsafeBufferPointer(start: scheme.utf8Start, count: scheme.utf8CodeUnitCount))
+            put(UnsafeBufferPointer(rebasing: b[host]))
+            put(portText.utf8)
+            put(UnsafeBufferPointer(rebasing: b[path]))
+            return n
+        }
+    }
+
+    /// Whether a host of plain bytes (`fastAuthority`) is one the URL standard's host parser
+    /// leaves as it is: no empty label (so no final dot), no label an IDNA decoder checks
+    /// (`xn--`), and a last label that is not a number (which makes the host an IPv4 address,
+    /// rewritten: `0x7f.1` is `127.0.0.1`).
+    static func isCanonicalHost(_ b: UnsafeBufferPointer<UInt8>, _ host: Range<Int>) -> Bool {
+        var labelStart = host.lowerBound
+        var i = host.lowerBound
+        while i <= host.upperBound {
+            if i == host.upperBound || b[i] == UInt8(ascii: ".") {
+                let label = labelStart..<i
+                if label.isEmpty { return false }
+                if label.count >= 4, b[label.lowerBound] == UInt8(ascii: "x"),
+                    b[label.lowerBound + 1] == UInt8(ascii: "n"),
+                    b[label.lowerBound + 2] == UInt8(ascii: "-"), b[label.lowerBound + 3] == UInt8(ascii: "-")
+                {
+                    return false
+                }
+                if i == host.upperBound {
+                    let digits = label.allSatisfy { b[$0] >= UInt8(ascii: "0") && b[$0] <= UInt8(ascii: "9") }
+                    let hex =
+                        label.count >= 2 && b[label.lowerBound] == UInt8(ascii: "0")
+                        && b[label.lowerBound + 1] == UInt8(ascii: "x")
+                        && label.dropFirst(2).allSatisfy {
+                            UInt8(ascii: "0") <= b[$0] && b[$0] <= UInt8(ascii: "9")
+                                || UInt8(ascii: "a") <= b[$0] && b[$0] <= UInt8(ascii: "f")
+                        }
+                    if digits || hex { return false }
+                }
+                labelStart = i + 1
+            }
+            i += 1
+        }
+        return true
     }
 
     /// Whether `c` may stand in a host the fast path reads as it is.

@@ -23,6 +23,8 @@ public final class Resolver: @unchecked Sendable {
     public let schemes: Set<String>
     /// The sandbox's file layout under `root` (state file, generation word, version trees).
     package let layout: SandboxLayout
+    /// `layout.packages` as text, for `filePath`.
+    private let packagesDirectory: String
     /// What this process's syncs hand over, if the app shares one with them.
     let handoff: ServingHandoff?
     private let watch: GenerationWatch
@@ -38,6 +40,7 @@ public final class Resolver: @unchecked Sendable {
         self.schemes = Set(schemes.map { $0.lowercased() })
         self.handoff = handoff
         layout = SandboxLayout(root: root)
+        packagesDirectory = layout.packages.string
         watch = GenerationWatch(layout: layout)
         seenToken = watch.token()
         handoff?.readerOpened()
@@ -58,6 +61,7 @@ public final class Resolver: @unchecked Sendable {
         self.root = root
         self.schemes = Set(schemes.map { $0.lowercased() })
         layout = SandboxLayout(root: root)
+        packagesDirectory = layout.packages.string
         watch = GenerationWatch(layout: layout)
         seenToken = watch.token()
         handoff = nil
@@ -121,7 +125,10 @@ public final class Resolver: @unchecked Sendable {
 
     /// The file on disk for a local resolution.
     public func filePath(_ f: LocalFile) -> FilePath {
-        layout.tree(f.package, f.version).appending(f.path.string)
+        // Joined as text and made a path once (every request that opens a file asks this): the
+        // same path as `layout.tree(f.package, f.version).appending(f.path.string)`, whose
+        // components are plain names and a relative path already checked.
+        FilePath("\(packagesDirectory)/\(f.package.rawValue)/\(f.version)/\(f.path.string)")
     }
 
     /// Whether the file a resolution names is on disk as a regular file (one `stat`; the hot

@@ -80,7 +80,15 @@ public final class LoadResponse: @unchecked Sendable {
 
     /// The value of a header (case-insensitive name).
     public func header(_ name: String) -> String? {
-        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+        headers.first { Self.sameFieldName($0.0, name) }?.1
+    }
+
+    /// Whether two field names are equal ignoring ASCII case (as HTTP compares them), with no copy.
+    static func sameFieldName(_ a: String, _ b: String) -> Bool {
+        a.utf8.count == b.utf8.count
+            && zip(a.utf8, b.utf8).allSatisfy { x, y in
+                x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= UInt8(ascii: "a") && (x | 0x20) <= UInt8(ascii: "z"))
+            }
     }
 
     /// The next chunk of the body (at most `maxBytes`), or `nil` at its end. Never holds more

@@ -31,6 +31,56 @@ struct OutputSink: Sendable {
         out: { FileHandle.standardOutput.write($0) }, err: { FileHandle.standardError.write($0) })
 }
 
+/// Lines for stdout written in batches: a line waits at most `delay` (or until `limit` bytes
+/// wait), so a server that prints a line per request makes one `write` per batch, not one per
+/// request. Lines keep their order; nothing is written, and no timer runs, while none wait.
+/// `flush()` writes what waits (a command calls it before it returns).
+final class LineBatch: @unchecked Sendable {
+    // @unchecked: `pending` and `scheduled` are guarded by `lock`; the sink is called under it,
+    // so batches reach it in order.
+    private let lock = NSLock()
+    private var pending = Data()
+    private var scheduled = false
+    private let sink: OutputSink
+    private let delay: DispatchTimeInterval
+    private let limit: Int
+    private let queue = DispatchQueue(label: "larder.output.lines")
+
+    init(sink: OutputSink, delay: DispatchTimeInterval = .milliseconds(20), limit: Int = 16 << 10) {
+        self.sink = sink
+        self.delay = delay
+        self.limit = limit
+    }
+
+    /// Adds a line, escaped as `Output.line` does.
+    func add(_ text: String) {
+        let line = Quoting.sanitizeLine(text) + "\n"
+        lock.lock()
+        defer { lock.unlock() }
+        pending.append(contentsOf: line.utf8)
+        if pending.count >= limit {
+            writePending()
+        } else if !scheduled {
+            scheduled = true
+            queue.asyncAfter(deadline: .now() + delay) { [self] in flush() }
+        }
+    }
+
+    /// Writes the lines that wait now.
+    func flush() {
+        lock.lock()
+        defer { lock.unlock() }
+        scheduled = false
+        writePending()
+    }
+
+    private func writePending() {
+        guard !pending.isEmpty else { return }
+        sink.out(pending)
+        pending.removeAll(keepingCapacity: true)
+    }
+}
+
 /// Rendering: stdout carries the result, stderr everything else.
 enum Output {
     /// The sink of the running command (tests run commands in-process with a capture).

@@ -40,8 +40,8 @@ extension LarderCommand {
                 "health …" line.
 
                 Prints "listening on http://HOST:PORT" once bound, then one line per request: \
-                method, URL, status, outcome (package@version, fallback, passthrough), bytes, time. \
-                Stops on SIGINT or SIGTERM. Exit 1 when the sandbox cannot be read or the address \
+                method, URL, status, outcome (package@version, fallback, passthrough), bytes, time; \
+                lines are written in batches, at most 20 ms after their request. Stops on SIGINT or SIGTERM. Exit 1 when the sandbox cannot be read or the address \
                 cannot be bound; 64 for a bad --listen.
                 """)
         @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: FilePath
@@ -103,7 +103,7 @@ extension LarderCommand {
 
         /// Installs an on-demand package at the first request for it: a sync of that package
         /// (`larder fetch ID`), one per package however many requests wait.
-        func firstUse(_ resolver: Resolver) throws -> FirstUse {
+        func firstUse(_ resolver: Resolver, lines: LineBatch) throws -> FirstUse {
             let root = self.root
             var options = SyncOptions()
             for path in recipientKeys {
@@ -116,7 +116,7 @@ extension LarderCommand {
             }
             return FirstUse(
                 resolver: resolver, deadline: .milliseconds(Int(firstUseDeadline * 1000)),
-                onInstall: { id, outcome in Output.line("first use: \(id) \(outcome)") },
+                onInstall: { id, outcome in lines.add("first use: \(id) \(outcome)") },
                 install: Syncer.installer(root: root, options: options))
         }
 
@@ -126,19 +126,21 @@ extension LarderCommand {
                 throw Output.failure(command: "serve", code: error.code, message: error.description, json: false)
             }
             let loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: root))
+            // One line per request: written in batches (at most 20 ms late), in order with the rest.
+            let lines = LineBatch(sink: Output.sink)
             var gateway = Gateway(
                 loader: loader, host: listen.host, port: listen.port,
                 forwarder: Forwarder(
                     network: offline ? .offline : .forward(scheme: upstreamScheme.rawValue),
                     exchange: HTTPStack.platform.makeExchange()),
-                log: { Output.line($0) })
-            if !offline { gateway.firstUse = try firstUse(resolver) }
+                log: { lines.add($0) })
+            if !offline { gateway.firstUse = try firstUse(resolver, lines: lines) }
             gateway.answersOnEventLoop = !taskResponder
             if pageHealth {
                 let recorder = StoreHealthRecorder(root: root) { result in
                     switch result {
-                    case .success(let outcome): Output.line("\(outcome)")
-                    case .failure(let error): Output.line("health: could not be recorded: \(error)")
+                    case .success(let outcome): lines.add("\(outcome)")
+                    case .failure(let error): lines.add("health: could not be recorded: \(error)")
                     }
                 }
                 gateway.health = PageHealthTracker(
@@ -147,9 +149,12 @@ extension LarderCommand {
             }
             do {
                 try await gateway.run { h, p in
-                    Output.line("listening on http://\(h.contains(":") ? "[\(h)]" : h):\(p)  (sandbox \(root))")
+                    lines.add("listening on http://\(h.contains(":") ? "[\(h)]" : h):\(p)  (sandbox \(root))")
+                    lines.flush()
                 }
+                lines.flush()
             } catch {
+                lines.flush()
                 throw Output.failure(command: "serve", code: "serve-failed", message: "\(error)", json: false)
             }
         }

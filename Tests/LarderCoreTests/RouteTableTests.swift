@@ -263,8 +263,7 @@ struct RouteTableFastPathTests {
         "HTTPS://app.example.com/js/app.js", "Https://app.example.com/js/app.js", "https://APP.example.com/js/app.js",
         "https://app.example.com:/js/app.js", "https://app.example.com:65536/js/app.js",
         "https://app.example.com:000443/js/app.js", "https://app.example.com:44x/js/app.js",
-        "https://app.example.com:443:443/js/app.js", "http://app.example.com/js/app.js",
-        "http://app.example.com:80/js/app.js",
+        "https://app.example.com:443:443/js/app.js",
         "https://user@app.example.com/js/app.js", "https://user:pw@app.example.com/js/app.js",
         "https://@app.example.com/js/app.js",
         "https://[::1]/js/app.js", "https://[::1]:443/js/app.js", "https://127.0.0.1/js/app.js", "https:///js/app.js",
@@ -307,8 +306,22 @@ struct RouteTableFastPathTests {
         "https://app.example.com/live/x", "https://app.example.com/lively.js", "https://app.example.com/some/route",
         "https://app.example.com/missing.js", "https://app.example.com/docs/missing.html",
         "https://app.example.com/docs/v2/missing.html", "https://app.example.com/docs/v2/some/route",
-        "https://app.example.com/js/APP.js", "https://other.example.com/js/app.js", "https://own.example.com/missing",
+        "https://app.example.com/js/APP.js", "https://own.example.com/missing",
+        // Origins no route names, whose host a browser rewrites or checks (IPv4 numbers, IDNA, empty labels).
+        "https://0x7f.1/js/app.js", "https://127.1/js/app.js", "https://0x/x.js", "https://a.b.0x1f/x.js",
+        "https://xn--zz.example/x.js", "https://a.xn--bcher-kva/x.js", "https://a..b/x.js", "https://.a/x.js",
+        "https://other.example.com./js/app.js",
         "https://app.example.com/" + String(repeating: "a/", count: 2100) + "x.js",
+    ]
+
+    /// Plain URLs on origins no route names: the fast path answers the general path's passthrough.
+    static let unrouted = [
+        "http://app.example.com/js/app.js", "http://app.example.com:80/js/app.js",
+        "https://other.example.com/js/app.js",
+        "https://other.example.com/js/app.js?q=1#f", "http://app.example.com:8081/js/app.js",
+        "https://app.example.com:8080/js/app.js", "http://cdn.example.com/cdn-a/x.js", "https://a_b.example/x.js",
+        "https://-a-.example/x.js", "https://0x7g.example/x.js", "https://1.2.3.example/x.js", "https://localhost/x.js",
+        "http://own.example.com:80/a.b/c.js", "https://xn-a.example/x.js",
     ]
 
     /// The fast path's answer for `url`, if it gives one.
@@ -323,6 +336,18 @@ struct RouteTableFastPathTests {
             #expect(Self.fast(url) == general, "\(url): fast \(String(describing: Self.fast(url))), general \(general)")
             if case .local = general {} else { Issue.record("\(url) should name a file: \(general)") }
             #expect(Self.table.resolve(url) == general, "\(url)")
+        }
+    }
+
+    @Test func unroutedPlainURLsPassThroughAsInTheGeneralPath() {
+        for url in Self.unrouted {
+            let general = Self.table.resolveGeneral(url)
+            #expect(Self.fast(url) == general, "\(url): fast \(String(describing: Self.fast(url))), general \(general)")
+            if case .passthrough(let reason) = general {
+                #expect(reason.hasPrefix(RouteTable.unrouted), "\(url): \(reason)")
+            } else {
+                Issue.record("\(url) should pass through: \(general)")
+            }
         }
     }
 
@@ -342,7 +367,7 @@ struct RouteTableFastPathTests {
             "app.example.com", "APP.example.com", "app.example.com:443", "app.example.com:8080", "app.example.com:80",
             "app.example.com:0", "app.example.com:", "u@app.example.com", "cdn.example.com", "cdn.example.com:8443",
             "own.example.com", "own.example.com.", "xn--bcher-kva.example", "b\u{FC}cher.example", "[::1]", "app",
-            "docs", "cdn-a", "", "app.example.com%2e",
+            "docs", "cdn-a", "", "app.example.com%2e", "other.example.com", "0x7f.1", "a..b", "xn--zz.example", "127.1",
         ]
         let paths = [
             "", "/", "/js/app.js", "/index.html", "/docs", "/docs/", "/docs/guide.html", "/docs/v2/guide.html",

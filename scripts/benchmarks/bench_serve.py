@@ -9,6 +9,11 @@ file:// repository, and served twice:
   task     the same with `--task-responder`: every request answered from a Swift task through
            Hummingbird, as before the event-loop responder (one hop per request from NIO's event
            loop to Swift concurrency's threads and back); the side-by-side row.
+  nio      larder-bench-nio (when given): a static file server written directly on SwiftNIO —
+           NIO's HTTP/1 codec, one event loop per CPU, per request open, fstat, one read (or
+           sendfile above 64 KiB), close, as nginx does; no Hummingbird, no resolver. What
+           SwiftNIO itself reaches on this machine: the gateway's gap to nginx splits into what
+           NIO costs and what Larder adds.
   nginx    Debian's nginx (nginx-light), a minimal configuration written here: root = the
            installed version directory (the very files larder serves), worker_processes = the
            number of CPUs, access_log off, sendfile on, keepalive_requests high enough that
@@ -19,7 +24,7 @@ Two files of the tree are measured: the text file (js, css, json, ...) nearest ~
 nearest ~100 KB (a file of that size is written into the copy of the tree before packing when
 none is near). curl first checks that every server answers 200 with the same bytes. Then, after
 a warm-up of each server, `wrk -t2 -c32 -dNs --latency` runs against each, alternating
-(larder, task, nginx, larder, task, nginx, ...; medians of the rounds). Per run: requests/s and p99 latency
+(larder, task, nginx, nio, larder, task, nginx, nio, ...; medians of the rounds). Per run: requests/s and p99 latency
 from wrk's output, and the server's CPU time per request: utime + stime of its process (nginx:
 master and workers) from /proc/PID/stat before and after, over wrk's request count.
 
@@ -167,13 +172,16 @@ class Serve:
     def base(self):
         return "http://127.0.0.1:%d/" % self.port
 
+    def command(self):
+        return [self.larder, "serve", "--root", self.sandbox, "--listen", "127.0.0.1:%d" % self.port,
+                "--offline"] + self.extra
+
     def start(self):
         err = os.path.join(self.work, "serve.err")
         for attempt in range(5):
             self.port = ls.free_port()
             with open(err, "ab") as e:
-                self.proc = subprocess.Popen([self.larder, "serve", "--root", self.sandbox, "--listen",
-                                              "127.0.0.1:%d" % self.port, "--offline"] + self.extra, stdout=subprocess.DEVNULL,
+                self.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL,
                                              stderr=e, stdin=subprocess.DEVNULL, env=ls.loopback_env())
             deadline = time.time() + 10
             while time.time() < deadline and self.proc.poll() is None:
@@ -196,6 +204,17 @@ class Serve:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=5)
+
+
+class NIOBaseline(Serve):
+    """larder-bench-nio ROOT PORT: a static file server written directly on SwiftNIO, serving
+    the installed version directory (Sources/larder-bench-nio/main.swift)."""
+
+    def __init__(self, binary, root, probe, work):
+        Serve.__init__(self, binary, root, probe, work)
+
+    def command(self):
+        return [self.larder, self.sandbox, str(self.port)]
 
 
 class BenchNginx(Nginx):
@@ -262,7 +281,7 @@ def check_same(servers, chosen, work):
                     name, code, len(body), rel, len(want)))
 
 
-def measure(larder, work, tree, duration=10, quick=False):
+def measure(larder, work, tree, duration=10, quick=False, nio=None):
     """Packs and syncs `tree`, serves it by `larder serve` (both responders) and by nginx, and
     runs wrk against each for a ~2 KB and a ~100 KB file. Returns {"2k": {...}, "100k": {...}, "wrk": ...,
     "nginx_workers": ...}."""
@@ -280,6 +299,8 @@ def measure(larder, work, tree, duration=10, quick=False):
     servers = {"larder": Serve(larder, sandbox, chosen["2k"], work),
                "task": Serve(larder, sandbox, chosen["2k"], work, ["--task-responder"]),
                "nginx": BenchNginx(nginx_bin, work, installed, template)}
+    if nio:
+        servers["nio"] = NIOBaseline(os.path.abspath(nio), installed, chosen["2k"], work)
     rounds = 1 if quick else 3
     warm = 1 if quick else 2
     runs = {(label, name): [] for label in chosen for name in servers}
@@ -314,11 +335,12 @@ def measure(larder, work, tree, duration=10, quick=False):
 
 if __name__ == "__main__":
     ls.NAME = "bench_serve"
-    if len(sys.argv) not in (3, 4):
-        die("usage: bench_serve.py LARDER TREE [SECONDS]")
+    if len(sys.argv) not in (3, 4, 5):
+        die("usage: bench_serve.py LARDER TREE [SECONDS [LARDER_BENCH_NIO]]")
     scratch = ls.scratch_dir("larder-bench-serve.", "BENCH_DIR", shm=True)
     try:
-        doc = measure(sys.argv[1], scratch, sys.argv[2], duration=int(sys.argv[3]) if len(sys.argv) == 4 else 10)
+        doc = measure(sys.argv[1], scratch, sys.argv[2], duration=int(sys.argv[3]) if len(sys.argv) >= 4 else 10,
+                      nio=sys.argv[4] if len(sys.argv) == 5 else None)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     for k, v in doc.items():

@@ -158,7 +158,9 @@ def group_serve(t, larder, quick):
             z.extractall(os.path.join(work, "wheel"))
         tree, _ = bi.pick_tree(os.path.join(work, "wheel"))
         os.makedirs(os.path.join(work, "serve"))
-        r = bench_serve.measure(larder, os.path.join(work, "serve"), tree, duration=3 if quick else 10, quick=quick)
+        nio = ls._common("swift_product_bin", "larder-bench-nio", "release")
+        r = bench_serve.measure(larder, os.path.join(work, "serve"), tree, duration=3 if quick else 10, quick=quick,
+                                nio=nio)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     for size in ("2k", "100k"):
@@ -174,6 +176,11 @@ def group_serve(t, larder, quick):
         t.add("serve", "… every request from a task through Hummingbird (`--task-responder`): requests/s",
               "%.0f" % s["task_rps"], "nginx: %.0f" % s["nginx_rps"], "%.2f×" % (s["task_rps"] / s["nginx_rps"]), "",
               None)
+        t.add("serve", "… SwiftNIO alone, the same files (larder-bench-nio: no Hummingbird, no resolver): "
+              "requests/s, p99 (ms), CPU per request (µs)",
+              "%.0f, %.2f, %.0f" % (s["nio_rps"], s["nio_p99_ms"], s["nio_cpu_us_per_req"]),
+              "nginx: %.0f, %.2f, %.0f" % (s["nginx_rps"], s["nginx_p99_ms"], s["nginx_cpu_us_per_req"]),
+              "%.2f×" % (s["nio_rps"] / s["nginx_rps"]), "", None)
 
 
 def group_network(t, larder, quick, runs):

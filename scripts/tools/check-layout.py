@@ -85,7 +85,7 @@ def importers(modules):
 
 for modules, owners in ((["CArchive", "CZlib", "CZstd"], ["LarderArchive"]), (["CWebKitGTK"], ["LarderWebKitGTK"]),
                         (["Hummingbird"], ["LarderGateway"]),
-                        (["AsyncHTTPClient", "NIOCore", "NIOHTTP1", "NIOPosix", "NIOSSL"], ["LarderFetchNIO", "LarderGateway", "LarderTestSupport"]),
+                        (["AsyncHTTPClient", "NIOCore", "NIOHTTP1", "NIOPosix", "NIOSSL"], ["LarderFetchNIO", "LarderGateway", "LarderTestSupport", "larder-bench-nio"]),
                         (["FoundationNetworking"], ["LarderFetchURLSession"])):
     owner = " and ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 2 else owners)
     others = {k: v for k, v in importers(modules).items() if k not in owners}
