@@ -41,8 +41,9 @@ extension LarderCommand {
 
                 Prints "listening on http://HOST:PORT" once bound, then one line per request: \
                 method, URL, status, outcome (package@version, fallback, passthrough), bytes, time; \
-                lines are written in batches, at most 20 ms after their request. Stops on SIGINT or SIGTERM. Exit 1 when the sandbox cannot be read or the address \
-                cannot be bound; 64 for a bad --listen.
+                lines are written in batches, at most 20 ms after their request. Stops on SIGINT or \
+                SIGTERM. Exit 1 when the sandbox cannot be read or the address cannot be bound; 64 \
+                for a bad --listen.
                 """)
         @Option(help: ArgumentHelp("The sandbox directory.", valueName: "DIR")) var root: FilePath
         @Option(
