@@ -105,7 +105,7 @@ if [ "$(field 'd["login"]["status"]')" != 200 ] || [ "$(field 'd["login"]["redir
   details
   fail "the 302 was not followed by the browser"
 fi
-grep -q "^GET http://app.test/api/login 302 passthrough" gateway.log || { details; fail "the gateway did not relay the 302"; }
+logged "^GET http://app.test/api/login 302 passthrough" gateway.log || { details; fail "the gateway did not relay the 302"; }
 grep -q "^GET /api/home .*sid=s3cret.*theme=dark\|^GET /api/home .*theme=dark.*sid=s3cret" origin.log ||
   { details; fail "the landing request did not carry both cookies of the 302"; }
 ok "a forwarded 302 reaches Chromium with its two Set-Cookie fields apart; Chromium stores both and follows it"

@@ -123,7 +123,7 @@ fport=$(serve_port forward.log)
 for _ in $(seq 100); do [ -n "$(curl -s "http://127.0.0.1:$oport/hello.txt" || true)" ] && break; sleep 0.1; done
 body=$(curl -s -H "Host: 127.0.0.1:$oport" "http://127.0.0.1:$fport/hello.txt")
 [ "$body" = "from the network" ] || { cat forward.log >&2; fail "forwarding: got '$body'"; }
-grep -q "^GET http://127.0.0.1:$oport/hello.txt 200 passthrough" forward.log || { cat forward.log >&2; fail "forwarding not logged"; }
+logged "^GET http://127.0.0.1:$oport/hello.txt 200 passthrough" forward.log || { cat forward.log >&2; fail "forwarding not logged"; }
 ok "a request no package serves is forwarded to the network and logged as passthrough"
 # The forwarder shared with the WebKit driver: method, header fields and body go out as received;
 # the answer's status, fields and a large body come back streamed.
@@ -165,7 +165,7 @@ got=$(curl -s -H "Host: 127.0.0.1:$eport" "http://127.0.0.1:$fport/big" | sha256
 ok "a 4 MiB answer is relayed intact (streamed)"
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: $host" "http://127.0.0.1:$port/api/items")
 [ "$code" = 502 ] || fail "offline: /api/items answered $code, not 502"
-grep -q "^GET https://$host/api/items 502 passthrough (offline: .*bypass" gateway.log || fail "offline: not logged"
+logged "^GET https://$host/api/items 502 passthrough (offline: .*bypass" gateway.log || fail "offline: not logged"
 ok "offline: a bypass path is answered 502 and logged"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/sample-app/js/app.js")
 [ "$code" = 200 ] || fail "larder:// form /<id>/<path> answered $code"

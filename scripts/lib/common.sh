@@ -341,3 +341,14 @@ dump_dom() {
   chromium_command "$1" "$2" "$3"
   timeout 120 "${chromium_cmd[@]}" --virtual-time-budget=5000 --dump-dom "http://$2/" 2>"$1.chromium.log"
 }
+
+# Whether FILE gets a line matching the grep PATTERN within 5 s: `larder serve` writes its line
+# per request in batches, at most 20 ms after the request.
+logged() {
+  local pattern=$1 file=$2
+  for _ in $(seq 50); do
+    grep -q -- "$pattern" "$file" && return 0
+    sleep 0.1
+  done
+  return 1
+}
