@@ -29,4 +29,12 @@ public enum Larder {
         let data = try AtomicFile.read(path)
         return (try ManifestCoding.decode(FileList.self, from: data, document: path.string), data)
     }
+
+    /// Reads a file list and decodes it on a thread of its own, for an install to extract its
+    /// bundle meanwhile (`Sandbox.install(bundle:id:version:pending:force:)`).
+    package static func readPendingFileList(_ path: FilePath) throws -> PendingFileList {
+        let data = try AtomicFile.read(path)
+        let document = path.string
+        return PendingFileList(bytes: data) { try ManifestCoding.decode(FileList.self, from: $0, document: document) }
+    }
 }

@@ -210,6 +210,12 @@ public final class Sandbox {
         stagedLists["\(list.id)@\(list.version)"] = path
     }
 
+    /// Removes the bytes handed over by `provideListBytes` for `list` unless its version was placed
+    /// with them.
+    func discardStagedList(_ list: FileList) {
+        if let path = stagedLists.removeValue(forKey: "\(list.id)@\(list.version)") { try? SystemCalls.unlink(path) }
+    }
+
     /// Removes the file lists handed over by `provideListBytes` whose version was not placed (a
     /// package that failed); the next open would remove them anyway.
     package func discardStagedLists() {

@@ -88,13 +88,13 @@ enum CrashPoint {
     ]
 
     static func installFromEnvironment() {
-        let env = ProcessInfo.processInfo.environment
-        if let n = env["LARDER_CRASH_AT"].flatMap(Int.init), n >= 1, let root = env["LARDER_CRASH_ROOT"],
+        if let n = Environment["LARDER_CRASH_AT"].flatMap(Int.init), n >= 1,
+            let root = Environment["LARDER_CRASH_ROOT"],
             root.hasPrefix("/")
         {
             scopes.append(FaultInjector.install(.crash(nth: n), under: FilePath(root)))
         }
-        if let spec = env["LARDER_FAULT"], let root = env["LARDER_FAULT_ROOT"], root.hasPrefix("/") {
+        if let spec = Environment["LARDER_FAULT"], let root = Environment["LARDER_FAULT_ROOT"], root.hasPrefix("/") {
             let parts = spec.split(separator: ":").map(String.init)
             guard parts.count == 3 || parts.count == 4, let kind = SystemCall(rawValue: parts[0]),
                 let n = Int(parts[1]), n >= 1, let errno = errnos[parts[2]]
@@ -107,5 +107,14 @@ enum CrashPoint {
             fault.announced = true
             scopes.append(FaultInjector.install(fault, under: FilePath(root)))
         }
+    }
+}
+
+/// The process's environment, one variable at a time.
+enum Environment {
+    /// The value of `name`, by `getenv`: `ProcessInfo`'s `environment` copies every variable into
+    /// a dictionary first, about 0.5 ms of the 10 ms `larder version` takes.
+    static subscript(_ name: String) -> String? {
+        getenv(name).map { String(cString: $0) }
     }
 }

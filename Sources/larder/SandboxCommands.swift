@@ -49,19 +49,29 @@ extension LarderCommand {
         @OptionGroup var output: OutputOptions
 
         func run() throws {
-            var list: FileList?
-            var bytes: Data?
+            // The list is read here and decoded on a thread of its own while the bundle is
+            // extracted (`Sandbox.install(bundle:id:version:pending:force:)`).
+            var pending: PendingFileList?
             if let f = files {
-                do { (list, bytes) = try Larder.readFileList(f) } catch {
+                do { pending = try Larder.readPendingFileList(f) } catch {
                     throw Output.failure(command: "install", code: "file-list", message: "\(error)", json: output.json)
                 }
             }
-            let report = try withSandbox("install", output.json) { () throws(StoreError) in
+            let outcome = Result { () throws(StoreError) -> InstallReport in
                 let s = try sandbox.open()
                 defer { s.close() }
-                if let list, let bytes { s.provideListBytes(bytes, for: list) }
-                return try s.install(bundle: bundle, id: id, version: version, fileList: list, force: force)
+                guard let pending else {
+                    return try s.install(bundle: bundle, id: id, version: version, fileList: nil, force: force)
+                }
+                guard let typedID = PackageID(id) else { throw .badID(id) }
+                guard let typedVersion = SemanticVersion(version) else { throw .badVersion(version) }
+                return try s.install(bundle: bundle, id: typedID, version: typedVersion, pending: pending, force: force)
             }
+            // A list that does not decode is reported as such, as when it was decoded first.
+            if case .failure(let e)? = pending?.result {
+                throw Output.failure(command: "install", code: "file-list", message: "\(e)", json: output.json)
+            }
+            let report = try withSandbox("install", output.json) { () throws(StoreError) in try outcome.get() }
             try Output.emit(report, json: output.json)
         }
     }

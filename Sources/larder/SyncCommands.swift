@@ -124,7 +124,7 @@ struct SyncArguments: ParsableArguments {
         o.http.floorWindow = rateWindow
         o.http.deadline = deadline
         o.http.caFiles = caFiles.map(\.string)
-        if caFiles.isEmpty, let env = ProcessInfo.processInfo.environment["LARDER_CA_FILE"], !env.isEmpty {
+        if caFiles.isEmpty, let env = Environment["LARDER_CA_FILE"], !env.isEmpty {
             o.http.caFiles = [env]
         }
         for path in recipientKeys {

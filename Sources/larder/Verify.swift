@@ -119,13 +119,13 @@ extension LarderCommand {
         private func verifyRemote(_ base: URL, _ verifier: Verifier) async throws -> VerifyReport {
             var options = HTTPOptions()
             options.caFiles =
-                caFiles.map(\.string) + (ProcessInfo.processInfo.environment["LARDER_CA_FILE"].map { [$0] } ?? [])
+                caFiles.map(\.string) + (Environment["LARDER_CA_FILE"].map { [$0] } ?? [])
             options.allowInsecureHTTP = allowHttp
             let transport: HTTPTransport
             do { transport = try HTTPTransport(options: options, stack: .platform) } catch {
                 throw Output.failure(command: "verify", code: error.code, message: "\(error)", json: output.json)
             }
-            let scratch = FilePath(ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp").appending(
+            let scratch = FilePath(Environment["TMPDIR"] ?? "/tmp").appending(
                 "larder-verify-\(ProcessInfo.processInfo.processIdentifier)-\(UInt32.random(in: 0...UInt32.max))")
             do { try SystemCalls.mkdir(scratch, permissions: [.ownerReadWriteExecute]) } catch {
                 throw Output.failure(command: "verify", code: "io", message: "\(error)", json: output.json)
