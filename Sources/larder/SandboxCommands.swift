@@ -35,8 +35,10 @@ extension LarderCommand {
                 nothing extra); makes it durable; moves it into packages/ID/VERSION; and activates it \
                 as pending, keeping the previous active version as fallback. Without --files the \
                 bundle itself is trusted and the list computed from it is recorded — use --files for \
-                anything that came over a network. A version already on disk is activated without \
-                extracting. A version rolled back off before is refused unless --force.
+                anything that came over a network; FILES_JSON is decoded while the bundle is \
+                extracted, and one that does not decode fails the install (file-list) with nothing \
+                placed. A version already on disk is activated without extracting. A version rolled \
+                back off before is refused unless --force.
                 """)
 
         @Argument(help: ArgumentHelp("The bundle (.zip).", valueName: "BUNDLE")) var bundle: FilePath
