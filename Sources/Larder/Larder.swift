@@ -27,7 +27,11 @@ public enum Larder {
     /// they are, see `Sandbox.provideListBytes`).
     public static func readFileList(_ path: FilePath) throws -> (list: FileList, bytes: Data) {
         let data = try AtomicFile.read(path)
-        return (try ManifestCoding.decode(FileList.self, from: data, document: path.string), data)
+        return (try decodeFileList(data, document: path.string), data)
+    }
+
+    private static func decodeFileList(_ data: Data, document: String) throws -> FileList {
+        try ManifestCoding.decode(FileList.self, from: data, document: document)
     }
 
     /// Reads a file list and decodes it on a thread of its own, for an install to extract its
@@ -35,6 +39,6 @@ public enum Larder {
     package static func readPendingFileList(_ path: FilePath) throws -> PendingFileList {
         let data = try AtomicFile.read(path)
         let document = path.string
-        return PendingFileList(bytes: data) { try ManifestCoding.decode(FileList.self, from: $0, document: document) }
+        return PendingFileList(bytes: data) { try decodeFileList($0, document: document) }
     }
 }

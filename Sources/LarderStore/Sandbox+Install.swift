@@ -25,10 +25,18 @@ extension Sandbox {
         activate: Bool
     ) throws(StoreError) -> InstallReport {
         try requireWritable()
-        guard let id = PackageID(idText) else { throw .badID(idText) }
-        guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
+        let (id, version) = try Self.typed(id: idText, version: versionText)
         return try install(
             bundle: bundle, id: id, version: version, fileList: fileList, force: force, activate: activate)
+    }
+
+    /// The id and version as typed values, or the error that names the one that is not valid.
+    static func typed(id idText: String, version versionText: String) throws(StoreError) -> (
+        PackageID, SemanticVersion
+    ) {
+        guard let id = PackageID(idText) else { throw .badID(idText) }
+        guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
+        return (id, version)
     }
 
     /// As `install(bundle:id:version:fileList:force:)`, with the id and version typed.
@@ -45,22 +53,39 @@ extension Sandbox {
         try requireWritable()
         return try install(id: id, version: version, fileList: fileList, force: force, activate: activate) {
             () throws(StoreError) in
-            let area = try makeStagingArea(id: id, version: version)
-            do throws(StoreError) {
-                // With a file list every SHA-256 is checked against it, which makes the CRC redundant.
-                return try area.extract(bundle: bundle, checkCRC: fileList == nil)
-            } catch {
-                area.discard()
-                throw error
-            }
+            // With a file list every SHA-256 is checked against it, which makes the CRC redundant.
+            try extractStaged(bundle: bundle, id: id, version: version, checkCRC: fileList == nil)
         }
+    }
+
+    /// The bundle extracted into a fresh staging area, which is discarded if the extraction fails.
+    func extractStaged(bundle: FilePath, id: PackageID, version: SemanticVersion, checkCRC: Bool) throws(StoreError)
+        -> StagedBundle
+    {
+        let area = try makeStagingArea(id: id, version: version)
+        do throws(StoreError) {
+            return try area.extract(bundle: bundle, checkCRC: checkCRC)
+        } catch {
+            area.discard()
+            throw error
+        }
+    }
+
+    /// As `install(bundle:id:version:pending:force:)`, the id and version given as text.
+    package func install(
+        bundle: FilePath, id idText: String, version versionText: String, pending: PendingFileList, force: Bool
+    ) throws(StoreError) -> InstallReport {
+        try requireWritable()
+        let (id, version) = try Self.typed(id: idText, version: versionText)
+        return try install(bundle: bundle, id: id, version: version, pending: pending, force: force)
     }
 
     /// As `install(bundle:id:version:fileList:force:)` with the list still decoding (`pending`):
     /// the bundle is extracted meanwhile — a 21,488-file list takes about 170 ms to decode, which
     /// the extraction otherwise waited for — then checked against the list as usual; the list's
     /// bytes are kept as its file (`provideListBytes`). A version already on disk or marked
-    /// failed waits for the list first, as without one. A list that does not decode fails the
+    /// failed waits for the list first, as without one (on disk, nothing is placed and the bytes
+    /// are not written). A list that does not decode fails the
     /// install (`StoreError.fileList`, before an extraction's own error) with nothing placed.
     package func install(
         bundle: FilePath, id: PackageID, version: SemanticVersion, pending: PendingFileList, force: Bool
@@ -81,19 +106,22 @@ extension Sandbox {
             return try install()
         }
         let pkg = state[id]
+        if pkg.has(version) && AtomicFile.isDirectory(layout.tree(id, version)) {
+            // On disk: checked and re-activated, nothing placed, so the bytes are not written.
+            let known = try list()
+            return try install(bundle: bundle, id: id, version: version, fileList: known, force: force, activate: true)
+        }
         if pkg.has(version) || pkg.failed.contains(where: { $0.version == version }) {
             let known = try list()
             return try placing(known) { () throws(StoreError) in
                 try install(bundle: bundle, id: id, version: version, fileList: known, force: force, activate: true)
             }
         }
-        let area = try makeStagingArea(id: id, version: version)
         let staged: StagedBundle
         do throws(StoreError) {
             // Every SHA-256 is checked against the list (or nothing is placed), so no CRC.
-            staged = try area.extract(bundle: bundle, checkCRC: false)
+            staged = try extractStaged(bundle: bundle, id: id, version: version, checkCRC: false)
         } catch {
-            area.discard()
             _ = try list()
             throw error
         }

@@ -65,9 +65,7 @@ extension LarderCommand {
                 guard let pending else {
                     return try s.install(bundle: bundle, id: id, version: version, fileList: nil, force: force)
                 }
-                guard let typedID = PackageID(id) else { throw .badID(id) }
-                guard let typedVersion = SemanticVersion(version) else { throw .badVersion(version) }
-                return try s.install(bundle: bundle, id: typedID, version: typedVersion, pending: pending, force: force)
+                return try s.install(bundle: bundle, id: id, version: version, pending: pending, force: force)
             }
             // A list that does not decode is reported as such, as when it was decoded first.
             if case .failure(let e)? = pending?.result {
