@@ -71,12 +71,13 @@ package final class HTTPTransport: Transport, Sendable {
     /// GETs a document whole (with If-None-Match for `etag`), retrying 429, 5xx and lost connections.
     package func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
         try checkScheme(url)
+        let deadline = transferDeadline()
         var attempt = 0
         while true {
             attempt += 1
             var request = TransferRequest(url: url)
             if let e = etag { request.headers["If-None-Match"] = e }
-            let outcome = await run(request, sink: .memory(limit: Int64(maxBytes)))
+            let outcome = await run(request, sink: .memory(limit: Int64(maxBytes)), deadline: deadline)
             switch outcome {
             case .done(let status, let headers, let body):
                 if status == 304 {
@@ -99,12 +100,11 @@ package final class HTTPTransport: Transport, Sendable {
         defer { file.part.close() }
         let etagPath = FilePath(part.string + ".etag")
         var attempt = 0
-        let started = Date()
+        let deadline = transferDeadline()
         while true {
             attempt += 1
-            if Date().timeIntervalSince(started) > options.deadline {
-                throw .tooSlow(
-                    url: url.absoluteString, detail: "not complete after the \(Int(options.deadline)) s deadline")
+            if ContinuousClock.now >= deadline {
+                throw ResponseHandler.pastDeadline(url: url.absoluteString, options: options)
             }
             if let size = expecting.size, file.part.have == size {
                 do {
@@ -127,7 +127,8 @@ package final class HTTPTransport: Transport, Sendable {
                     request.headers["If-Range"] = tag
                 }
             }
-            let outcome = await run(request, sink: .file(file, progress: progress, etagPath: etagPath))
+            let outcome = await run(
+                request, sink: .file(file, progress: progress, etagPath: etagPath), deadline: deadline)
             switch outcome {
             case .done(let status, let headers, _):
                 if status == 200 || status == 206 {
@@ -208,8 +209,13 @@ package final class HTTPTransport: Transport, Sendable {
         case failed(FetchError, retryable: Bool)
     }
 
-    func run(_ request: TransferRequest, sink: Sink) async -> Outcome {
+    /// When a transfer starting now must be complete (`options.deadline`).
+    func transferDeadline() -> ContinuousClock.Instant { .now + .seconds(min(options.deadline, 1e7)) }
+
+    /// One attempt of a transfer that must be complete by `deadline`.
+    func run(_ request: TransferRequest, sink: Sink, deadline: ContinuousClock.Instant) async -> Outcome {
         await engine.run(
-            request, handler: ResponseHandler(url: request.url.absoluteString, sink: sink, options: options))
+            request,
+            handler: ResponseHandler(url: request.url.absoluteString, sink: sink, options: options, deadline: deadline))
     }
 }

@@ -6,9 +6,9 @@ import SystemPackage
 /// What one request does with the server's answer, whatever engine carries it: checks the
 /// status line and headers (Content-Range continuing the part file, Content-Length within the
 /// cap), streams the body into memory or the part file within its limits, and measures the
-/// throughput floor. An engine calls `head` once per response and `chunk` for every piece of
-/// body, from one task or queue at a time, and `checkFloor` every second from anywhere; a non-nil
-/// answer ends the request with that outcome.
+/// throughput floor and the transfer's deadline. An engine calls `head` once per response and
+/// `chunk` for every piece of body, from one task or queue at a time, and `checkFloor` every
+/// second (and at `deadline`) from anywhere; a non-nil answer ends the request with that outcome.
 package final class ResponseHandler: @unchecked Sendable {
     // @unchecked: `head` and `chunk` are called by one request at a time (its engine's serial
     // queue or task); what `checkFloor` shares with them is guarded by `windowLock`.
@@ -25,11 +25,20 @@ package final class ResponseHandler: @unchecked Sendable {
     private var windowBytes: Int64 = 0
     /// Body bytes received so far.
     package private(set) var received: Int64 = 0
+    /// When the whole transfer (every attempt of it) must be complete: `options.deadline` after
+    /// the transport began it.
+    package let deadline: ContinuousClock.Instant
 
-    init(url: String, sink: HTTPTransport.Sink, options: HTTPOptions) {
+    init(url: String, sink: HTTPTransport.Sink, options: HTTPOptions, deadline: ContinuousClock.Instant) {
         self.url = url
         self.sink = sink
         self.options = options
+        self.deadline = deadline
+    }
+
+    /// The failure of a transfer not complete at its deadline.
+    package static func pastDeadline(url: String, options: HTTPOptions) -> FetchError {
+        .tooSlow(url: url, detail: "not complete after the \(Int(options.deadline)) s deadline")
     }
 
     /// The complete answer, once the body has ended.
@@ -110,9 +119,13 @@ package final class ResponseHandler: @unchecked Sendable {
         return nil
     }
 
-    /// The throughput floor: a failure when the average rate over the last `floorWindow`
-    /// seconds is below `minimumRate`; else nil (and a new window starts when one is complete).
+    /// The deadline and the throughput floor: a failure when the deadline has passed, or when
+    /// the average rate over the last `floorWindow` seconds is below `minimumRate`; else nil (and
+    /// a new window starts when one is complete).
     package func checkFloor() -> HTTPTransport.Outcome? {
+        if ContinuousClock.now >= deadline {
+            return .failed(Self.pastDeadline(url: url, options: options), retryable: false)
+        }
         windowLock.lock()
         let elapsed = Self.seconds(ContinuousClock.now - windowStart)
         let bytes = windowBytes
@@ -128,7 +141,7 @@ package final class ResponseHandler: @unchecked Sendable {
         return .failed(.tooSlow(url: url, detail: detail), retryable: true)
     }
 
-    static func seconds(_ d: Duration) -> Double {
+    package static func seconds(_ d: Duration) -> Double {
         Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
     }
 

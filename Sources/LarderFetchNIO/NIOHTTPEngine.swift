@@ -76,7 +76,8 @@ package struct NIOHTTPEngine: HTTPEngine {
     }
 
     package func run(_ request: TransferRequest, handler: ResponseHandler) async -> HTTPTransport.Outcome {
-        let deadline = NIODeadline.now() + .nanoseconds(Int64(min(options.deadline, 1e7) * 1e9))
+        let remaining = ContinuousClock.now.duration(to: handler.deadline)
+        let deadline = NIODeadline.now() + .nanoseconds(max(0, Int64(ResponseHandler.seconds(remaining) * 1e9)))
         var url = request.url
         var redirects = 0
         while true {
@@ -115,8 +116,9 @@ package struct NIOHTTPEngine: HTTPEngine {
     }
 
     /// Streams the body into the handler while a watchdog checks the throughput floor every
-    /// second; whichever ends first decides, and the other is cancelled (a cancelled body
-    /// read makes the client close the connection, so the server stops sending at once).
+    /// second and the transfer's deadline when it comes; whichever ends first decides, and the
+    /// other is cancelled (a cancelled body read makes the client close the connection, so the
+    /// server stops sending at once).
     static func receive(_ body: HTTPClientResponse.Body, handler: ResponseHandler) async -> HTTPTransport.Outcome {
         await withTaskGroup(of: HTTPTransport.Outcome?.self) { group in
             group.addTask {
@@ -131,7 +133,8 @@ package struct NIOHTTPEngine: HTTPEngine {
             }
             group.addTask {
                 while true {
-                    do { try await Task.sleep(for: .seconds(1)) } catch { return nil }
+                    let next = min(ContinuousClock.now + .seconds(1), handler.deadline)
+                    do { try await Task.sleep(until: next, clock: .continuous) } catch { return nil }
                     if let failure = handler.checkFloor() { return failure }
                 }
             }
