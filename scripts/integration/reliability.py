@@ -22,10 +22,16 @@ Usage: scripts/integration/reliability.py [--soak] [--only TEXT]... [--skip TEXT
             stalls), 1,000 URLs, and the concurrency suites under ThreadSanitizer. Not run by
             scripts/test.
 
-Each class's own lines go by as it runs; then one table — class, checks tried, passed, failed —
-and `reliability: N passed, N failed`. Exit 1 when any check failed or a class did not finish.
-Environment: LARDER_BIN (else built once here and shared by every class).
+The classes that crash or fail a command at its Nth system call, cut its power, fill its disk or
+hand it hostile archives run two at a time, each on scratch directories of its own; the four
+that measure time (the random-moment kills, drawn over an uninterrupted run's duration; faulty
+origins: stalls and drips; URLs: a browser's loads) then run alone. Each class's own lines are printed whole when it ends; then one table — class,
+checks tried, passed, failed, seconds — and `reliability: N passed, N failed`. Exit 1 when any
+check failed or a class did not finish.
+Environment: LARDER_BIN (else built once here and shared by every class), RELIABILITY_LANES
+(classes at once, default 2; 1 runs them one after another).
 """
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -44,17 +50,38 @@ SUMMARY = re.compile(r"^([\w.-]+): (\d+) passed, (\d+) failed\s*$")
 def classes(soak):
     def here(name):
         return os.path.join(HERE, name)
+    # (name, command, environment, alone): `alone` classes measure time (kills drawn over an
+    # uninterrupted run's duration, stalls, drips, a browser's loads) and run with nothing beside
+    # them.
     return [
-        ("crash at a random moment: install", [here("kill-test.py"), "1200" if soak else "50"], {}),
-        ("crash at a random moment: sync", [here("kill-test-sync.py"), "400" if soak else "20"], {}),
-        ("crash at the Nth system call", [here("crash-test.py"), "300" if soak else "25"], {}),
-        ("power cut (unflushed writes lost)", [here("powercut-test.py"), "all" if soak else "12"], {}),
-        ("I/O errors and a read-only sandbox", [here("io-faults.py")] + (["--soak"] if soak else []), {}),
-        ("full disk (ENOSPC)", [here("enospc.py")], {"ENOSPC_LEVELS": "40" if soak else "12"}),
-        ("hostile archives", [here("hostile-archives.py")], {}),
-        ("hostile indexes and faulty origins", [here("faults.py")], {"FAULTS_SLOW": "1"} if soak else {}),
-        ("URLs against the browser", [here("url-browser.py")], {"URL_BROWSER_COUNT": "1000" if soak else "200"}),
-    ] + ([("concurrency under ThreadSanitizer", [here("tsan-test.sh")], {})] if soak else [])
+        ("crash at a random moment: install", [here("kill-test.py"), "1200" if soak else "50"], {}, True),
+        ("crash at a random moment: sync", [here("kill-test-sync.py"), "400" if soak else "20"], {}, True),
+        ("crash at the Nth system call", [here("crash-test.py"), "300" if soak else "25"], {}, False),
+        ("power cut (unflushed writes lost)", [here("powercut-test.py"), "all" if soak else "12"], {}, False),
+        ("I/O errors and a read-only sandbox", [here("io-faults.py")] + (["--soak"] if soak else []), {}, False),
+        ("full disk (ENOSPC)", [here("enospc.py")], {"ENOSPC_LEVELS": "40" if soak else "12"}, False),
+        ("hostile archives", [here("hostile-archives.py")], {}, False),
+        ("hostile indexes and faulty origins", [here("faults.py")], {"FAULTS_SLOW": "1"} if soak else {}, True),
+        ("URLs against the browser", [here("url-browser.py")], {"URL_BROWSER_COUNT": "1000" if soak else "200"},
+         True),
+    ] + ([("concurrency under ThreadSanitizer", [here("tsan-test.sh")], {}, True)] if soak else [])
+
+
+def run_class(name, command, env):
+    """Runs one class to its end, its output kept; returns (name, tried, passed, failed, seconds,
+    output)."""
+    t0 = time.time()
+    p = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    passed = failed = None
+    for line in p.stdout.splitlines():
+        m = SUMMARY.match(line.strip())
+        if m:
+            passed, failed = int(m.group(2)), int(m.group(3))
+    if passed is None:
+        passed, failed = 0, 1  # the class did not report: count it as a failure
+    elif p.returncode != 0 and failed == 0:
+        failed = 1  # it exited non-zero without a failed check: a setup failure
+    return name, passed + failed, passed, failed, time.time() - t0, p.stdout
 
 
 def main():
@@ -63,39 +90,44 @@ def main():
     # --only TEXT / --skip TEXT (repeatable): the classes whose name contains TEXT, or all but them.
     only = [args[k + 1] for k, a in enumerate(args) if a == "--only" and k + 1 < len(args)]
     skip = [args[k + 1] for k, a in enumerate(args) if a == "--skip" and k + 1 < len(args)]
+    lanes = int(os.environ.get("RELIABILITY_LANES", "2"))
     env = dict(os.environ)
     env["LARDER_BIN"] = ls.larder_binary()
     started = time.time()
-    rows = []
-    for name, command, extra in classes(soak):
-        if (only and not any(t in name for t in only)) or any(t in name for t in skip):
-            continue
-        say("== reliability: %s (%s)" % (name, " ".join(os.path.basename(c) if k == 0 else c
-                                                      for k, c in enumerate(command))))
-        t0 = time.time()
-        p = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=dict(env, **extra))
-        passed = failed = None
-        for line in p.stdout:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-            m = SUMMARY.match(line.strip())
-            if m:
-                passed, failed = int(m.group(2)), int(m.group(3))
-        rc = p.wait()
-        if passed is None:
-            passed, failed = 0, 1  # the class did not report: count it as a failure
-        elif rc != 0 and failed == 0:
-            failed = 1  # it exited non-zero without a failed check: a setup failure
-        rows.append((name, passed + failed, passed, failed, time.time() - t0))
+    chosen = [(name, command, dict(env, **extra), alone) for name, command, extra, alone in classes(soak)
+              if not ((only and not any(t in name for t in only)) or any(t in name for t in skip))]
+    for name, command, _, alone in chosen:
+        say("== reliability: %s (%s)%s" % (name, " ".join(os.path.basename(c) if k == 0 else c
+                                                         for k, c in enumerate(command)),
+                                           "" if alone or lanes < 2 else ", beside another class"))
+    results = {}
+
+    def finished(result):
+        say("== reliability: %s: done in %.0f s" % (result[0], result[4]))
+        sys.stdout.write(result[5])
+        sys.stdout.flush()
+        results[result[0]] = result
+
+    # Classes of local processes on scratch directories of their own run side by side, in
+    # `lanes` at once; the timing-sensitive ones run alone afterwards (a kill class run beside
+    # another drew its kills from an unloaded run's duration and missed the late phases). Each
+    # class's output is printed whole when it ends.
+    side_by_side = [c for c in chosen if not c[3]]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, lanes)) as pool:
+        for future in concurrent.futures.as_completed(
+                [pool.submit(run_class, name, command, cenv) for name, command, cenv, _ in side_by_side]):
+            finished(future.result())
+    for name, command, cenv, _ in (c for c in chosen if c[3]):
+        finished(run_class(name, command, cenv))
+    rows = [results[name] for name, _, _, _ in chosen]
     say("")
     say("| class | checks tried | passed | failed | seconds |")
     say("|---|---|---|---|---|")
-    for name, tried, passed, failed, seconds in rows:
+    for name, tried, passed, failed, seconds, _ in rows:
         say("| %s | %d | %d | %d | %.0f |" % (name, tried, passed, failed, seconds))
     total_passed = sum(r[2] for r in rows)
     total_failed = sum(r[3] for r in rows)
-    say("reliability%s: %.0f s" % (" --soak" if soak else "", time.time() - started))
+    say("reliability%s: %.0f s (%d lanes)" % (" --soak" if soak else "", time.time() - started, lanes))
     say("reliability: %d passed, %d failed" % (total_passed, total_failed))
     return 1 if total_failed else 0
 
