@@ -437,14 +437,18 @@ struct HTTPDownloadTests {
             #expect(env.bytes(part) == data)
             // One stall, then resumes: normally one, but on a loaded machine the resumed attempt
             // can time out too (AsyncHTTPClient's read timeout also runs while the transport
-            // holds back reading: the known "stall while Larder is slow" issue), and resume again.
+            // holds back reading: the known "stall while Larder is slow" issue), and resume again;
+            // and bytes the client had read but not yet handed over are lost with the attempt, so
+            // an attempt that kept nothing is followed by a plain GET (a 200, no Range).
             let log = env.requests("bundle.zip")
             try #require(log.count >= 2 && log[0].status == 200, "\(log)")
-            #expect(log.dropFirst().allSatisfy { $0.status == 206 }, "\(log)")
-            let starts = log.dropFirst().map { r in
-                r.range.flatMap { Int($0.dropFirst("bytes=".count).dropLast()) } ?? -1
+            #expect(
+                log.dropFirst().allSatisfy { $0.status == 206 || ($0.status == 200 && $0.range == nil) }, "\(log)")
+            let starts = log.dropFirst().compactMap { r in
+                r.range.flatMap { Int($0.dropFirst("bytes=".count).dropLast()) }
             }
-            #expect((1...8_000).contains(starts[0]), "\(log)")
+            // The download resumed at the stall (or before it), never past it.
+            #expect(starts.first.map { (1...8_000).contains($0) } == true, "\(log)")
             #expect(
                 zip(starts, starts.dropFirst()).allSatisfy { $0 <= $1 },
                 "each resume starts where the last ended: \(log)")
