@@ -74,11 +74,16 @@ struct FirstUseTests {
             })
         let gateway = try await RunningGateway.start(
             loader: ResourceLoader(resolver: resolver), firstUse: firstUse)
+        // A client that waits as long as the first-use deadline: the shared one gives up reading
+        // after 90 s, which an install on a loaded machine has taken (a clean run's failure).
+        let patient = HTTPClient(
+            eventLoopGroup: HTTPClient.defaultEventLoopGroup,
+            configuration: HTTPClient.Configuration(timeout: .init(connect: .seconds(10), read: .seconds(300))))
         do {
             try await onOwnThreads {
                 let replies = try await withThrowingTaskGroup(of: Reply.self) { group in
                     for path in ["/index.html", "/css/app.css", "/js/app.js", "/data/catalog.json"] {
-                        group.addTask { try await gateway.send(.GET, path, host: "od.example.com") }
+                        group.addTask { try await gateway.send(.GET, path, host: "od.example.com", client: patient) }
                     }
                     return try await group.reduce(into: []) { $0.append($1) }
                 }
@@ -99,9 +104,11 @@ struct FirstUseTests {
             }
         } catch {
             await gateway.stop()
+            try? await patient.shutdown()
             throw error
         }
         await gateway.stop()
+        try? await patient.shutdown()
     }
 
     @Test(
