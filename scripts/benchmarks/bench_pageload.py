@@ -2,8 +2,8 @@
 through `larder serve`, against the same files served by nginx.
 
 For four real web apps (the new release of each: marimo, streamlit and prefect, whose entry
-pages load the most of their own assets without a back end among the releases of `--deltas`
-(72–107 resources, Vite builds), and dagster (a Next.js static export, 10)), with the release
+pages load the most of their own files without a back end among the releases of `--deltas`
+(61–107 files, Vite builds), and dagster (a Next.js static export, 35)), with the release
 build:
 
   1. `larder pack` publishes the tree with the route `http://bench.invalid/`; a device syncs it
@@ -27,15 +27,25 @@ build:
      they do from a server); each run a new view, cold, then warm (the second load in it).
      Cookie bridging is off in both (it injects a script into file: pages too).
 
-The apps run without their back ends: a page's scripts may fail on an API call after the load
-event, which is not timed. Each run checks that the page loaded the same number of resources
-from both servers and that the document was answered 200.
+Two apps' trees hold placeholders their own servers replace at serve time (prefect's
+`/PREFECT_UI_SERVE_BASE_REPLACE_PLACEHOLDER`, dagster-webserver's `__PATH_PREFIX__` and
+`BUILDTIME_ASSETPREFIX_REPLACE_ME`): the bench replaces them in the tree before packing, as a
+publisher of such an app would when building its package for the root of an origin (SERVE_TIME).
+
+The apps run without their back ends: a page's scripts may fail on an API call, which is
+counted apart. Each run checks that the document was answered 200; that every resource that is
+a file of the package was answered 200 or 304 (Chromium's Resource Timing `responseStatus`; the
+scheme handler's log in WebKitGTK), so that what failed is only what the package does not hold
+(back-end calls); that at least MIN_FROM_PACKAGE were; and that the files of the package the
+page took in every run are the same from both servers. A page that names its files from the
+origin's root (`/assets/x.js`) is not timed in WebKitGTK: file:// cannot serve it.
 
 Target (issue 32): larder serve ≤ 1.1× nginx and the scheme handler ≤ 1.1× file:// for each,
 cold and warm.
 """
 import json
 import os
+import re
 import select
 import shutil
 import statistics
@@ -51,14 +61,59 @@ from larder_scripts import die, say
 TITLE = "## Page loads from a package: Chromium against nginx, WebKitGTK against file:// (`scripts/bench --pageload`)"
 BEGIN = "<!-- bench-pageload:begin -->"
 END = "<!-- bench-pageload:end -->"
-# The releases of `--deltas` whose entry page loads the most of its own assets without a back end
-# (72–107 resources), and a Next.js export (10).
+# The releases of `--deltas` whose entry page loads the most of its own files without a back end
+# (61–107), and a Next.js export (35).
 APPS = ("marimo", "streamlit", "prefect", "dagster")
 HOST = bench_serve.HOST
 PACKAGE = "web"
 TIMING = ("JSON.stringify({nav: performance.getEntriesByType('navigation')[0].toJSON(), "
           "paint: performance.getEntriesByType('paint').map(e => [e.name, e.startTime]), "
-          "resources: performance.getEntriesByType('resource').length})")
+          "resources: performance.getEntriesByType('resource').map(e => [e.name, e.responseStatus])})")
+# A page that takes fewer of its own files than this is not a page-load measurement.
+MIN_FROM_PACKAGE = 5
+# Placeholders an app's own server replaces at serve time, replaced in its tree before packing
+# (for the root of an origin): prefect's UI (prefect/server/api/server.py, create_ui_app) and
+# dagster-webserver's index and scripts (dagster_webserver/webserver.py).
+SERVE_TIME = {
+    "prefect": ((b"/PREFECT_UI_SERVE_BASE_REPLACE_PLACEHOLDER", b""),),
+    "dagster": ((b"BUILDTIME_ASSETPREFIX_REPLACE_ME", b""), (b"__PATH_PREFIX__", b"")),
+}
+
+
+def serve_time(name, tree):
+    """Replaces SERVE_TIME's placeholders of app `name` in every file of `tree`: files changed."""
+    changed = 0
+    for d, _, files in os.walk(tree):
+        for f in files:
+            path = os.path.join(d, f)
+            with open(path, "rb") as fh:
+                data = fh.read()
+            new = data
+            for old, by in SERVE_TIME.get(name, ()):
+                new = new.replace(old, by)
+            if new != data:
+                with open(path, "wb") as fh:
+                    fh.write(new)
+                changed += 1
+    if SERVE_TIME.get(name) and changed == 0:
+        die("%s: none of its serve-time placeholders is in the tree any more (SERVE_TIME)" % name)
+    return changed
+
+
+def package_resources(name, server, entries, installed):
+    """Checks one Chromium load's resources [(url, status)]: every file of the package answered
+    200 or 304. Returns (files of the package, other requests), each a sorted tuple of paths."""
+    ours, other = [], []
+    prefix = "http://%s/" % HOST
+    for url, status in entries:
+        path = url[len(prefix):].split("?")[0].split("#")[0] if url.startswith(prefix) else None
+        if path and os.path.isfile(os.path.join(installed, path)):
+            if status not in (200, 304):
+                die("%s: %s answered %s, a file of the package, with %s" % (name, server, path, status))
+            ours.append(path)
+        else:
+            other.append(url)
+    return tuple(sorted(ours)), tuple(sorted(other))
 
 
 class Browser:
@@ -134,7 +189,7 @@ class Browser:
 
     def load(self, url):
         """Opens `url` and waits for its load event: (ms to the load event, ms to first
-        contentful paint or None, resources loaded, the document's status)."""
+        contentful paint or None, [(resource URL, status)], the document's status)."""
         self.pending = [m for m in self.pending if m.get("method") != "Page.loadEventFired"]
         self.send("Page.navigate", {"url": url}, session=self.session)
         self.wait(lambda m: m.get("method") == "Page.loadEventFired" and m.get("sessionId") == self.session)
@@ -159,6 +214,15 @@ class Browser:
             self.proc.wait()
         os.close(self.out)
         os.close(self.inp)
+
+
+def root_absolute(page):
+    """The first URL in `page`'s src and href attributes that starts at the origin's root
+    ("/assets/x.js", not "//host/x" nor "./x"), or None."""
+    with open(page, errors="replace") as f:
+        for m in re.finditer(r"""\b(?:src|href)\s*=\s*["']?(/[^/"'\s>][^"'\s>]*)""", f.read()):
+            return m.group(1)
+    return None
 
 
 def publish(larder, work, tree, entry):
@@ -187,7 +251,7 @@ def webview_binary():
         del os.environ["LARDER_WEBKITGTK"]
 
 
-def webkit_loads(webview, sandbox, url, extra):
+def webkit_loads(webview, sandbox, installed, url, extra):
     """One new WebKitGTK view (under Xvfb) that opens `url` twice: [(load ms, paint ms or None,
     resources)] for the cold and the warm load."""
     cmd = ["xvfb-run", "-a", "-s", "-screen 0 1280x1024x24", webview, "--root", sandbox, "--offline",
@@ -198,9 +262,18 @@ def webkit_loads(webview, sandbox, url, extra):
     if p.returncode != 0 or len(timings) != 2 or any(t.get("load") in (None, 0) for t in timings):
         die("larder-webview did not time two loads of %s (exit %d):\n%s" % (url, p.returncode, p.stdout[-3000:]))
     # WebKit's Resource Timing lists no custom-scheme or file: resource: the view's own log counts
-    # what the scheme handler answered.
-    served = sum(1 for line in p.stdout.splitlines() if line.startswith("GET larder://") and " 200 " in line)
-    if url.startswith("larder:") and served < 2:
+    # what the scheme handler answered, and names any file of the package it did not answer 200.
+    served = 0
+    for line in p.stdout.splitlines():
+        m = re.match(r"GET larder://%s/(\S+) (\S+) " % PACKAGE, line)
+        if not m:
+            continue
+        path = m.group(1).split("?")[0]
+        if m.group(2) in ("200", "304"):
+            served += 1
+        elif os.path.isfile(os.path.join(installed, path)):
+            die("the scheme handler answered %s, a file of the package, with %s:\n%s" % (path, m.group(2), line))
+    if url.startswith("larder:") and served < MIN_FROM_PACKAGE:
         die("the scheme handler answered %d requests for %s:\n%s" % (served, url, p.stdout[-3000:]))
     return [(t["load"], t.get("paint"), served) for t in timings]
 
@@ -211,7 +284,9 @@ def measure(pair, wheel, larder, chromium, nginx_bin, work, runs, webview):
     tree = os.path.join(base, "tree")
     nfiles = bench_deltas.unpack_tree(wheel, tree, pair["tree"])
     entry = bench_deltas.entry_file(tree)
-    say("bench --pageload [%s]: %s %s, %d files, /%s" % (name, pair["dist"], pair["new"], nfiles, entry))
+    replaced = serve_time(name, tree)
+    say("bench --pageload [%s]: %s %s, %d files (%d with serve-time placeholders replaced), /%s" % (
+        name, pair["dist"], pair["new"], nfiles, replaced, entry))
     sandbox, installed = publish(larder, base, tree, entry)
     template = os.path.join(base, "nginx.conf.template")
     # The same caching policy as larder serve (a new or rolled-back version shows at once): warm
@@ -226,6 +301,7 @@ def measure(pair, wheel, larder, chromium, nginx_bin, work, runs, webview):
                "nginx": bench_serve.BenchNginx(nginx_bin, base, installed, template)}
     times = {(s, k): [] for s in servers for k in ("cold_load", "cold_paint", "warm_load", "warm_paint")}
     resources = {s: set() for s in servers}
+    others = set()
     try:
         for server in servers.values():
             server.start()
@@ -237,16 +313,21 @@ def measure(pair, wheel, larder, chromium, nginx_bin, work, runs, webview):
                 browser = Browser(chromium, server.port, profile, tmp)
                 try:
                     for kind in ("cold", "warm"):
-                        load, paint, count, status = browser.load("http://%s/%s" % (HOST, entry))
+                        load, paint, entries, status = browser.load("http://%s/%s" % (HOST, entry))
                         if status not in (None, 200, 304):
                             die("%s: %s answered the page %s" % (name, s, status))
+                        ours, other = package_resources(name, s, entries, installed)
+                        if len(ours) < MIN_FROM_PACKAGE:
+                            die("%s: the page took %d files of the package from %s (fewer than %d): %s" % (
+                                name, len(ours), s, MIN_FROM_PACKAGE, other[:10]))
                         if load <= 0:
                             die("%s (%s, %s): no load event time" % (name, s, kind))
                         times[s, kind + "_load"].append(load)
                         if paint is not None:
                             times[s, kind + "_paint"].append(paint)
                         if kind == "cold":
-                            resources[s].add(count)
+                            resources[s].add(ours)
+                            others.add(len(other))
                 finally:
                     browser.close()
                     shutil.rmtree(profile, ignore_errors=True)
@@ -254,25 +335,31 @@ def measure(pair, wheel, larder, chromium, nginx_bin, work, runs, webview):
     finally:
         for server in servers.values():
             server.stop()
-    if resources["larder"] != resources["nginx"]:
-        die("%s: the page loaded %s resources from larder serve but %s from nginx" % (
-            name, sorted(resources["larder"]), sorted(resources["nginx"])))
-    # WebKitGTK: the scheme handler (larder://) against the same files from file://.
-    views = (("scheme", "larder://%s/%s" % (PACKAGE, entry), []),
-             ("file", "file://" + os.path.join(installed, entry), ["--allow-file-access"]))
+    # The files every run took (a page may take more after a back-end call failed, as its timing
+    # falls: dagster's error page) are the same from both servers.
+    took = {s: set.intersection(*(set(r) for r in resources[s])) for s in servers}
+    if took["larder"] != took["nginx"]:
+        die("%s: the page loaded other files of the package in every run from larder serve than from nginx: %s" % (
+            name, sorted(took["larder"] ^ took["nginx"])[:10]))
+    # WebKitGTK: the scheme handler (larder://) against the same files from file://, unless the page
+    # names its files from the origin's root, which file:// cannot serve.
+    rooted = root_absolute(os.path.join(installed, entry))
+    views = () if rooted else (("scheme", "larder://%s/%s" % (PACKAGE, entry), []),
+                               ("file", "file://" + os.path.join(installed, entry), ["--allow-file-access"]))
     for s, _, _ in views:
         times.update({(s, k): [] for k in ("cold_load", "cold_paint", "warm_load", "warm_paint")})
         resources[s] = set()
     for r in range(runs):
         for s, url, extra in views:
-            for kind, (load, paint, count) in zip(("cold", "warm"), webkit_loads(webview, sandbox, url, extra)):
+            for kind, (load, paint, count) in zip(("cold", "warm"), webkit_loads(webview, sandbox, installed, url, extra)):
                 times[s, kind + "_load"].append(load)
                 if paint is not None:
                     times[s, kind + "_paint"].append(paint)
                 if kind == "cold":
                     resources[s].add(count)
     out = {"name": name, "tool": pair["tool"], "version": pair["new"], "files": nfiles, "entry": entry,
-           "resources": max(resources["nginx"]), "webkit_requests": max(resources["scheme"])}
+           "resources": max(len(r) for r in resources["nginx"]), "others": max(others), "rooted": rooted,
+           "webkit_requests": max(resources["scheme"]) if views else 0}
     for (s, k), v in times.items():
         out["%s_%s" % (s, k)] = statistics.median(v) if v else None
     shutil.rmtree(base, ignore_errors=True)
@@ -303,17 +390,22 @@ def main(larder, wheel_of, runs, write):
              "|---|---|---|---|---|---|"]
     worst = 0.0
     for r in results:
-        app = "%s %s (%s, %d files; /%s; %d resources in Chromium, %d requests to the scheme handler in two " \
-              "WebKitGTK loads)" % (r["name"], r["version"], r["tool"], r["files"], r["entry"], r["resources"],
-                                    r["webkit_requests"])
+        webkit = "" if r["rooted"] else ", %d answered by the scheme handler in two WebKitGTK loads" % (
+            r["webkit_requests"])
+        app = "%s %s (%s, %d files; /%s; %d files of the package and %d back-end calls in Chromium%s)" % (
+            r["name"], r["version"], r["tool"], r["files"], r["entry"], r["resources"], r["others"], webkit)
         for where, base_key, ours in (("Chromium, larder serve against nginx", "nginx", "larder"),
                                       ("WebKitGTK, scheme handler against file://", "file", "scheme")):
+            if base_key == "file" and r["rooted"]:
+                lines.append("| %s | %s | not measured: the page names its files from the origin's root (%s), "
+                             "which file:// cannot serve | | | ≤ 1.1× |" % (app, where, r["rooted"]))
+                continue
             for label, key in (("cold: load event", "cold_load"), ("cold: first contentful paint", "cold_paint"),
                                ("warm: load event", "warm_load"), ("warm: first contentful paint", "warm_paint")):
                 a, b = r["%s_%s" % (base_key, key)], r["%s_%s" % (ours, key)]
                 row = "%s, %s" % (where, label)
                 if a is None or b is None:
-                    lines.append("| %s | %s | no paint recorded | | | ≤ 1.1× |" % (app, row))
+                    lines.append("| %s | %s | no first contentful paint recorded | | | ≤ 1.1× |" % (app, row))
                 else:
                     ratio = b / a if a else float("inf")
                     worst = max(worst, ratio)
