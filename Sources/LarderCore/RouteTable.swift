@@ -236,10 +236,10 @@ package struct RouteTable: Sendable {
         {
             return .package(pkg, restStart..<pathRange.upperBound)
         }
-        let path = pathRange.isEmpty ? "/" : Self.string(b, pathRange)
         return .answer(
             .passthrough(
-                reason: Self.unrouted + "\(https ? "https" : "http")://\(host)\(port == 0 ? "" : ":\(port)")\(path)"))
+                reason: Self.unroutedReason(
+                    https: https, host: host.utf8, port: port, path: UnsafeBufferPointer(rebasing: b[pathRange]))))
     }
 
     /// How the reason for a URL no package routes begins: a front-end that tries several URLs

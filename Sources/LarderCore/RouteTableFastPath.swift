@@ -141,7 +141,8 @@ extension RouteTable {
             guard Self.isCanonicalHost(b, authStart..<hostEnd) else { return nil }
             return .passthrough(
                 reason: Self.unroutedReason(
-                    b, https: https, host: authStart..<hostEnd, port: normalisedPort, path: pathStart..<pathEnd))
+                    https: https, host: UnsafeBufferPointer(rebasing: b[authStart..<hostEnd]), port: normalisedPort,
+                    path: UnsafeBufferPointer(rebasing: b[pathStart..<pathEnd])))
         }
         guard let (slot, restStart) = Self.fastPrefix(origin, b, pathStart..<pathEnd) else { return nil }
         let pkg = fast.refs[slot]
@@ -193,16 +194,18 @@ extension RouteTable {
         return (hostEnd, port, i)
     }
 
-    /// `match`'s reason for a URL no route takes — `no package routes <scheme>://<host>[:<port>]<path>`
-    /// — written in one allocation (the gateway's first candidate of every request to an http
-    /// origin ends here).
+    /// The reason for a URL no route takes — `no package routes <scheme>://<host>[:<port>]<path>`,
+    /// `/` for an empty path — written in one allocation (the gateway's first candidate of every
+    /// request to an http origin ends here), for the fast and the general path alike.
     static func unroutedReason(
-        _ b: UnsafeBufferPointer<UInt8>, https: Bool, host: Range<Int>, port: Int, path: Range<Int>
+        https: Bool, host: some Collection<UInt8>, port: Int, path: some Collection<UInt8>
     ) -> String {
         let scheme: StaticString = https ? "https://" : "http://"
         let portText = port == 0 ? "" : ":\(port)"
+        let pathText: String? = path.isEmpty ? "/" : nil
         let count =
-            RouteTable.unrouted.utf8.count + scheme.utf8CodeUnitCount + host.count + portText.utf8.count + path.count
+            RouteTable.unrouted.utf8.count + scheme.utf8CodeUnitCount + host.count + portText.utf8.count
+            + (pathText?.utf8.count ?? path.count)
         return String(unsafeUninitializedCapacity: count) { out in
             var n = 0
             func put<C: Collection<UInt8>>(_ bytes: C) {
@@ -213,9 +216,9 @@ extension RouteTable {
             }
             put(RouteTable.unrouted.utf8)
             put(UnsafeBufferPointer(start: scheme.utf8Start, count: scheme.utf8CodeUnitCount))
-            put(UnsafeBufferPointer(rebasing: b[host]))
+            put(host)
             put(portText.utf8)
-            put(UnsafeBufferPointer(rebasing: b[path]))
+            if let pathText { put(pathText.utf8) } else { put(path) }
             return n
         }
     }

@@ -7,11 +7,11 @@ import SystemPackage
 /// status line and headers (Content-Range continuing the part file, Content-Length within the
 /// cap), streams the body into memory or the part file within its limits, and measures the
 /// throughput floor and the transfer's deadline. An engine calls `head` once per response and
-/// `chunk` for every piece of body, from one task or queue at a time, and `checkFloor` every
+/// `chunk` for every piece of body, from one task or queue at a time, and `checkPace` every
 /// second (and at `deadline`) from anywhere; a non-nil answer ends the request with that outcome.
 package final class ResponseHandler: @unchecked Sendable {
     // @unchecked: `head` and `chunk` are called by one request at a time (its engine's serial
-    // queue or task); what `checkFloor` shares with them is guarded by `windowLock`.
+    // queue or task); what `checkPace` shares with them is guarded by `windowLock`.
     package let url: String
     let sink: HTTPTransport.Sink
     package let options: HTTPOptions
@@ -119,10 +119,10 @@ package final class ResponseHandler: @unchecked Sendable {
         return nil
     }
 
-    /// The deadline and the throughput floor: a failure when the deadline has passed, or when
+    /// The transfer's pace, checked every second: a failure when the deadline has passed, or when
     /// the average rate over the last `floorWindow` seconds is below `minimumRate`; else nil (and
     /// a new window starts when one is complete).
-    package func checkFloor() -> HTTPTransport.Outcome? {
+    package func checkPace() -> HTTPTransport.Outcome? {
         if ContinuousClock.now >= deadline {
             return .failed(Self.pastDeadline(url: url, options: options), retryable: false)
         }

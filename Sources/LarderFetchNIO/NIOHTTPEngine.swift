@@ -135,7 +135,7 @@ package struct NIOHTTPEngine: HTTPEngine {
                 while true {
                     let next = min(ContinuousClock.now + .seconds(1), handler.deadline)
                     do { try await Task.sleep(until: next, clock: .continuous) } catch { return nil }
-                    if let failure = handler.checkFloor() { return failure }
+                    if let failure = handler.checkPace() { return failure }
                 }
             }
             var outcome: HTTPTransport.Outcome?

@@ -124,16 +124,16 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
         // The handler holds the delegate until `finish` cancels and drops the timer.
         let me = self
         timer.setEventHandler {
-            session.delegateQueue.addOperation { me.checkFloor() }
+            session.delegateQueue.addOperation { me.checkPace() }
         }
         timer.resume()
         self.timer = timer
         t.resume()
     }
 
-    private func checkFloor() {
+    private func checkPace() {
         guard !finished else { return }
-        if let failure = handler.checkFloor() { end(failure) }
+        if let failure = handler.checkPace() { end(failure) }
     }
 
     /// Ends the request with a failure the handler or the policy decided.

@@ -106,16 +106,15 @@ extension Sandbox {
             return try install()
         }
         let pkg = state[id]
-        if pkg.has(version) && AtomicFile.isDirectory(layout.tree(id, version)) {
-            // On disk: checked and re-activated, nothing placed, so the bytes are not written.
-            let known = try list()
-            return try install(bundle: bundle, id: id, version: version, fileList: known, force: force, activate: true)
-        }
         if pkg.has(version) || pkg.failed.contains(where: { $0.version == version }) {
             let known = try list()
-            return try placing(known) { () throws(StoreError) in
-                try install(bundle: bundle, id: id, version: version, fileList: known, force: force, activate: true)
+            let again: () throws(StoreError) -> InstallReport = { () throws(StoreError) in
+                try self.install(
+                    bundle: bundle, id: id, version: version, fileList: known, force: force, activate: true)
             }
+            // On disk: checked and re-activated, nothing placed, so the bytes are not written.
+            if pkg.has(version) && AtomicFile.isDirectory(layout.tree(id, version)) { return try again() }
+            return try placing(known, again)
         }
         let staged: StagedBundle
         do throws(StoreError) {
