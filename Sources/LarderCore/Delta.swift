@@ -115,17 +115,25 @@ package struct DeltaManifest: Codable, Sendable, Equatable, RepositoryDocument, 
     }
 
     /// The list changes from `old` to `new`: what `new` drops and what it adds or changes.
-    package static func changes(from old: FileList, to new: FileList) -> (remove: [RelativePath], upsert: [FileEntry]) {
-        let before = Dictionary(old.files.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
+    /// `sealed` (an encrypted version's delta): entries are compared, and given, without their
+    /// objects' names and sizes (`FileEntry.contentOnly`); the publisher names the objects a
+    /// device fetches afterwards.
+    package static func changes(from old: FileList, to new: FileList, sealed: Bool = false) -> (
+        remove: [RelativePath], upsert: [FileEntry]
+    ) {
+        let form = { (f: FileEntry) in sealed ? f.contentOnly : f }
+        let before = Dictionary(old.files.map { ($0.path, form($0)) }, uniquingKeysWith: { a, _ in a })
         let after = Set(new.files.map(\.path))
         let remove = old.files.map(\.path).filter { !after.contains($0) }
-        let upsert = new.files.filter { before[$0.path] != $0 }
+        let upsert = new.files.map(form).filter { before[$0.path] != $0 }
         return (remove, upsert)
     }
 
     /// `to`'s file list built from `from`'s: drop `remove` and the paths `upsert` replaces, add
     /// `upsert`. The caller checks the encoded result against `files` (size and SHA-256).
-    package func rebuild(from list: FileList) -> Result<FileList, DeltaError> {
+    /// `sealed`: `from`'s entries are taken without their objects' names and sizes (a name is
+    /// the sealed form under one version's key; only `upsert` names objects of `to`).
+    package func rebuild(from list: FileList, sealed: Bool = false) -> Result<FileList, DeltaError> {
         guard list.id == id, list.version == from else {
             return .failure(DeltaError("the manifest is from \(id)@\(from), the list is \(list.id)@\(list.version)"))
         }
@@ -134,8 +142,8 @@ package struct DeltaManifest: Codable, Sendable, Equatable, RepositoryDocument, 
             return .failure(DeltaError("it removes \(missing), which \(id)@\(from) does not have"))
         }
         let replaced = Set(remove).union(upsert.map(\.path))
-        let files = list.files.filter { !replaced.contains($0.path) } + upsert
-        return .success(FileList(id: id, version: to, files: files))
+        let kept = list.files.filter { !replaced.contains($0.path) }
+        return .success(FileList(id: id, version: to, files: (sealed ? kept.map(\.contentOnly) : kept) + upsert))
     }
 
     /// The delta read against `from`'s verified list: `to`'s list rebuilt (the caller checks its
@@ -145,7 +153,7 @@ package struct DeltaManifest: Codable, Sendable, Equatable, RepositoryDocument, 
     /// to its size opened, the patch file of an encrypted version being sealed once, whole).
     package func resolve(from list: FileList, sealed: Bool = false) -> Result<ResolvedDelta, DeltaError> {
         let rebuilt: FileList
-        switch rebuild(from: list) {
+        switch rebuild(from: list, sealed: sealed) {
         case .success(let l): rebuilt = l
         case .failure(let why): return .failure(why)
         }
@@ -181,6 +189,9 @@ package struct DeltaManifest: Codable, Sendable, Equatable, RepositoryDocument, 
         for o in objects {
             guard upsert.indices.contains(o) else {
                 return .failure(DeltaError("an object names entry \(o) of upsert, which has \(upsert.count)"))
+            }
+            if sealed, upsert[o].sealed == nil || upsert[o].packed == nil {
+                return .failure(DeltaError("\(upsert[o].path) is fetched as an object but names no sealed object"))
             }
             digests.append(upsert[o].sha256)
         }

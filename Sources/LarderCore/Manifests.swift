@@ -391,6 +391,11 @@ public struct FileEntry: Codable, Sendable, Equatable {
     /// says it, else its own size (an upper bound for all but incompressible contents).
     public var objectCost: Int64 { packed ?? size }
 
+    /// The entry without its object's name and size (`sealed`, `packed`): what a delta of an
+    /// encrypted version checks the list it builds by (manifests §16), the rest being the
+    /// content itself.
+    public var contentOnly: FileEntry { FileEntry(path: path, size: size, sha256: sha256, mime: mime) }
+
     /// Decodes an entry, refusing a size outside `0...maxDeclaredSize` and a `mime` that is not a
     /// media type.
     public init(from decoder: Decoder) throws {
@@ -464,6 +469,13 @@ public struct FileList: Codable, Sendable, Equatable, RepositoryDocument {
     }
 
     enum CodingKeys: String, CodingKey { case schemaVersion, id, version, files }
+
+    /// The list with every entry's object name and size left out (`FileEntry.contentOnly`).
+    public var contentOnly: FileList {
+        var list = self
+        list.files = files.map(\.contentOnly)
+        return list
+    }
 
     /// Decodes a list and checks it as a whole: paths strictly increasing in byte order (so no
     /// duplicates), and no two that a case- or normalisation-insensitive file system would merge.

@@ -65,7 +65,8 @@ struct DeltaBuilder {
         let base = base.list
         let fail = { (detail: String) in PublishError.delta(from: base.version.description, detail: detail) }
         let held = Set(base.files.map(\.sha256))
-        let (remove, upsert) = DeltaManifest.changes(from: base, to: target)
+        let (remove, changed) = DeltaManifest.changes(from: base, to: target, sealed: pipeline.isSealed)
+        var upsert = changed
         // Contents are named by position: in `upsert` (targets, objects) and in the base's list.
         let targetAt = Dictionary(upsert.enumerated().map { ($1.sha256, $0) }, uniquingKeysWith: { a, _ in a })
         let baseAt = Dictionary(base.files.enumerated().map { ($1.sha256, $0) }, uniquingKeysWith: { a, _ in a })
@@ -136,6 +137,11 @@ struct DeltaBuilder {
             patchFile.append(patch)
             patchBytes += Int64(patch.count)
             rules[winner.rule.rawValue, default: 0] += 1
+        }
+        if pipeline.isSealed {
+            // Encrypted: only the objects the device fetches are named (their sealed digests and sizes).
+            let named = Dictionary(target.files.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
+            for o in objects { upsert[o] = named[upsert[o].path] ?? upsert[o] }
         }
         // The patch file is published as the pipeline stores it (sealed once, whole, when encrypted).
         var fileRef: BlobRef?

@@ -58,11 +58,14 @@ extension Publisher {
             try AtomicFile.write(marker, to: staging.appending("files.json"))
             try AtomicFile.write(encryptionData, to: staging.appending("encryption.json"))
         }
-        // A delta names the list it leads to by its opened bytes: a device checks the list it
-        // opened against it before using the delta's patches.
+        // A delta names the list it leads to by its contents (the opened list without the
+        // objects' names and sizes): a device checks the list it builds against it before using
+        // the delta's patches, and has the names of only the objects the delta fetches.
+        let contentData = try encode(listed.contentOnly)
         let builder = DeltaBuilder(
             layout: layout, target: listed,
-            targetRef: BlobRef(path: listRef.path, size: Int64(listData.count), sha256: SHA256Digest.of(listData)),
+            targetRef: BlobRef(
+                path: listRef.path, size: Int64(contentData.count), sha256: SHA256Digest.of(contentData)),
             sources: Dictionary(
                 zip(fileList.files.map(\.sha256), tree.files.map(\.source)), uniquingKeysWith: { a, _ in a }),
             staging: staging, pipeline: sealed)

@@ -96,12 +96,24 @@ extension Verifier {
             do {
                 let json = try sealed.decodeDocument(data, limit: Int64(ManifestCoding.maxDocumentBytes))
                 let m = try ManifestCoding.decode(DeltaManifest.self, from: json, document: ref.manifest.path)
+                // It names the list by its contents (no objects' names or sizes).
+                let contents = try ManifestCoding.encode(list.contentOnly)
                 guard m.id == entry.id, m.from == ref.from, m.to == entry.version,
-                    m.files.size == Int64(listBytes.count), m.files.sha256 == SHA256Digest.of(listBytes)
+                    m.files.size == Int64(contents.count), m.files.sha256 == SHA256Digest.of(contents)
                 else {
                     problem(
                         "delta-mismatch", ref.manifest.path, "the delta does not lead from \(ref.from) to this list")
                     continue
+                }
+                // Each object it fetches is named as the list names it.
+                let named = Dictionary(list.files.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
+                for o in m.objects {
+                    guard m.upsert.indices.contains(o), let f = named[m.upsert[o].path], f == m.upsert[o] else {
+                        problem(
+                            "delta-mismatch", ref.manifest.path,
+                            "object \(o) of the delta is not named as the list names it")
+                        break
+                    }
                 }
                 if let patchFile = m.patchFile { _ = checkBlobOnDisk(patchFile, layout: layout, problem: problem) }
             } catch {

@@ -18,6 +18,9 @@ extension Syncer {
         var fallbacks: [PackageID: [DeltaFallback]] = [:]
         var applied: [PackageID: (count: Int, bytes: Int64)] = [:]
         var objectJobs: [Job] = []
+        /// Contents of encrypted versions that fell back to an object the delta does not name:
+        /// their names are read from the sealed list, fetched then.
+        var unnamed: [PackageID: [FileEntry]] = [:]
     }
 
     /// Applies the patches of every update by delta, fetches what fell back, and returns what
@@ -31,7 +34,7 @@ extension Syncer {
             guard let manifest = p.deltas[a.id], let list = p.lists[a.id] else { continue }
             applyPatches(of: a.id, manifest, list, fetched: &fetched, prepared: p, into: &outcome)
         }
-        if !outcome.objectJobs.isEmpty {
+        if !outcome.objectJobs.isEmpty || !outcome.unnamed.isEmpty {
             await fetchFallbacks(&changes, outcome: &outcome, fetched: &fetched, prepared: p, entries: entries)
         }
         var results: [PackageID: DeltaResult] = [:]
@@ -82,7 +85,11 @@ extension Syncer {
             }
             outcome.fallbacks[id, default: []].append(DeltaFallback(content: patch.target, reason: reason, to: .object))
             if fetched[content: patch.target].object == nil, let f = entryOf[patch.target] {
-                outcome.objectJobs.append(objectJob(id, f, sandbox: p.sandbox, base: p.base, sealed: p.sealed[id]))
+                if p.sealed[id] != nil, f.sealed == nil {
+                    outcome.unnamed[id, default: []].append(f)
+                } else {
+                    outcome.objectJobs.append(objectJob(id, f, sandbox: p.sandbox, base: p.base, sealed: p.sealed[id]))
+                }
             }
         }
         if let part = file.patch { try? SystemCalls.unlink(part) }
@@ -94,6 +101,27 @@ extension Syncer {
         _ changes: inout [PlanAction], outcome: inout PatchOutcome, fetched: inout Fetched, prepared p: Prepared,
         entries: [PackageID: PackageEntry]
     ) async {
+        // The names of the objects an encrypted delta does not name, from the sealed list; a
+        // package whose sealed list fails falls back to its bundle.
+        var unnamedFailed: Set<PackageID> = []
+        var listWire: [PackageID: Int64] = [:]
+        for (id, contents) in outcome.unnamed {
+            guard let e = entries[id], let encryption = e.encryption, let pipeline = p.sealed[id] else { continue }
+            switch await fetchSealedList(e, encryption, pipeline: pipeline, transport: p.transport, base: p.base) {
+            case .success(let (named, _, wire)):
+                listWire[id] = wire
+                let byContent = Dictionary(named.files.map { ($0.sha256, $0) }, uniquingKeysWith: { a, _ in a })
+                for f in contents {
+                    outcome.objectJobs.append(
+                        objectJob(id, byContent[f.sha256] ?? f, sandbox: p.sandbox, base: p.base, sealed: pipeline))
+                }
+            case .failure(let failure):
+                options.logger.info(
+                    "the sealed list for the delta's fallback objects failed",
+                    metadata: ["id": "\(id)", "error": "\(failure.description)"])
+                unnamedFailed.insert(id)
+            }
+        }
         // A separate account, so that a fallback object's failure is not yet the package's.
         var more = Fetched()
         for (id, progress) in fetched.packages { more[id].bytes = progress.bytes }
@@ -106,10 +134,11 @@ extension Syncer {
             }
         }
         for (id, progress) in more.packages { fetched[id].bytes = progress.bytes }
+        for (id, wire) in listWire { fetched[id].bytes += wire }
         fetched.resumable.formUnion(more.resumable)
-        // An object that failed too: that package falls back to its bundle.
+        // An object that failed too (or could not be named): that package falls back to its bundle.
         var bundleJobs: [Job] = []
-        for (i, a) in changes.enumerated() where more[a.id].error != nil {
+        for (i, a) in changes.enumerated() where more[a.id].error != nil || unnamedFailed.contains(a.id) {
             guard let e = entries[a.id] else { continue }
             let missing = (outcome.fallbacks[a.id] ?? []).filter { fetched[content: $0.content].object == nil }
             outcome.fallbacks[a.id] = (outcome.fallbacks[a.id] ?? []).map { f in

@@ -184,23 +184,13 @@ extension Syncer {
                     ? try? sandbox.makeStagingArea(id: e.id, version: e.version, expected: list.files) : nil
                 let expected = Expectation(size: e.bundle.size, limit: e.bundle.size, sha256: e.bundle.sha256)
                 jobs.append(.bundle(a.id, url(base, e.bundle.path), part, expected, area, sealed[a.id]))
-            case .objects:
-                for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
+            case .objects, .delta:
+                let (objects, patched) = Self.sources(list, cost.method, delta: deltas[a.id], local: local, seen: &seen)
+                for f in objects {
                     jobs.append(objectJob(a.id, f, sandbox: sandbox, base: base, sealed: sealed[a.id]))
                 }
-            case .delta:
-                let patches = Dictionary(
-                    (deltas[a.id]?.patches ?? []).map { ($0.target, $0) }, uniquingKeysWith: { x, _ in x })
-                var patching = false
-                for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
-                    if let p = patches[f.sha256], local[p.base] != nil {
-                        patching = true
-                    } else {
-                        jobs.append(objectJob(a.id, f, sandbox: sandbox, base: base, sealed: sealed[a.id]))
-                    }
-                }
                 // The patch file, whole and in one request (resumed like a bundle).
-                if patching, let file = deltas[a.id]?.patchFile {
+                if patched > 0, let file = deltas[a.id]?.patchFile {
                     let expected = Expectation(size: file.size, limit: file.size, sha256: file.sha256)
                     jobs.insert(
                         .patch(
@@ -213,6 +203,28 @@ extension Syncer {
             }
         }
         return jobs
+    }
+
+    /// How the contents of `list` the sandbox lacks (and `seen` does not hold: once each) are
+    /// made under `method`: the entries fetched as objects — all of them by `objects`; by
+    /// `delta`, those no patch of `delta` makes from a content held here — and how many are patched.
+    static func sources(
+        _ list: FileList, _ method: FetchMethod, delta: ResolvedDelta?, local: [SHA256Digest: FilePath],
+        seen: inout Set<SHA256Digest>
+    ) -> (objects: [FileEntry], patched: Int) {
+        let patches =
+            method == .delta
+            ? Dictionary((delta?.patches ?? []).map { ($0.target, $0.base) }, uniquingKeysWith: { x, _ in x }) : [:]
+        var objects: [FileEntry] = []
+        var patched = 0
+        for f in list.files where local[f.sha256] == nil && seen.insert(f.sha256).inserted {
+            if let base = patches[f.sha256], local[base] != nil {
+                patched += 1
+            } else {
+                objects.append(f)
+            }
+        }
+        return (objects, patched)
     }
 
     /// The download of `f`'s object. An encrypted version's is named by its sealed bytes'

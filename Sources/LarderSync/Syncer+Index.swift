@@ -333,8 +333,9 @@ extension Syncer {
 
     /// The release's list from the delta manifest `ref` and the active version's list. `sealed`:
     /// an encrypted version's pipeline and encryption — its manifest is opened with the pipeline
-    /// and names the opened list (at the sealed list's path), its patch file is sealed whole, and
-    /// every entry of the list must name its sealed object.
+    /// and names the opened list's contents (at the sealed list's path; the list without the
+    /// objects' names and sizes), its patch file is sealed whole, and the list built names only
+    /// the objects the delta fetches (`nameObjects` fetches the sealed list when more are needed).
     func listFromDelta(
         _ e: PackageEntry, _ ref: DeltaRef, active: SemanticVersion, sealed: (BytePipeline, Encryption)? = nil,
         transport: any Transport, base: URL, sandbox: Sandbox
@@ -360,14 +361,16 @@ extension Syncer {
         }
         let rebuilt = delta.list
         let bytes: Data
-        do { bytes = try ManifestCoding.encode(rebuilt) } catch {
+        let checked: Data
+        do {
+            bytes = try ManifestCoding.encode(rebuilt)
+            // Encrypted, the manifest names the list's contents: the objects' names left out.
+            checked = sealed == nil ? bytes : try ManifestCoding.encode(rebuilt.contentOnly)
+        } catch {
             return .failure(DeltaError("the rebuilt list cannot be encoded: \(error)"))
         }
-        guard Int64(bytes.count) == manifest.files.size, SHA256Digest.of(bytes) == manifest.files.sha256 else {
+        guard Int64(checked.count) == manifest.files.size, SHA256Digest.of(checked) == manifest.files.sha256 else {
             return .failure(DeltaError("the list built from the delta is not the signed list of \(e.version)"))
-        }
-        if sealed != nil, let f = rebuilt.files.first(where: { $0.sealed == nil || $0.packed == nil }) {
-            return .failure(DeltaError("\(f.path) names no sealed object"))
         }
         if let gap = delta.covers(rebuilt, holding: Set(current.files.map(\.sha256))) { return .failure(gap) }
         return .success((rebuilt, bytes, delta, wire))

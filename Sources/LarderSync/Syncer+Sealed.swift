@@ -3,6 +3,7 @@ import LarderArchive
 import LarderCore
 import LarderFetch
 import LarderStore
+import SystemPackage
 
 /// Encrypted versions (manifests §16): the content key unwrapped with one of the device's
 /// recipient keys before anything is fetched, then the list: built from a delta manifest as for
@@ -52,5 +53,37 @@ extension Syncer {
             return .failure(.fileListMismatch("\(ref.path): \(f.path) names no sealed object"))
         }
         return .success((list, data, Int64(doc.data.count)))
+    }
+
+    /// Names the objects the plan fetches of each encrypted version whose list was built from a
+    /// delta, which names only the objects the delta fetches (manifests §16): when the plan
+    /// fetches one it does not name — its method is `objects`, or a patch's base is not held
+    /// here — the sealed list is fetched, checked and opened, and replaces the built list.
+    /// Returns the packages whose sealed list failed (their lists removed from `out`).
+    func nameObjects(
+        _ plan: Plan, _ out: inout Lists, entries: [PackageID: PackageEntry], local: [SHA256Digest: FilePath],
+        transport: any Transport, base: URL
+    ) async -> Set<PackageID> {
+        var failed: Set<PackageID> = []
+        for a in plan.changes {
+            guard let method = a.cost?.method, let delta = out.deltas[a.id], let list = out.lists[a.id],
+                let pipeline = out.sealed[a.id], let e = entries[a.id], let encryption = e.encryption
+            else { continue }
+            var seen: Set<SHA256Digest> = []
+            let objects = Self.sources(list, method, delta: delta, local: local, seen: &seen).objects
+            guard objects.contains(where: { $0.sealed == nil }) else { continue }
+            switch await fetchSealedList(e, encryption, pipeline: pipeline, transport: transport, base: base) {
+            case .success(let (named, bytes, wire)):
+                out.lists[a.id] = named
+                out.bytes[a.id] = bytes
+                out.wireBytes[a.id, default: 0] += wire
+            case .failure(let failure):
+                out.lists[a.id] = nil
+                out.bytes[a.id] = nil
+                out.failures[a.id] = failure
+                failed.insert(a.id)
+            }
+        }
+        return failed
     }
 }

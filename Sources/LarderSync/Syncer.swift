@@ -86,29 +86,38 @@ public struct Syncer: Sendable {
                 prefetchedSignature: prefetchedSignature)
             let ctx = context(config)
             let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
-            let fetchedLists = await fetchLists(
+            var fetchedLists = await fetchLists(
                 first, index: index, transport: t, base: base, channel: ctx.channel, sandbox: sandbox)
-            let (lists, failures, listBytes) = (fetchedLists.lists, fetchedLists.failures, fetchedLists.bytes)
-            // A sync places each list as the verified bytes it was decoded from; they go to
-            // staging/ now, so that no copy is held in memory meanwhile.
-            if record {
-                for (id, bytes) in listBytes {
-                    if let list = lists[id] { sandbox.provideListBytes(bytes, for: list) }
-                }
-            }
             // The contents already held matter only to versions whose file list was fetched (to
             // cost them, fetch what is missing and assemble); a sync with nothing new does not
             // read every installed version's list.
-            let local = lists.isEmpty ? [:] : sandbox.localContents()
-            // Without a fetched list the second plan would have the first one's inputs.
-            let plan =
-                lists.isEmpty
-                ? first
-                : filter(
-                    Differ.plan(
-                        index: index, state: sandbox.state, context: ctx, fileLists: lists,
-                        localContents: Set(local.keys), deltas: fetchedLists.deltas),
-                    index)
+            let local = fetchedLists.lists.isEmpty ? [:] : sandbox.localContents()
+            let replan = { (lists: Lists) in
+                // Without a fetched list the second plan would have the first one's inputs.
+                lists.lists.isEmpty
+                    ? first
+                    : self.filter(
+                        Differ.plan(
+                            index: index, state: sandbox.state, context: ctx, fileLists: lists.lists,
+                            localContents: Set(local.keys), deltas: lists.deltas),
+                        index)
+            }
+            var plan = replan(fetchedLists)
+            if record {
+                // An encrypted delta names only the objects it fetches; a plan fetching others needs the sealed list.
+                let entries = Dictionary(
+                    index.packages.filter { $0.channel == ctx.channel }.map { ($0.id, $0) },
+                    uniquingKeysWith: { a, _ in a })
+                let unnamed = await nameObjects(
+                    plan, &fetchedLists, entries: entries, local: local, transport: t, base: base)
+                if !unnamed.isEmpty { plan = replan(fetchedLists) }
+                // A sync places each list as the verified bytes it was decoded from; they go to
+                // staging/ now, so that no copy is held in memory meanwhile.
+                for (id, bytes) in fetchedLists.bytes {
+                    if let list = fetchedLists.lists[id] { sandbox.provideListBytes(bytes, for: list) }
+                }
+            }
+            let (lists, failures) = (fetchedLists.lists, fetchedLists.failures)
             return Prepared(
                 config: config, sandbox: sandbox, base: base, transport: t, index: index, indexChanged: changed,
                 context: ctx, lists: lists, listFailures: failures, local: local, plan: plan,

@@ -303,6 +303,116 @@ struct EncryptedSyncTests {
             "\(made)")
     }
 
+    /// The index's entry and its sealed delta manifest from `from`, opened with `key`.
+    func sealedDelta(_ env: SyncEnv, from: String, key: RecipientKey) throws -> (PackageEntry, DeltaManifest, FileList)
+    {
+        let index = try ManifestCoding.decode(
+            RepositoryIndex.self, from: Data(contentsOf: env.repo.appendingPathComponent("index.json")),
+            document: "index")
+        let entry = try #require(index.packages.first)
+        let encryption = try #require(entry.encryption)
+        let pipeline = try BytePipeline.standard.sealed(for: entry, encryption, keys: [key])
+        let ref = try #require(entry.deltas?.first { $0.from.description == from })
+        let manifest = try ManifestCoding.decode(
+            DeltaManifest.self,
+            from: pipeline.decodeDocument(
+                Data(contentsOf: env.repo.appendingPathComponent(ref.manifest.path)), limit: 1 << 24),
+            document: "delta")
+        let list = try ManifestCoding.decode(
+            FileList.self,
+            from: pipeline.decodeDocument(
+                Data(contentsOf: env.repo.appendingPathComponent(encryption.files.path)), limit: 1 << 24),
+            document: "list")
+        return (entry, manifest, list)
+    }
+
+    @Test(
+        "an encrypted delta names only the objects it fetches; across a new content key it carries only what changed; the device builds the list without the sealed names"
+    )
+    func deltaNames() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        let publisherKey = RecipientKey()
+        try publish(env, 0, to: [device, publisherKey])
+        try env.initialise()
+        #expect(try await sync(env, keys: [device]).packages.first?.outcome == .done)
+        try publish(env, 1, to: [device, publisherKey], holding: [publisherKey])
+        let (_, manifest, list) = try sealedDelta(env, from: "1.0.0", key: publisherKey)
+        let objects = Set(manifest.objects)
+        #expect(!manifest.patches.isEmpty, "\(manifest)")
+        // Each entry the delta fetches as an object is named as the sealed list names it; no other is.
+        let named = Dictionary(list.files.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
+        for (i, f) in manifest.upsert.enumerated() {
+            if objects.contains(i) {
+                #expect(f == named[f.path], "\(f.path)")
+            } else {
+                #expect(f.sealed == nil && f.packed == nil && f == named[f.path]?.contentOnly, "\(f.path)")
+            }
+        }
+        let update = try await sync(env, keys: [device])
+        let byDelta = try #require(update.packages.first)
+        #expect(byDelta.outcome == .done && byDelta.method == .delta && byDelta.delta?.fallbacks == [], "\(update)")
+        let built = try installedList(env, "1.1.0")
+        #expect(built.contentOnly == list.contentOnly)
+        try expectInstalled(env, "1.1.0", list: list)
+
+        // New recipients, so a new content key: every sealed name changes, the contents do not.
+        try publish(env, 2, to: [device, other, publisherKey], holding: [publisherKey])
+        let (_, rotated, list2) = try sealedDelta(env, from: "1.1.0", key: publisherKey)
+        let changed = DeltaManifest.changes(from: list.contentOnly, to: list2.contentOnly).upsert
+        #expect(Set(list2.files.compactMap(\.sealed)).isDisjoint(with: Set(list.files.compactMap(\.sealed))))
+        #expect(!changed.isEmpty && rotated.upsert.count == changed.count && changed.count < list2.files.count)
+        let after = try await sync(env, keys: [device])
+        let second = try #require(after.packages.first)
+        #expect(second.outcome == .done && second.method == .delta && second.delta?.fallbacks == [], "\(after)")
+        try expectInstalled(env, "1.2.0", list: list2)
+        #expect(try installedList(env, "1.2.0").contentOnly == list2.contentOnly)
+    }
+
+    @Test("a plan by objects over a list built from an encrypted delta fetches the sealed list for the objects' names")
+    func objectsNamedFromSealedList() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        let publisherKey = RecipientKey()
+        // Incompressible bytes: x, and y (x with a third of it replaced).
+        func noise(_ n: Int, seed: UInt8) -> Data {
+            var out = Data()
+            var block = Data(SHA256.hash(data: Data([seed])))
+            while out.count < n {
+                out += block
+                block = Data(SHA256.hash(data: block))
+            }
+            return out.prefix(n)
+        }
+        let x = noise(192 * 1024, seed: 1)
+        var y = x
+        y.replaceSubrange(64 * 1024..<128 * 1024, with: noise(64 * 1024, seed: 2))
+        let app = { (release: Int, big: Data) -> @Sendable (URL) throws -> Void in
+            { src in
+                try SampleRepository.setCatalogVersion("1.\(release).0")(src)
+                try big.write(to: src.appendingPathComponent("big.bin"))
+            }
+        }
+        try publish(env, 0, to: [device, publisherKey], holding: [publisherKey], edit: app(0, x))
+        try env.initialise()
+        #expect(try await sync(env, keys: [device]).packages.first?.outcome == .done)
+        try publish(env, 1, to: [device, publisherKey], holding: [publisherKey], edit: app(1, y))
+        #expect(try await sync(env, keys: [device]).packages.first?.method == .delta)
+        // 1.2.0 goes back to x, which the device still holds (1.0.0 is kept for rollback): its
+        // delta from 1.1.0 patches x from y, a patch file larger than the one small content left.
+        try publish(env, 2, to: [device, publisherKey], holding: [publisherKey], edit: app(2, x))
+        let (entry, manifest, list) = try sealedDelta(env, from: "1.1.0", key: publisherKey)
+        #expect((manifest.patchFile?.size ?? 0) > 32 * 1024, "\(manifest)")
+        let r = try await sync(env, keys: [device])
+        let objects = try #require(r.packages.first)
+        #expect(objects.outcome == .done && objects.method == .objects, "\(r)")
+        // The delta's manifest, then the sealed list the objects' names come from.
+        let manifestSize = try #require(entry.deltas?.first { $0.from.description == "1.1.0" }?.manifest.size)
+        #expect(objects.metadataBytes == manifestSize + (entry.encryption?.files.size ?? 0), "\(objects)")
+        #expect(try env.active() == "1.2.0")
+        try expectInstalled(env, "1.2.0", list: list)
+    }
+
     @Test("rewrap: the content keys wrapped for a new recipient set, no content written again")
     func rewrap() async throws {
         let env = try SyncEnv()
