@@ -60,7 +60,10 @@ struct WebView: ParsableCommand {
     var timeout: Double = 60
     @Flag(
         help: """
-            After each page settles, print its Navigation and Paint Timing on one line: timing {"load": ms to             the load event, "paint": ms to first contentful paint or null, "resources": n}.
+            After each page settles, print its Navigation and Paint Timing on one line: timing {"load": ms to \
+            the load event, "paint": ms to first contentful paint or null, "resources": n}. It waits for the \
+            page's load event (up to 10 s, else load is 0) and then for its first contentful paint (up to 2 s, \
+            else null): a page can settle before its load event fires.
             """)
     var timing = false
     @Option(
@@ -209,9 +212,25 @@ final class Session: @unchecked Sendable {
 
     func report(_ url: String, then: @escaping () -> Void) {
         guard options.timing else { return reportRest(url, then: then) }
+        timePage(since: Date(), loadSeen: nil) { [self] in reportRest(url, then: then) }
+    }
+
+    /// Reads the page's timing every 50 ms until its load event has fired and its first
+    /// contentful paint is recorded (or `PageTiming.paintWait` after the load event: a page may
+    /// paint nothing), at most `PageTiming.loadWait` in all; then prints it.
+    func timePage(since started: Date, loadSeen: Date?, then: @escaping () -> Void) {
         view.evaluate(PageTiming.script) { [self] json in
+            let (load, paint) = PageTiming.read(json)
+            let seen = load > 0 ? (loadSeen ?? Date()) : nil
+            let done =
+                seen.map { paint != nil || Date().timeIntervalSince($0) >= PageTiming.paintWait }
+                ?? (Date().timeIntervalSince(started) >= PageTiming.loadWait)
+            guard done else {
+                let next = MainLoopOnly { self.timePage(since: started, loadSeen: seen, then: then) }
+                return GLibMain.after(0.05) { next.body() }
+            }
             say("timing \(json ?? "null")")
-            reportRest(url, then: then)
+            then()
         }
     }
 
@@ -258,6 +277,17 @@ enum PageTiming {
         paint: performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')?.startTime ?? null, \
         resources: performance.getEntriesByType('resource').length})
         """
+    /// How long to wait for the load event, and then for the first contentful paint.
+    static let loadWait: TimeInterval = 10
+    static let paintWait: TimeInterval = 2
+
+    /// The load event's time (0 when it has not fired) and the paint's (nil when none yet) in `json`.
+    static func read(_ json: String?) -> (load: Double, paint: Double?) {
+        guard let data = json?.data(using: .utf8),
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return (0, nil) }
+        return ((object["load"] as? NSNumber)?.doubleValue ?? 0, (object["paint"] as? NSNumber)?.doubleValue)
+    }
 }
 
 /// One line on stdout, written at once (the output is read by tests as it comes).
