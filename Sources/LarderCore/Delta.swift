@@ -81,10 +81,13 @@ package struct DeltaManifest: Codable, Sendable, Equatable, RepositoryDocument, 
     /// The version it leads to.
     package var to: SemanticVersion
     /// `to`'s file list as the index names it: the list rebuilt from `from`'s must be these bytes.
+    /// An encrypted version's: the opened list's contents (its entries without `sealed` and
+    /// `packed`, `FileList.contentOnly`), at the sealed list's path.
     package var files: BlobRef
     /// Paths of `from` that `to` does not have (dropped).
     package var remove: [RelativePath]
-    /// Entries of `to`'s list that are new or differ from `from`'s, exactly as `to`'s list has them.
+    /// Entries of `to`'s list that are new or differ from `from`'s, exactly as `to`'s list has them
+    /// (an encrypted version's: without `sealed` and `packed`, but for the entries `objects` names).
     package var upsert: [FileEntry]
     /// The patches end to end (`patches/<aa>/<sha256>`); absent when there are none.
     package var patchFile: BlobRef?

@@ -66,7 +66,8 @@ extension Syncer {
     ) async -> Set<PackageID> {
         var failed: Set<PackageID> = []
         for a in plan.changes {
-            guard let method = a.cost?.method, let delta = out.deltas[a.id], let list = out.lists[a.id],
+            guard let method = a.cost?.method, method == .objects || method == .delta,
+                let delta = out.deltas[a.id], let list = out.lists[a.id],
                 let pipeline = out.sealed[a.id], let e = entries[a.id], let encryption = e.encryption
             else { continue }
             var seen: Set<SHA256Digest> = []
