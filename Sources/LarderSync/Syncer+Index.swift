@@ -216,6 +216,13 @@ extension Syncer {
         var deltaNotes: [PackageID: String] = [:]
         /// The byte pipelines of encrypted versions (sealed with their content keys), by package.
         var sealed: [PackageID: BytePipeline] = [:]
+
+        /// Records `id`'s list, the verified bytes it is encoded as, and what it cost on the wire.
+        mutating func take(_ id: PackageID, _ list: FileList, _ data: Data, wire: Int64) {
+            lists[id] = list
+            bytes[id] = data
+            wireBytes[id, default: 0] += wire
+        }
     }
 
     /// The file list of each release the first plan needs one for. With a delta manifest from
@@ -245,10 +252,8 @@ extension Syncer {
                         sandbox: sandbox)
                     {
                     case .success(let (list, bytes, delta, wire)):
-                        out.lists[a.id] = list
-                        out.bytes[a.id] = bytes
+                        out.take(a.id, list, bytes, wire: wire)
                         out.deltas[a.id] = delta
-                        out.wireBytes[a.id, default: 0] += wire
                         out.sealed[a.id] = pipeline
                         continue
                     case .failure(let why):
@@ -257,9 +262,7 @@ extension Syncer {
                 }
                 switch await fetchSealedList(e, encryption, pipeline: pipeline, transport: transport, base: base) {
                 case .success(let (list, bytes, wire)):
-                    out.lists[a.id] = list
-                    out.bytes[a.id] = bytes
-                    out.wireBytes[a.id, default: 0] += wire
+                    out.take(a.id, list, bytes, wire: wire)
                     out.sealed[a.id] = pipeline
                 case .failure(let failure):
                     out.failures[a.id] = failure
@@ -269,10 +272,8 @@ extension Syncer {
             if let active = sandbox.state[a.id].active, let ref = e.delta(from: active) {
                 switch await listFromDelta(e, ref, active: active, transport: transport, base: base, sandbox: sandbox) {
                 case .success(let (list, bytes, manifest, wire)):
-                    out.lists[a.id] = list
-                    out.bytes[a.id] = bytes
+                    out.take(a.id, list, bytes, wire: wire)
                     out.deltas[a.id] = manifest
-                    out.wireBytes[a.id, default: 0] += wire
                     continue
                 case .failure(let why):
                     out.deltaNotes[a.id] = why.description
@@ -283,9 +284,7 @@ extension Syncer {
             }
             switch await fetchList(e, transport: transport, base: base) {
             case .success(let (list, bytes, wire)):
-                out.lists[a.id] = list
-                out.bytes[a.id] = bytes
-                out.wireBytes[a.id, default: 0] += wire
+                out.take(a.id, list, bytes, wire: wire)
             case .failure(let failure):
                 out.failures[a.id] = failure
             }

@@ -75,9 +75,7 @@ extension Syncer {
             guard objects.contains(where: { $0.sealed == nil }) else { continue }
             switch await fetchSealedList(e, encryption, pipeline: pipeline, transport: transport, base: base) {
             case .success(let (named, bytes, wire)):
-                out.lists[a.id] = named
-                out.bytes[a.id] = bytes
-                out.wireBytes[a.id, default: 0] += wire
+                out.take(a.id, named, bytes, wire: wire)
             case .failure(let failure):
                 out.lists[a.id] = nil
                 out.bytes[a.id] = nil

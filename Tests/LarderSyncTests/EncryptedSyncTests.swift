@@ -240,9 +240,7 @@ struct EncryptedSyncTests {
         let env = try SyncEnv()
         defer { env.cleanup() }
         let publisherKey = RecipientKey()
-        try publish(env, 0, to: [device, publisherKey])
-        try env.initialise()
-        #expect(try await sync(env, keys: [device]).packages.first?.outcome == .done)
+        try await installedFirst(env, publisher: publisherKey)
         // A publisher that cannot open 1.0.0 makes no delta from it.
         let blind = try publish(env, 1, to: [device, publisherKey])
         #expect(blind.deltas.isEmpty, "\(blind.deltas)")
@@ -303,6 +301,13 @@ struct EncryptedSyncTests {
             "\(made)")
     }
 
+    /// A repository with 1.0.0 encrypted to the device and `publisher`, and a device that installed it.
+    func installedFirst(_ env: SyncEnv, publisher: RecipientKey) async throws {
+        try publish(env, 0, to: [device, publisher])
+        try env.initialise()
+        #expect(try await sync(env, keys: [device]).packages.first?.outcome == .done)
+    }
+
     /// The index's entry and its sealed delta manifest from `from`, opened with `key`.
     func sealedDelta(_ env: SyncEnv, from: String, key: RecipientKey) throws -> (PackageEntry, DeltaManifest, FileList)
     {
@@ -333,9 +338,7 @@ struct EncryptedSyncTests {
         let env = try SyncEnv()
         defer { env.cleanup() }
         let publisherKey = RecipientKey()
-        try publish(env, 0, to: [device, publisherKey])
-        try env.initialise()
-        #expect(try await sync(env, keys: [device]).packages.first?.outcome == .done)
+        try await installedFirst(env, publisher: publisherKey)
         try publish(env, 1, to: [device, publisherKey], holding: [publisherKey])
         let (_, manifest, list) = try sealedDelta(env, from: "1.0.0", key: publisherKey)
         let objects = Set(manifest.objects)
