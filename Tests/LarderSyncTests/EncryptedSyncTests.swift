@@ -372,8 +372,10 @@ struct EncryptedSyncTests {
         #expect(try installedList(env, "1.2.0").contentOnly == list2.contentOnly)
     }
 
-    @Test("a plan by objects over a list built from an encrypted delta fetches the sealed list for the objects' names")
-    func objectsNamedFromSealedList() async throws {
+    @Test(
+        "a plan by objects over a list built from an encrypted delta fetches the sealed list for the objects' names; a sealed list that is not its signed digest fails the package, 1.1.0 kept",
+        arguments: [false, true])
+    func objectsNamedFromSealedList(damagedList: Bool) async throws {
         let env = try SyncEnv()
         defer { env.cleanup() }
         let publisherKey = RecipientKey()
@@ -406,6 +408,18 @@ struct EncryptedSyncTests {
         try publish(env, 2, to: [device, publisherKey], holding: [publisherKey], edit: app(2, x))
         let (entry, manifest, list) = try sealedDelta(env, from: "1.1.0", key: publisherKey)
         #expect((manifest.patchFile?.size ?? 0) > 32 * 1024, "\(manifest)")
+        if damagedList {
+            // A byte of the sealed list flipped on the server (its size kept): the names cannot be had.
+            let url = env.repo.appendingPathComponent(try #require(entry.encryption?.files.path))
+            let good = try Data(contentsOf: url)
+            var bad = good
+            bad[bad.count / 2] ^= 0x40
+            try bad.write(to: url)
+            let refused = try #require(try await sync(env, keys: [device]).packages.first)
+            #expect(refused.outcome == .failed && refused.code == "file-list-mismatch", "\(refused)")
+            #expect(try env.active() == "1.1.0")
+            try good.write(to: url)
+        }
         let r = try await sync(env, keys: [device])
         let objects = try #require(r.packages.first)
         #expect(objects.outcome == .done && objects.method == .objects, "\(r)")
@@ -414,6 +428,33 @@ struct EncryptedSyncTests {
         #expect(objects.metadataBytes == manifestSize + (entry.encryption?.files.size ?? 0), "\(objects)")
         #expect(try env.active() == "1.2.0")
         try expectInstalled(env, "1.2.0", list: list)
+    }
+
+    @Test(
+        "a failed patch whose object the encrypted delta does not name, and a sealed list that is not its signed digest: the package falls back to its bundle"
+    )
+    func unnamedFallbackToBundle() async throws {
+        let env = try SyncEnv()
+        defer { env.cleanup() }
+        let publisherKey = RecipientKey()
+        try await installedFirst(env, publisher: publisherKey)
+        try publish(env, 1, to: [device, publisherKey], holding: [publisherKey])
+        let (entry, manifest, list) = try sealedDelta(env, from: "1.0.0", key: publisherKey)
+        #expect(!manifest.patches.isEmpty, "\(manifest)")
+        // A byte of the patch file and of the sealed list flipped on the server (sizes kept).
+        let listPath = try #require(entry.encryption?.files.path)
+        for (path, data) in try files(under: env.repo) where path.hasPrefix("patches/") || path == listPath {
+            var d = data
+            d[d.count / 2] ^= 0x40
+            try d.write(to: env.repo.appendingPathComponent(path))
+        }
+        let r = try await sync(env, keys: [device])
+        let got = try #require(r.packages.first)
+        let fallbacks = got.delta?.fallbacks ?? []
+        #expect(got.outcome == .done && got.method == .bundle, "\(r)")
+        #expect(!fallbacks.isEmpty && fallbacks.allSatisfy { $0.to == .bundle }, "\(got)")
+        #expect(try env.active() == "1.1.0")
+        try expectInstalled(env, "1.1.0", list: list)
     }
 
     @Test("rewrap: the content keys wrapped for a new recipient set, no content written again")
