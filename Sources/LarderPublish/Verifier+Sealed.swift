@@ -92,12 +92,15 @@ extension Verifier {
                 problem(error.code, entry.bundle.path, "bundle rejected once opened: \(error)")
             }
         }
+        // A delta names the list by its contents (no objects' names or sizes), and each object it
+        // fetches as the list names it.
+        let contentForm = Result { try ManifestCoding.encode(list.contentOnly) }
+        let named = Dictionary(list.files.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
         for (ref, data) in manifests {
             do {
                 let json = try sealed.decodeDocument(data, limit: Int64(ManifestCoding.maxDocumentBytes))
                 let m = try ManifestCoding.decode(DeltaManifest.self, from: json, document: ref.manifest.path)
-                // It names the list by its contents (no objects' names or sizes).
-                let contents = try ManifestCoding.encode(list.contentOnly)
+                let contents = try contentForm.get()
                 guard m.id == entry.id, m.from == ref.from, m.to == entry.version,
                     m.files.size == Int64(contents.count), m.files.sha256 == SHA256Digest.of(contents)
                 else {
@@ -105,8 +108,6 @@ extension Verifier {
                         "delta-mismatch", ref.manifest.path, "the delta does not lead from \(ref.from) to this list")
                     continue
                 }
-                // Each object it fetches is named as the list names it.
-                let named = Dictionary(list.files.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
                 for o in m.objects {
                     guard m.upsert.indices.contains(o), let f = named[m.upsert[o].path], f == m.upsert[o] else {
                         problem(
