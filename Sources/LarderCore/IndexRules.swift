@@ -65,6 +65,7 @@ package enum IndexRules {
                 add("bad-policy", "bypass prefix \(quoted(b)) must start with /")
             }
             checkRoutes(p, owners: &routeOwner, add)
+            checkAccess(p, add)
             for d in p.dependencies where !ids.contains(d.id) {
                 add("missing-dependency", "depends on \(d.id) (\(d.range)), which the index does not list")
             }
@@ -79,6 +80,25 @@ package enum IndexRules {
             }
         }
         return out
+    }
+
+    /// `p`'s `corsOrigins` and `networkHosts` well formed, at most `PackageAccess.maxEntries`
+    /// each, and no `corsOrigins` on an encrypted version (it is never readable across origins).
+    private static func checkAccess(_ p: PackageEntry, _ add: (String, String) -> Void) {
+        for (field, list) in [("corsOrigins", p.corsOrigins), ("networkHosts", p.networkHosts)] {
+            if let list, list.count > PackageAccess.maxEntries {
+                add("bad-access", "\(field) has \(list.count) entries, more than \(PackageAccess.maxEntries)")
+            }
+        }
+        for o in p.corsOrigins ?? [] {
+            if let why = PackageAccess.originProblem(o) { add("bad-access", "corsOrigins entry \(quoted(o)): \(why)") }
+        }
+        for h in p.networkHosts ?? [] {
+            if let why = PackageAccess.hostProblem(h) { add("bad-access", "networkHosts entry \(quoted(h)): \(why)") }
+        }
+        if p.encryption != nil, !(p.corsOrigins ?? []).isEmpty {
+            add("bad-access", "an encrypted version lists corsOrigins: it is never readable across origins")
+        }
     }
 
     /// Each route of `p` well formed, written as pack normalises it, and claimed by no other

@@ -213,6 +213,14 @@ public struct PackageEntry: Codable, Sendable, Equatable {
     /// list are sealed with a content key wrapped for each recipient; `files` then names a marker
     /// that devices without encryption refuse. Absent: in the clear.
     public var encryption: Encryption?
+    /// Origins (`scheme://host[:port]`, or `*`) whose pages may read this package's files across
+    /// origins: a request with such an `Origin` is answered with `Access-Control-Allow-Origin`.
+    /// Absent: none may (manifests §17). Never applied to an encrypted version.
+    public var corsOrigins: [String]?
+    /// Hosts (`api.example.com`, `*.example.com`) this package's pages may reach through its
+    /// passthrough and bypass routes, besides its own routes' hosts; a request to another is
+    /// refused (403). Absent: any host, as before the field (manifests §17).
+    public var networkHosts: [String]?
 
     /// Whether a device installs this package only at first use or when asked for.
     public var isOnDemand: Bool { install?.mode == .onDemand }
@@ -243,11 +251,13 @@ public struct PackageEntry: Codable, Sendable, Equatable {
         self.deltas = nil
         self.install = nil
         self.encryption = nil
+        self.corsOrigins = nil
+        self.networkHosts = nil
     }
 
     enum CodingKeys: String, CodingKey {
         case id, version, routes, entry, spaFallback, policy, bundle, files, minClientVersion, channel, rollout,
-            mandatory, revoked, dependencies, filesGzip, deltas, install, encryption
+            mandatory, revoked, dependencies, filesGzip, deltas, install, encryption, corsOrigins, networkHosts
     }
 
     /// The delta manifest from `version`, when the index has one.
@@ -276,6 +286,8 @@ public struct PackageEntry: Codable, Sendable, Equatable {
         deltas = try c.decodeIfPresent([DeltaRef].self, forKey: .deltas)
         install = try c.decodeIfPresent(InstallPolicy.self, forKey: .install)
         encryption = try c.decodeIfPresent(Encryption.self, forKey: .encryption)
+        corsOrigins = try c.decodeIfPresent([String].self, forKey: .corsOrigins)
+        networkHosts = try c.decodeIfPresent([String].self, forKey: .networkHosts)
         if let d = deltas, d.count > 64 {
             throw DecodingError.dataCorruptedError(
                 forKey: .deltas, in: c, debugDescription: "\(d.count) deltas is more than 64")

@@ -28,17 +28,20 @@ package enum ResponsePlanner {
     /// GET or HEAD only (405 otherwise); If-None-Match matching the ETag (or `*`) → 304; one
     /// satisfiable byte range (`a-b`, `a-`, `-n`) → 206 with Content-Range; unsatisfiable → 416
     /// with `Content-Range: bytes */LENGTH`; several ranges or a malformed header → the whole file
-    /// (RFC 9110 lets a server ignore Range). `cors` adds `Access-Control-Allow-Origin: *` for
-    /// custom-scheme fetches.
+    /// (RFC 9110 lets a server ignore Range). `allowOrigin` (an origin the package's `corsOrigins`
+    /// lets read it, or `*`) adds `Access-Control-Allow-Origin` with it, and `Vary: Origin`.
     package static func plan(
         method: HTTPRequest.Method, range: String?, ifNoneMatch: String?, file: LocalFile,
-        cacheControl: String = "no-cache", cors: Bool = false
+        cacheControl: String = "no-cache", allowOrigin: String? = nil
     ) -> ResponsePlan {
         var headers: [(String, String)] = [
             ("Content-Type", file.mime), ("ETag", file.etag), ("Cache-Control", cacheControl),
             ("Accept-Ranges", "bytes"),
         ]
-        if cors { headers.append(("Access-Control-Allow-Origin", "*")) }
+        if let allowOrigin {
+            headers.append(("Access-Control-Allow-Origin", allowOrigin))
+            if allowOrigin != "*" { headers.append(("Vary", "Origin")) }
+        }
         // Compared without case, as before the method was typed (a token such as `head` is
         // answered as HEAD; RFC 9110 methods are case-sensitive, but a file has no other meaning).
         let m = method.rawValue.uppercased()

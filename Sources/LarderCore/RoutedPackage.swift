@@ -16,6 +16,10 @@ package struct RoutedPackage: Sendable {
     package var spaFallback: Bool
     /// What a path with no file does (not found or pass through), and the prefixes that always pass through.
     package var policy: Policy
+    /// Origins that may read its files across origins (manifests §17; empty for an encrypted one).
+    package var corsOrigins: [String] = []
+    /// Hosts its pages may reach through passthrough and bypass routes; nil: any.
+    package var networkHosts: [String]?
     /// Path inside the package → the answer for it.
     package var files: [String: LocalFile] {
         get { indexedFiles.files }

@@ -19,6 +19,11 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
     package var policy: Policy
     /// Whether devices install it only at first use (`install.mode` is `on-demand`).
     package var onDemand = false
+    /// Origins that may read its files across origins (none for an encrypted entry, whatever
+    /// it lists: manifests §17).
+    package var corsOrigins: [String] = []
+    /// Hosts its pages may reach through passthrough and bypass routes; nil: any.
+    package var networkHosts: [String]?
 
     /// The settings of an entry.
     package init(_ e: PackageEntry) {
@@ -26,6 +31,8 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
             id: e.id, channel: e.channel, routes: e.routes, entry: e.entry, spaFallback: e.spaFallback,
             policy: e.policy)
         onDemand = e.isOnDemand
+        corsOrigins = e.encryption == nil ? e.corsOrigins ?? [] : []
+        networkHosts = e.networkHosts
     }
 
     /// Settings as given; the defaults are those of a package the index does not describe.
@@ -41,7 +48,9 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
         self.policy = policy
     }
 
-    enum CodingKeys: String, CodingKey { case id, channel, routes, entry, spaFallback, policy, install }
+    enum CodingKeys: String, CodingKey {
+        case id, channel, routes, entry, spaFallback, policy, install, encryption, corsOrigins, networkHosts
+    }
 
     /// The settings of `channel`'s entries, by package id text (the last entry of an id wins).
     package static func byID(_ entries: [ServingSettings], channel: String) -> [String: ServingSettings] {
@@ -60,6 +69,9 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
         spaFallback = try c.decodeIfPresent(Bool.self, forKey: .spaFallback) ?? false
         policy = try c.decodeIfPresent(Policy.self, forKey: .policy) ?? Policy()
         onDemand = try c.decodeIfPresent(InstallPolicy.self, forKey: .install)?.mode == .onDemand
+        // An encrypted entry is never readable across origins, whatever it lists.
+        corsOrigins = c.contains(.encryption) ? [] : try c.decodeIfPresent([String].self, forKey: .corsOrigins) ?? []
+        networkHosts = try c.decodeIfPresent([String].self, forKey: .networkHosts)
     }
 }
 
@@ -142,6 +154,8 @@ extension RoutedPackage {
         entry = s?.entry ?? "index.html"
         spaFallback = s?.spaFallback ?? false
         policy = s?.policy ?? Policy()
+        corsOrigins = s?.corsOrigins ?? []
+        networkHosts = s?.networkHosts
         files = [:]
     }
 

@@ -121,7 +121,8 @@ public struct Gateway: Sendable {
         let passReason: String
         switch lookUp(
             method, urls, range: watched ? nil : request.headers[.range],
-            ifNoneMatch: watched ? nil : request.headers[.ifNoneMatch], afterInstall: afterInstall)
+            ifNoneMatch: watched ? nil : request.headers[.ifNoneMatch], origin: request.headers[named: "Origin"],
+            afterInstall: afterInstall)
         {
         case .served(let url, let r):
             if watched, let injected = watch(r) {
@@ -147,7 +148,9 @@ public struct Gateway: Sendable {
         }
         let marked =
             request.headers[named: Forwarder.loopMarker] != nil || Self.isSelf(authority, ownPort: ownPort, host: host)
-        switch forwarder.target(for: url, reason: passReason, table: loader.resolver.snapshot().table, marked: marked) {
+        let page = request.headers[named: "Origin"] ?? request.headers[named: "Referer"]
+        let table = loader.resolver.snapshot().table
+        switch forwarder.target(for: url, reason: passReason, table: table, marked: marked, page: page) {
         case .refused(let status, let why):
             log(line(method, url, status, "passthrough (\(why))", nil, started))
             return Self.text(status, "larder gateway: \(why)\n")
@@ -166,16 +169,18 @@ public struct Gateway: Sendable {
         case notServed(reason: String)
     }
 
-    /// Asks the loader for each candidate URL in turn (with the request's Range and
-    /// If-None-Match) until a package answers. Before `afterInstall`, a 404 for a URL an
+    /// Asks the loader for each candidate URL in turn (with the request's Range, If-None-Match
+    /// and Origin: a file is readable across origins only as its package's `corsOrigins` says)
+    /// until a package answers. Before `afterInstall`, a 404 for a URL an
     /// on-demand package routes does not count as an answer: that is first use.
     func lookUp(
-        _ method: HTTPRequest.Method, _ urls: [String], range: String?, ifNoneMatch: String?, afterInstall: Bool
+        _ method: HTTPRequest.Method, _ urls: [String], range: String?, ifNoneMatch: String?, origin: String?,
+        afterInstall: Bool
     ) -> Lookup {
         var passReason = ""
         for url in urls {
             let req = LoadRequest(
-                method: method, url: url, range: range, ifNoneMatch: ifNoneMatch, cors: url.hasPrefix("larder:"))
+                method: method, url: url, range: range, ifNoneMatch: ifNoneMatch, origin: origin)
             switch loader.load(req) {
             case .response(let r) where r.status == 404 && !afterInstall && firstUse?.package(for: url) != nil:
                 r.close()

@@ -140,7 +140,7 @@ final class PackageHits: ChannelDuplexHandler, RemovableChannelHandler {
         guard
             case .served(let url, let r) = gateway.lookUp(
                 method, urls, range: field(headers, "range"), ifNoneMatch: field(headers, "if-none-match"),
-                afterInstall: false)
+                origin: field(headers, "origin"), afterInstall: false)
         else { return nil }
         guard r.status == 200 || r.status == 206 || r.status == 304 else {
             r.close()

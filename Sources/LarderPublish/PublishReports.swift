@@ -37,6 +37,10 @@ public struct PackRequest: Sendable {
     public var dependencies: [String] = []
     /// What a path under the routes with no file does, and the prefixes that always pass through.
     public var policy = Policy()
+    /// Origins that may read the package's files across origins (manifests §17); nil: none.
+    public var corsOrigins: [String]?
+    /// Hosts the package's pages may reach through passthrough and bypass routes; nil: any.
+    public var networkHosts: [String]?
     /// How long the new index stays valid.
     public var timeToLive: TimeInterval = 30 * 24 * 3600
     /// Limits on the tree (files, sizes, path lengths and depth), also applied to the bundle's self-check.

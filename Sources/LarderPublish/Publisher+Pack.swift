@@ -59,6 +59,8 @@ extension Publisher {
             entry.filesGzip = s.filesGzip
             entry.encryption = s.encryption
             entry.install = request.install
+            entry.corsOrigins = request.corsOrigins
+            entry.networkHosts = request.networkHosts
             entry.deltas = s.deltaRefs.isEmpty ? nil : s.deltaRefs
             index.packages.removeAll { $0.id == v.id && $0.channel == request.channel }
             index.packages.append(entry)

@@ -22,6 +22,10 @@ public struct Forwarder: Sendable {
     public let exchange: (any NetworkExchange)?
     /// Largest request body forwarded, and largest answer relayed.
     public var maxBytes: Int
+    /// Requests refused because their package's `networkHosts` does not list the host.
+    package let refusedHosts = Locked<Int>(0)
+    /// How many requests were refused because their package's `networkHosts` does not list the host.
+    public var refusedHostCount: Int { refusedHosts.withLock { $0 } }
 
     /// The header field a forwarded request carries, so a request that comes back is refused (508).
     public static let loopMarker = "X-Larder-Gateway"
@@ -49,17 +53,39 @@ public struct Forwarder: Sendable {
 
     /// Where a request for `url` that the loader passed through (for `reason`) goes; `table` maps
     /// custom-scheme URLs to their package's origin; `marked` says the request carries the loop
-    /// marker (it came from a forwarder).
-    package func target(for url: String, reason: String, table: RouteTable, marked: Bool) -> Target {
+    /// marker (it came from a forwarder); `page` is the URL of the page that makes it, when known
+    /// (its package's `networkHosts`, else that of the package `url` routes to, decides which
+    /// hosts it may reach: 403 for another, counted in `refusedHosts`).
+    package func target(
+        for url: String, reason: String, table: RouteTable, marked: Bool, page: String? = nil
+    ) -> Target {
         guard case .forward = network else {
             return .refused(status: 502, reason: "offline: \(reason)")
         }
         guard let to = networkURL(for: url, table: table) else {
             return .refused(status: 502, reason: "\(reason); a custom-scheme URL with no http(s) route has no network")
         }
+        if let why = hostRefusal(to, page: page, url: url, table: table) {
+            refusedHosts.withLock { $0 += 1 }
+            return .refused(status: 403, reason: why)
+        }
         if marked { return .refused(status: 508, reason: "the request would loop back through a Larder forwarder") }
         guard exchange != nil else { return .refused(status: 502, reason: "\(reason); no network exchange") }
         return .url(to)
+    }
+
+    /// Why the package whose page asks (else the one `url` routes to) may not reach `to`'s host:
+    /// its `networkHosts` lists neither that host nor is it one of its own routes' hosts. Nil
+    /// when it may, or when the package lists no `networkHosts` (any host, as before the field).
+    package func hostRefusal(_ to: String, page: String?, url: String, table: RouteTable) -> String? {
+        guard let id = page.flatMap({ table.routedPackage($0) }) ?? table.routedPackage(url),
+            let pkg = table.package(id), let hosts = pkg.networkHosts
+        else { return nil }
+        let host = URL(string: to)?.host?.lowercased() ?? ""
+        if PackageAccess.allows(host, networkHosts: hosts) || pkg.routes.contains(where: { $0.host == host }) {
+            return nil
+        }
+        return "\(id)'s networkHosts does not list \(host.isEmpty ? to : host)"
     }
 
     /// The http(s) URL `url` stands for on the network: a custom-scheme URL through its package's

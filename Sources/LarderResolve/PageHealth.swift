@@ -176,8 +176,9 @@ public enum PageHealthScript {
           var m = /[?&]page=([0-9a-f]+)/.exec(me);
           var url = '/.larder/health?page=' + (m ? m[1] : '');
           var handler = window.webkit && window.webkit.messageHandlers && window.webkit.messageHandlers.larderHealth;
+          var secret = '';
           function send(message) {
-            if (handler) { try { handler.postMessage(message); } catch (e) {} return; }
+            if (handler) { try { message.secret = secret; handler.postMessage(message); } catch (e) {} return; }
             var body = JSON.stringify(message);
             try {
               if (navigator.sendBeacon && navigator.sendBeacon(url, new Blob([body], { type: 'text/plain' }))) return;
@@ -202,6 +203,14 @@ public enum PageHealthScript {
         })();
 
         """
+
+    /// The script for a web view's main frame: its messages to `messageHandler` carry `secret`
+    /// (lower-case hex), which no other frame knows (it is in no property a page can read:
+    /// `WebViewHealth` refuses a message without it).
+    public static func source(secret: String) -> String {
+        precondition(secret.allSatisfy(\.isHexDigit), "a hex secret")
+        return source.replacingOccurrences(of: "var secret = '';", with: "var secret = '\(secret)';")
+    }
 
     /// `html` with the script's tag (carrying `token`) inserted first in `<head>` — after the
     /// `<head>` tag, else after `<html>`, else after the doctype, else at the start — so it runs

@@ -16,19 +16,20 @@ public struct LoadRequest: Sendable {
     public var range: String?
     /// The `If-None-Match` header, if any.
     public var ifNoneMatch: String?
-    /// Add `Access-Control-Allow-Origin: *` (custom-scheme fetches).
-    public var cors: Bool
+    /// The `Origin` header, if any: a file is answered with `Access-Control-Allow-Origin` only
+    /// when its package's `corsOrigins` lists this origin (manifests §17).
+    public var origin: String?
 
     /// A request with the headers it carried (none by default).
     public init(
         method: HTTPRequest.Method = .get, url: String, range: String? = nil, ifNoneMatch: String? = nil,
-        cors: Bool = false
+        origin: String? = nil
     ) {
         self.method = method
         self.url = url
         self.range = range
         self.ifNoneMatch = ifNoneMatch
-        self.cors = cors
+        self.origin = origin
     }
 }
 
@@ -270,7 +271,8 @@ public struct ResourceLoader: Sendable {
     private func serve(
         _ file: LocalFile, _ request: LoadRequest, snapshot: Snapshot, session: ResolverSession?, retried: Bool
     ) -> LoadResult {
-        switch respond(file, request, .local(package: file.package, version: file.version)) {
+        let readers = snapshot.table.package(file.package)?.corsOrigins ?? []
+        switch respond(file, request, .local(package: file.package, version: file.version), readers) {
         case .success(let r): return .response(r)
         case .failure(let problem):
             return recover(file, problem, request, snapshot: snapshot, session: session, retried: retried)
@@ -279,12 +281,14 @@ public struct ResourceLoader: Sendable {
 
     /// The response for `file`: without opening it when no bytes are needed (304, 405, 416),
     /// else with it open for the body — or why it could not be opened.
-    private func respond(_ file: LocalFile, _ request: LoadRequest, _ outcome: LoadOutcome) -> Result<
-        LoadResponse, OpenProblem
-    > {
+    /// `readers`: the package's `corsOrigins`, which decide whether the request's origin may read it.
+    private func respond(
+        _ file: LocalFile, _ request: LoadRequest, _ outcome: LoadOutcome, _ readers: [String]
+    ) -> Result<LoadResponse, OpenProblem> {
+        let allowed = request.origin.flatMap { PackageAccess.mayRead($0, corsOrigins: readers) ? $0 : nil }
         let plan = ResponsePlanner.plan(
             method: request.method, range: request.range, ifNoneMatch: request.ifNoneMatch, file: file,
-            cacheControl: cacheControl, cors: request.cors)
+            cacheControl: cacheControl, allowOrigin: readers.contains("*") && allowed != nil ? "*" : allowed)
         guard plan.status == 200 || plan.status == 206 else {
             return .success(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .none))
         }
@@ -327,7 +331,8 @@ public struct ResourceLoader: Sendable {
         for v in candidates {
             guard let pkg = snapshot.routed(resolver.layout, file.package, v), let f = pkg.files[file.path.string],
                 case .success(let r) = respond(
-                    f, request, .fallback(package: f.package, version: f.version, failed: file.version))
+                    f, request, .fallback(package: f.package, version: f.version, failed: file.version),
+                    snapshot.table.package(file.package)?.corsOrigins ?? [])
             else { continue }
             return .response(r)
         }

@@ -37,7 +37,8 @@ public final class ResolveEnv: @unchecked Sendable {
     /// Packs `version` of `id` (the sample app, with `catalog.json` naming the version), with
     /// routes and policy by package, or the `routes` and `policy` given.
     public func publish(
-        _ version: String, id: String = "sample-app", routes: [String]? = nil, policy: Policy? = nil
+        _ version: String, id: String = "sample-app", routes: [String]? = nil, policy: Policy? = nil,
+        configure: (inout PackRequest) -> Void = { _ in }
     ) throws {
         let catalog = "{\"version\": \"\(version)\", \"items\": []}\n"
         try repository.publish(
@@ -53,6 +54,7 @@ public final class ResolveEnv: @unchecked Sendable {
                 r.routes = ["https://app.example.com/docs/"]
                 r.policy = Policy(mode: .localOnly)
             }
+            configure(&r)
         }
     }
 

@@ -15,6 +15,8 @@
             (self.driver, recovery) = (driver, WebViewRecovery(health: health))
             super.init()
             c.userContentController.addUserScript(
+                .init(source: health.pageScript, injectionTime: .atDocumentStart, forMainFrameOnly: true))
+            c.userContentController.addUserScript(
                 .init(source: WebViewRecovery.pageScripts, injectionTime: .atDocumentStart, forMainFrameOnly: false))
             c.userContentController.add(self, name: WebViewRecovery.messageHandler)
         }
@@ -41,9 +43,9 @@
             guard case (let to, let delay)? = recovery.processTerminated(reason, url: w.url).reload else { return }
             DispatchQueue.main.asyncAfter(deadline: .now() + delay) { [weak w] in _ = w?.load(URLRequest(url: to)) }
         }
-        /// A message from the page-health script.
+        /// A message from the page-health script: the main frame's only.
         public func userContentController(_ c: WKUserContentController, didReceive m: WKScriptMessage) {
-            recovery.message(m.body)
+            recovery.message(m.body, mainFrame: m.frameInfo.isMainFrame)
         }
     }
 
@@ -69,6 +71,10 @@
         /// The cookies a request to `url` carries.
         public func cookies(for url: URL) async -> [WebCookie] {
             await store.allCookies().map(WebCookie.init).filter { $0.matches(url) }
+        }
+        /// Every cookie named `name`.
+        public func cookies(named name: String) async -> [WebCookie] {
+            await store.allCookies().map(WebCookie.init).filter { $0.name == name }
         }
         /// Adds one cookie, or deletes its namesake when it has expired.
         public func save(_ c: WebCookie) async {

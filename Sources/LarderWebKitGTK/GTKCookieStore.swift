@@ -4,14 +4,45 @@ import Larder
 
 /// WebKitGTK's cookie store (a network session's `WebKitCookieManager`) as the cookie bridge's
 /// `CookieStore`: one `add_cookie` or `delete_cookie` per cookie, `get_cookies` per URL, each on
-/// GLib's main loop.
+/// GLib's main loop. With a data directory, persistent cookies are kept in an SQLite file there
+/// (`cookies.sqlite`, libsoup's own crash-safe store); session cookies end with the process.
 public final class GTKCookieStore: CookieStore, @unchecked Sendable {
     // @unchecked: the manager is only touched on the main loop.
     let manager: OpaquePointer
 
-    /// The store of `session` (a `WebKitNetworkSession`).
-    public init(session: OpaquePointer) {
+    /// The store of `session` (a `WebKitNetworkSession`); its persistent cookies kept in
+    /// `persistentFile` (SQLite) when given, read back from it at start.
+    public init(session: OpaquePointer, persistentFile: String? = nil) {
         manager = webkit_network_session_get_cookie_manager(session)
+        if let persistentFile {
+            webkit_cookie_manager_set_persistent_storage(
+                manager, persistentFile, WEBKIT_COOKIE_PERSISTENT_STORAGE_SQLITE)
+        }
+    }
+
+    /// Every cookie named `name` the store holds.
+    public func cookies(named name: String) async -> [WebCookie] {
+        let manager = Unchecked(manager)
+        return await withCheckedContinuation { (done: CheckedContinuation<[WebCookie], Never>) in
+            GLibMain.async {
+                GAsync.call({ webkit_cookie_manager_get_all_cookies(manager.pointer, nil, $0, $1) }) { _, result in
+                    let list = webkit_cookie_manager_get_all_cookies_finish(manager.pointer, result, nil)
+                    done.resume(returning: Self.take(list).filter { $0.name == name })
+                }
+            }
+        }
+    }
+
+    /// The cookies of a `GList` of `SoupCookie`s, freeing the list.
+    static func take(_ list: UnsafeMutablePointer<GList>?) -> [WebCookie] {
+        var out: [WebCookie] = []
+        var node = list
+        while let n = node {
+            if let c = n.pointee.data { out.append(Self.cookie(OpaquePointer(c))) }
+            node = n.pointee.next
+        }
+        g_list_free_full(list) { if let c = $0 { soup_cookie_free(OpaquePointer(c)) } }
+        return out
     }
 
     /// The cookies a request to `url` carries, as WebKit matches them.
@@ -21,24 +52,29 @@ public final class GTKCookieStore: CookieStore, @unchecked Sendable {
         return await withCheckedContinuation { (done: CheckedContinuation<[WebCookie], Never>) in
             GLibMain.async {
                 GAsync.call({ webkit_cookie_manager_get_cookies(manager.pointer, uri, nil, $0, $1) }) { _, result in
-                    var out: [WebCookie] = []
-                    var node = webkit_cookie_manager_get_cookies_finish(manager.pointer, result, nil)
-                    let list = node
-                    while let n = node {
-                        if let c = n.pointee.data { out.append(Self.cookie(OpaquePointer(c))) }
-                        node = n.pointee.next
-                    }
-                    g_list_free_full(list) { if let c = $0 { soup_cookie_free(OpaquePointer(c)) } }
-                    done.resume(returning: out)
+                    done.resume(
+                        returning: Self.take(webkit_cookie_manager_get_cookies_finish(manager.pointer, result, nil)))
                 }
             }
         }
     }
 
-    /// Adds `cookie` (replacing its namesake), or deletes its namesake when it has expired.
+    /// Adds `cookie` (replacing its namesake), or deletes its namesake when it has expired:
+    /// libsoup deletes only a cookie equal in value too, so the stored one is looked up first.
     public func save(_ cookie: WebCookie) async {
+        if cookie.isExpired(at: Date()) {
+            for old in await cookies(named: cookie.name)
+            where old.domain == cookie.domain && old.hostOnly == cookie.hostOnly && old.path == cookie.path {
+                await change(old, delete: true)
+            }
+            return
+        }
+        await change(cookie, delete: false)
+    }
+
+    /// One `add_cookie` or `delete_cookie`.
+    private func change(_ cookie: WebCookie, delete expired: Bool) async {
         let manager = Unchecked(manager)
-        let expired = cookie.isExpired(at: Date())
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             GLibMain.async {
                 guard let soup = Self.soup(cookie) else { return done.resume() }

@@ -80,8 +80,11 @@ public final class GTKWebView: @unchecked Sendable {
                 webkit_network_session_new("\($0)/data", "\($0)/cache")
             } ?? webkit_network_session_new_ephemeral()
         self.session = session
+        let jar = configuration.dataDirectory.map { "\($0)/data/cookies.sqlite" }
+        let log = configuration.log
         let bridge =
-            configuration.bridgeCookies ? session.map { CookieBridge(store: GTKCookieStore(session: $0)) } : nil
+            configuration.bridgeCookies
+            ? session.map { CookieBridge(store: GTKCookieStore(session: $0, persistentFile: jar), log: log) } : nil
         cookies = bridge
         handler = GTKSchemeHandler(
             driver: SchemeTaskDriver(
@@ -107,9 +110,9 @@ public final class GTKWebView: @unchecked Sendable {
             webkit_user_content_manager_add_script(manager, script)
             webkit_user_script_unref(script)
         }
-        if health != nil {
+        if let health {
             let script = webkit_user_script_new(
-                PageHealthScript.source, WEBKIT_USER_CONTENT_INJECT_TOP_FRAME,
+                health.pageScript, WEBKIT_USER_CONTENT_INJECT_TOP_FRAME,
                 WEBKIT_USER_SCRIPT_INJECT_AT_DOCUMENT_START, nil, nil)
             webkit_user_content_manager_add_script(manager, script)
             webkit_user_script_unref(script)

@@ -60,9 +60,10 @@ public final class GTKSchemeHandler: @unchecked Sendable {
             }
         }
         let shown = webkit_uri_scheme_request_get_web_view(request).flatMap { webkit_web_view_get_uri($0) }
+        let main = shown.map { String(cString: $0) }
         let scheme = SchemeRequest(
-            method: method, url: url, headers: headers, body: Self.body(of: request),
-            isNavigation: shown.map { String(cString: $0) == url } ?? false)
+            method: method, url: url, headers: headers, body: Self.body(of: request), isNavigation: main == url,
+            mainDocumentURL: main)
         driver.start(GTKSchemeTask(request, scheme, driver: driver))
     }
 

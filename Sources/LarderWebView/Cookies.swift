@@ -139,10 +139,13 @@ public protocol EngineCookie {
 /// `Set-Cookie` fields read as RFC 6265 §5.2 and §5.3 say a user agent reads them.
 public enum SetCookie {
     /// The cookie `field` sets for a response from `url`, or nil when a user agent ignores it
-    /// (no `=` in its first part, an empty name, a `Domain` that does not cover the host or is a
-    /// single label other than the host). `Max-Age` wins over `Expires`; a cookie with neither
-    /// is a session cookie; an expiry in the past means "delete it".
-    public static func parse(_ field: String, for url: URL, now: Date = Date()) -> WebCookie? {
+    /// (no `=` in its first part, an empty name, a `Domain` that does not cover the host, or
+    /// that is a public suffix other than the host itself — then the cookie is host-only, RFC
+    /// 6265bis §5.7 step 9). `Max-Age` wins over `Expires`; a cookie with neither is a session
+    /// cookie; an expiry in the past means "delete it".
+    public static func parse(
+        _ field: String, for url: URL, now: Date = Date(), suffixes: PublicSuffixList = .system
+    ) -> WebCookie? {
         guard let host = url.host?.lowercased(), !host.isEmpty else { return nil }
         var parts = field.split(separator: ";", omittingEmptySubsequences: false).map(String.init)
         let pair = parts.removeFirst()
@@ -166,7 +169,9 @@ public enum SetCookie {
                 var d = val.lowercased()
                 if d.hasPrefix(".") { d.removeFirst() }
                 guard !d.isEmpty else { continue }
-                guard domainMatches(host, d), d.contains(".") || d == host else { return nil }
+                guard domainMatches(host, d) else { return nil }
+                if d == host && (suffixes.isPublicSuffix(d) || PublicSuffixList.isAddress(d)) { continue }
+                guard !suffixes.isPublicSuffix(d), !PublicSuffixList.isAddress(d) else { return nil }
                 cookie.domain = d
                 cookie.hostOnly = false
             case "path": cookie.path = val.hasPrefix("/") ? val : defaultPath(url)
@@ -270,51 +275,71 @@ public protocol CookieStore: Sendable {
     /// The cookies a request to `url` carries, as the store matches them (HttpOnly ones too).
     func cookies(for url: URL) async -> [WebCookie]
     /// Stores `cookie`, replacing the one with its name, domain and path; an expired cookie
-    /// deletes that one instead.
+    /// deletes that one instead (whatever its value).
     func save(_ cookie: WebCookie) async
+    /// Every cookie the store holds named `name`, whatever its domain and path (for the rules
+    /// that keep a cookie from shadowing another).
+    func cookies(named name: String) async -> [WebCookie]
 }
 
 /// Cookies across the proxy: a web view's forwarded requests carry the cookies the engine's
-/// store holds for the package's http(s) origin, a forwarded answer's `Set-Cookie` fields go to
-/// the store before the answer reaches the page, and a page on a custom scheme sees and sets the
-/// origin's script-visible cookies through `document.cookie` (`pageScript` and the reserved
-/// path `/.larder/cookies`).
+/// store holds for the package's http(s) origin (SameSite applied), a forwarded answer's
+/// `Set-Cookie` fields go to the store before the answer reaches the page, and a page on a
+/// custom scheme sees and sets its own origin's script-visible cookies through
+/// `document.cookie` (`pageScript` and the reserved path `/.larder/cookies`). Every write is
+/// held to RFC 6265bis's storage rules (`CookieRules`), which an engine's store does not apply
+/// to cookies handed to it.
 public final class CookieBridge: Sendable {
     /// The engine's store.
     public let store: any CookieStore
+    /// Public suffixes, for `Domain` attributes and sites.
+    public let suffixes: PublicSuffixList
     let clock: @Sendable () -> Date
+    /// Hears one line per cookie refused, naming it and why.
+    let log: (@Sendable (String) -> Void)?
 
-    /// A bridge over `store`; `clock` gives the current time (for Max-Age).
-    public init(store: any CookieStore, clock: @escaping @Sendable () -> Date = { Date() }) {
+    /// A bridge over `store`; `clock` gives the current time (for Max-Age); `log` hears refusals.
+    public init(
+        store: any CookieStore, suffixes: PublicSuffixList = .system,
+        clock: @escaping @Sendable () -> Date = { Date() },
+        log: (@Sendable (String) -> Void)? = nil
+    ) {
         self.store = store
+        self.suffixes = suffixes
         self.clock = clock
+        self.log = log
     }
 
-    /// The fields of a forwarded request to `url`: any `Cookie` field the engine put is
-    /// replaced by the store's cookies for `url` (longest path first), in one field.
-    public func outgoing(_ fields: [(String, String)], to url: String) async -> [(String, String)] {
+    /// The fields of a forwarded request to `url` in `context`: any `Cookie` field the engine
+    /// put is replaced by the store's cookies for `url` that `context` carries (longest path
+    /// first), in one field.
+    public func outgoing(
+        _ fields: [(String, String)], to url: String, context: CookieSiteContext = .sameSite
+    ) async -> [(String, String)] {
         var out = fields.filter { $0.0.lowercased() != "cookie" }
         guard let u = URL(string: url) else { return out }
         let now = clock()
-        let cookies = await store.cookies(for: u).filter { !$0.isExpired(at: now) && $0.matches(u) }
+        let cookies = await store.cookies(for: u).filter {
+            !$0.isExpired(at: now) && $0.matches(u) && context.carries($0.sameSite)
+        }
         if !cookies.isEmpty { out.append(("Cookie", Self.header(cookies))) }
         return out
     }
 
-    /// A forwarded answer from `url`: each `Set-Cookie` field (each kept apart) is saved to the
-    /// store, in order, before this returns; the fields come back without them (WebKit ignores
-    /// them on a scheme handler's response, and script must never read them).
+    /// A forwarded answer from `url`: each `Set-Cookie` field (each kept apart) the rules accept
+    /// is saved to the store, in order, before this returns; the fields come back without them
+    /// (WebKit ignores them on a scheme handler's response, and script must never read them).
     public func incoming(_ fields: [(String, String)], from url: String) async -> [(String, String)] {
-        guard let u = URL(string: url) else { return fields.filter { $0.0.lowercased() != "set-cookie" } }
-        let now = clock()
-        for (name, value) in fields where name.lowercased() == "set-cookie" {
-            if let cookie = SetCookie.parse(value, for: u, now: now) { await store.save(cookie) }
+        if let u = URL(string: url) {
+            for (name, value) in fields where name.lowercased() == "set-cookie" {
+                _ = await accept(value, for: u, writer: .http)
+            }
         }
         return fields.filter { $0.0.lowercased() != "set-cookie" }
     }
 
     /// What `document.cookie` reads on a page whose origin is `url`: the script-visible cookies
-    /// (no HttpOnly), `a=1; b=2`.
+    /// (no HttpOnly, no Secure one on an http page), `a=1; b=2`.
     public func scriptCookies(for url: String) async -> String {
         guard let u = URL(string: url) else { return "" }
         let now = clock()
@@ -323,20 +348,31 @@ public final class CookieBridge: Sendable {
     }
 
     /// `document.cookie = text` on a page whose origin is `url`: saved as a `Set-Cookie` from
-    /// script would be (an `HttpOnly` attribute is refused, and so is replacing an HttpOnly cookie).
-    /// Returns whether it was saved.
+    /// script would be (`CookieRules`: no HttpOnly, no shadowing or overwriting an HttpOnly
+    /// cookie, prefixes, Secure). Returns why it was refused, or nil when it was saved.
     @discardableResult
-    public func scriptSets(_ text: String, for url: String) async -> Bool {
-        guard let u = URL(string: url), let cookie = SetCookie.parse(text, for: u, now: clock()), !cookie.httpOnly
-        else { return false }
-        let existing = await store.cookies(for: u)
-        if existing.contains(where: {
-            $0.httpOnly && $0.name == cookie.name && $0.domain == cookie.domain && $0.path == cookie.path
-        }) {
-            return false
+    public func scriptSets(_ text: String, for url: String) async -> String? {
+        guard let u = URL(string: url) else { return "\(url) is not a URL" }
+        return await accept(text, for: u, writer: .script)
+    }
+
+    /// Parses `field` for `url` and saves it unless a rule refuses it (then logged): why, or nil.
+    func accept(_ field: String, for url: URL, writer: CookieWriter) async -> String? {
+        guard let cookie = SetCookie.parse(field, for: url, now: clock(), suffixes: suffixes) else {
+            return note("ignored (malformed, or a Domain that is not the host's or is a public suffix)", field, url)
+        }
+        let existing = await store.cookies(named: cookie.name)
+        if let why = CookieRules.refusal(cookie, from: url, writer: writer, existing: existing) {
+            return note(why, field, url)
         }
         await store.save(cookie)
-        return true
+        return nil
+    }
+
+    private func note(_ why: String, _ field: String, _ url: URL) -> String {
+        let name = field.split(separator: "=", maxSplits: 1).first.map(String.init) ?? ""
+        log?("cookie \(name.trimmingCharacters(in: .whitespaces)) for \(url.host ?? "") refused: \(why)")
+        return why
     }
 
     /// `a=1; b=2`, longer paths first (RFC 6265 §5.4 step 2), the store's order otherwise.
@@ -348,10 +384,16 @@ public final class CookieBridge: Sendable {
     /// The reserved path a page's `document.cookie` bridge talks to on its own custom-scheme origin.
     public static let path = "/.larder/cookies"
 
+    /// The header field the page script's requests carry: a cross-origin request with it needs
+    /// a CORS preflight, which the bridge never grants, and a form or a `<script src>` cannot
+    /// send it.
+    public static let requestMarker = "X-Larder-Cookies"
+
     /// The user script that bridges `document.cookie` on pages of a custom scheme (where the
-    /// engine keeps no cookies): reading it asks `/.larder/cookies?page=URL` (a synchronous GET
-    /// the scheme handler answers with `scriptCookies`), writing it posts the text there
-    /// (`scriptSets`), for the http(s) URL the page's URL maps to.
+    /// engine keeps no cookies): reading it asks `/.larder/cookies?page=URL` on the page's own
+    /// origin (a synchronous GET the scheme handler answers with `scriptCookies`), writing it
+    /// posts the text there (`scriptSets`), for the http(s) URL the page's URL maps to. The
+    /// handler answers only for the origin that asks (`SchemeTaskDriver`'s cookie bridge).
     /// Pages on http(s) keep the engine's own `document.cookie`.
     public static let pageScript = """
         (function () {
@@ -363,6 +405,7 @@ public final class CookieBridge: Sendable {
               var x = new XMLHttpRequest();
               x.open(method, location.protocol + '//' + location.host + '/.larder/cookies?page=' +
                 encodeURIComponent(location.href), false);
+              x.setRequestHeader('X-Larder-Cookies', '1');
               x.send(body);
               return x.status === 200 ? x.responseText : '';
             } catch (e) { return ''; }

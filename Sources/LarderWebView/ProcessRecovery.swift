@@ -118,10 +118,10 @@ public final class WebViewRecovery: Sendable {
     /// A main-frame navigation to `url` committed (an engine's `URL`).
     public func navigationCommitted(_ url: URL?) { navigationCommitted(url: url?.absoluteString ?? "") }
 
-    /// The scripts a web view adds to every page at document start, all frames: page health
-    /// (`PageHealthScript`, whose messages go to the handler `messageHandler`) and the
-    /// `document.cookie` bridge (`CookieBridge.pageScript`).
-    public static let pageScripts = PageHealthScript.source + CookieBridge.pageScript
+    /// The script a web view adds to every frame at document start: the `document.cookie`
+    /// bridge (`CookieBridge.pageScript`). Page health's goes to the main frame only
+    /// (`WebViewHealth.pageScript`).
+    public static let pageScripts = CookieBridge.pageScript
 
     /// The name of the page-health script's message handler.
     public static let messageHandler = PageHealthScript.messageHandler
@@ -136,19 +136,22 @@ public final class WebViewRecovery: Sendable {
     public func pageReady() { state.withLock { $0.streak = 0 } }
 
     /// A message from the page-health script (a `WKScriptMessage`'s body), for `health`; a ready
-    /// signal also ends the streak. Returns why it was refused, if it was.
+    /// signal `health` accepts also ends the streak. `mainFrame`: the engine says it comes from
+    /// the main frame. Returns why it was refused, if it was.
     @discardableResult
-    public func message(_ body: Any) -> PageSignalError? {
+    public func message(_ body: Any, mainFrame: Bool = true) -> PageSignalError? {
         guard JSONSerialization.isValidJSONObject(body), let data = try? JSONSerialization.data(withJSONObject: body)
         else { return PageSignalError("the message is not a JSON object") }
-        return message(json: data)
+        return message(json: data, mainFrame: mainFrame)
     }
 
     /// A message from the page-health script as JSON text (WebKitGTK's `JSCValue` as JSON).
     @discardableResult
-    public func message(json data: Data) -> PageSignalError? {
-        if case .success(.ready) = PageSignal.decode(data) { pageReady() }
-        return health?.message(json: data)
+    public func message(json data: Data, mainFrame: Bool = true) -> PageSignalError? {
+        guard let health else { return PageSignalError("this view does not watch page health") }
+        let refused = health.message(json: data, mainFrame: mainFrame)
+        if refused == nil, case .success(.ready) = PageSignal.decode(data) { pageReady() }
+        return refused
     }
 
     /// The page to come back to: the last one committed (or reloaded).

@@ -16,17 +16,22 @@ public struct SchemeRequest: Sendable {
     /// Whether it loads a main frame's document (WebKit: `mainDocumentURL == url`): the web
     /// view's pins are renewed before it is answered.
     public var isNavigation: Bool
+    /// The URL of the top-level document the request is made for, as the engine says (WebKit's
+    /// `mainDocumentURL`; WebKitGTK: the view's URI), when known: the site the cookie bridge and
+    /// SameSite judge the request by.
+    public var mainDocumentURL: String?
 
     /// Creates one.
     public init(
         method: HTTPRequest.Method = .get, url: String, headers: [(String, String)] = [], body: Data? = nil,
-        isNavigation: Bool = false
+        isNavigation: Bool = false, mainDocumentURL: String? = nil
     ) {
         self.method = method
         self.url = url
         self.headers = headers
         self.body = body
         self.isNavigation = isNavigation
+        self.mainDocumentURL = mainDocumentURL
     }
 
     /// A request as an engine hands it over (`URLRequest`'s parts: a method name, nil for GET;
@@ -36,7 +41,8 @@ public struct SchemeRequest: Sendable {
         guard let method = HTTPRequest.Method(methodName ?? "GET") else { return nil }
         self.init(
             method: method, url: url?.absoluteString ?? "", headers: (fields ?? [:]).map { ($0.key, $0.value) },
-            body: body, isNavigation: url != nil && mainDocumentURL == url)
+            body: body, isNavigation: url != nil && mainDocumentURL == url,
+            mainDocumentURL: mainDocumentURL?.absoluteString)
     }
 
     /// A request as an engine hands it over (`URLRequest`, made `EngineRequest` by the glue).
@@ -231,8 +237,8 @@ public final class SchemeTaskDriver: Sendable {
         let started = Date()
         if let cookies, Self.isCookiePath(request.url) {
             Task {
-                let (status, bytes) = await answerCookies(request, cookies, to: task)
-                note(request, status, "cookie bridge", bytes, started)
+                let (status, bytes, outcome) = await answerCookies(request, cookies, to: task)
+                note(request, status, outcome, bytes, started)
             }
             return
         }
@@ -250,7 +256,7 @@ public final class SchemeTaskDriver: Sendable {
         let session = pins?.current
         let load = LoadRequest(
             method: request.method, url: request.url, range: request.header("Range"),
-            ifNoneMatch: request.header("If-None-Match"), cors: true)
+            ifNoneMatch: request.header("If-None-Match"), origin: request.header("Origin"))
         let result = loader.load(load, session: session)
         if let firstUse, Self.unserved(result), let (id, policy) = firstUse.package(for: request.url) {
             Task {
@@ -342,7 +348,11 @@ public final class SchemeTaskDriver: Sendable {
     ) async -> (Int?, Int, String) {
         let table = session?.table().1 ?? loader.resolver.snapshot().table
         let marked = request.header(Forwarder.loopMarker) != nil
-        switch forwarder.target(for: request.url, reason: reason, table: table, marked: marked) {
+        let page = request.mainDocumentURL ?? request.header("Origin")
+        switch forwarder.target(for: request.url, reason: reason, table: table, marked: marked, page: page) {
+        case .refused(403, let why):
+            let (status, bytes) = respond(task, request.url, 403, "refused: \(why)\n")
+            return (status, bytes, ", refused: \(why)")
         case .refused(_, let why):
             deliver(task, last: true) { $0.didFail(SchemeTaskError(.noLocalCopy, why)) }
             return (nil, 0, ", refused: \(why)")

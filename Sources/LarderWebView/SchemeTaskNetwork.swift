@@ -23,7 +23,10 @@ extension SchemeTaskDriver {
     ) async -> Result<(ForwardResponse, String, Int), ExchangeFailure> {
         var (url, method, body, fields) = (first, request.method, request.body, request.headers)
         for hop in 0...Self.maxRedirects {
-            if let cookies { fields = await cookies.outgoing(fields, to: url) }
+            if let cookies {
+                let context = siteContext(request, method: method, to: url, cookies.suffixes)
+                fields = await cookies.outgoing(fields, to: url, context: context)
+            }
             let outgoing = forwarder.request(method: method, url: url, headers: fields, body: body)
             var answer: ForwardResponse
             switch await forwarder.send(outgoing) {
@@ -53,6 +56,31 @@ extension SchemeTaskDriver {
         return .failure(ExchangeFailure(url: url, why: "more than \(Self.maxRedirects) redirects"))
     }
 
+    /// How a forwarded request to `url` (its network URL) relates to the page that makes it,
+    /// for SameSite (RFC 6265bis §5.2): a subresource or frame is same-site when the top-level
+    /// document's site (else its `Origin` or `Referer`) is `url`'s; a top-level navigation is
+    /// same-site unless the engine names an initiator of another site (`Origin`, `Referer`),
+    /// then cross-site (Lax cookies for a GET or HEAD). Unknown initiator of a subresource:
+    /// cross-site. Sites are schemes and registrable domains of network URLs.
+    func siteContext(
+        _ request: SchemeRequest, method: HTTPRequest.Method, to url: String, _ suffixes: PublicSuffixList
+    ) -> CookieSiteContext {
+        let table = pins?.current?.table().1 ?? loader.resolver.snapshot().table
+        func site(_ u: String?) -> String? {
+            guard let u, u != "null", let n = forwarder.networkURL(for: u, table: table), let url = URL(string: n)
+            else { return nil }
+            return CookieRules.site(of: url, suffixes)
+        }
+        guard let target = site(url) else { return .crossSite }
+        if request.isNavigation {
+            guard let from = site(request.header("Origin") ?? request.header("Referer")) else { return .sameSite }
+            if from == target { return .sameSite }
+            return method == .get || method == .head ? .crossSiteNavigation : .crossSite
+        }
+        let top = site(request.mainDocumentURL) ?? site(request.header("Origin") ?? request.header("Referer"))
+        return top == target ? .sameSite : .crossSite
+    }
+
     /// Whether `url` is the cookie bridge's reserved path on a custom scheme.
     static func isCookiePath(_ url: String) -> Bool {
         guard let u = URL(string: url), let scheme = u.scheme?.lowercased(), scheme != "http", scheme != "https"
@@ -60,26 +88,73 @@ extension SchemeTaskDriver {
         return u.path == CookieBridge.path
     }
 
-    /// Answers the page's `document.cookie` bridge: GET reads the script-visible cookies of the
-    /// http(s) URL the page (`?page=`) maps to, POST saves one `document.cookie = …` there.
-    /// Returns the status and body bytes sent.
-    func answerCookies(_ request: SchemeRequest, _ cookies: CookieBridge, to task: any SchemeTask) async -> (Int, Int) {
-        let page =
-            URLComponents(string: request.url)?.queryItems?.first { $0.name == "page" }?.value ?? request.url
+    /// Answers the page's `document.cookie` bridge, for the origin that asks only: GET reads
+    /// the script-visible cookies of the http(s) URL the page maps to, POST saves one
+    /// `document.cookie = …` there. Anything `cookiePage` refuses gets 403. Returns the status,
+    /// the body bytes sent and the outcome for the log.
+    func answerCookies(
+        _ request: SchemeRequest, _ cookies: CookieBridge, to task: any SchemeTask
+    ) async -> (Int, Int, String) {
+        let page: String
+        switch Self.cookiePage(request) {
+        case .failure(let why):
+            let (status, bytes) = respond(task, request.url, 403, "refused: \(why.message)\n")
+            return (status, bytes, "cookie bridge refused: \(why.message)")
+        case .success(let p): page = p
+        }
         let table = loader.resolver.snapshot().table
         guard let origin = forwarder.networkURL(for: page, table: table) else {
-            return respond(task, request.url, 404, "no http(s) route for \(page): it keeps no cookies\n")
+            let (status, bytes) = respond(task, request.url, 404, "no http(s) route for \(page): it keeps no cookies\n")
+            return (status, bytes, "cookie bridge")
         }
         switch request.method {
         case .get:
-            return respond(task, request.url, 200, await cookies.scriptCookies(for: origin))
+            let (status, bytes) = respond(task, request.url, 200, await cookies.scriptCookies(for: origin))
+            return (status, bytes, "cookie bridge")
         case .post:
             let text = String(decoding: request.body ?? Data(), as: UTF8.self)
-            let saved = await cookies.scriptSets(text, for: origin)
-            return respond(task, request.url, saved ? 200 : 403, saved ? "" : "refused\n")
+            if let why = await cookies.scriptSets(text, for: origin) {
+                let (status, bytes) = respond(task, request.url, 403, "refused: \(why)\n")
+                return (status, bytes, "cookie bridge refused: \(why)")
+            }
+            let (status, bytes) = respond(task, request.url, 200, "")
+            return (status, bytes, "cookie bridge")
         default:
-            return respond(task, request.url, 405, "GET or POST\n")
+            let (status, bytes) = respond(task, request.url, 405, "GET or POST\n")
+            return (status, bytes, "cookie bridge")
         }
+    }
+
+    /// Why the cookie bridge refuses a request.
+    package struct CookieRefusal: Error {
+        let message: String
+        init(_ message: String) { self.message = message }
+    }
+
+    /// The page a cookie-bridge request speaks for, taken from what the engine says about the
+    /// request, never from a parameter alone: the endpoint's own origin (the page script asks
+    /// its page's origin) with the page script's marker field; an `Origin` field (required for
+    /// POST), a `Referer` and the main document's URL, when there, of that same origin (a
+    /// frame under another origin's page gets no cookies: WebKit blocks third-party cookies);
+    /// `page=` names the page's path within that origin only.
+    package static func cookiePage(_ request: SchemeRequest) -> Result<String, CookieRefusal> {
+        guard let endpoint = WebOrigin(url: request.url) else { return .failure(CookieRefusal("no origin")) }
+        func same(_ url: String?, _ what: String) -> CookieRefusal? {
+            guard let url else { return nil }
+            return WebOrigin(url: url) == endpoint ? nil : CookieRefusal("\(what) \(url) is not \(endpoint)")
+        }
+        guard request.header(CookieBridge.requestMarker) == "1" else {
+            return .failure(CookieRefusal("not the page script's request (no \(CookieBridge.requestMarker))"))
+        }
+        let origin = request.header("Origin")
+        if request.method == .post, origin == nil { return .failure(CookieRefusal("a POST without Origin")) }
+        let page = URLComponents(string: request.url)?.queryItems?.first { $0.name == "page" }?.value
+        let referer = request.header("Referer")
+        for (url, what) in [(origin, "Origin"), (referer, "Referer"), (request.mainDocumentURL, "the main document")] {
+            if let why = same(url, what) { return .failure(why) }
+        }
+        if let why = same(page, "page") { return .failure(why) }
+        return .success(page ?? referer ?? "\(endpoint)/")
     }
 
     /// A small text answer, whole.
@@ -89,7 +164,7 @@ extension SchemeTaskDriver {
             status: status,
             headers: [
                 "Content-Type": "text/plain; charset=utf-8", "Content-Length": "\(body.count)",
-                "Cache-Control": "no-store",
+                "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",
             ], url: url)
         guard deliver(task, last: false, { $0.didReceive(head) }) else { return (status, 0) }
         if !body.isEmpty { deliver(task, last: false) { $0.didReceive(body) } }

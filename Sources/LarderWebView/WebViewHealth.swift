@@ -22,7 +22,14 @@ public final class WebViewHealth: Sendable {
     public let pins: SessionPins?
     /// Terminations before ready that fail an activation (at least 1; 3 by default).
     public let terminationLimit: Int
+    /// What the page-health script of this view's main frame puts in each message (`pageScript`),
+    /// 128 random bits in hex: a message from any other frame, package or origin lacks it.
+    public let secret: String = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
     private let state = Locked(State())
+
+    /// The page-health script to add to this view's main frame only (WebKit: `forMainFrameOnly`,
+    /// WebKitGTK: `WEBKIT_USER_CONTENT_INJECT_TOP_FRAME`): it carries `secret`.
+    public var pageScript: String { PageHealthScript.source(secret: secret) }
 
     struct State {
         /// The watched page: its token and activation.
@@ -121,19 +128,26 @@ public final class WebViewHealth: Sendable {
         state.withLock { $0.terminations[activation] ?? 0 }
     }
 
-    /// A message from the page-health script (a `WKScriptMessage`'s body: a dictionary).
+    /// A message from the page-health script (a `WKScriptMessage`'s body: a dictionary);
+    /// `mainFrame`: the engine says it comes from the main frame (WebKit's `frameInfo.isMainFrame`).
     /// Returns why it was refused, if it was.
     @discardableResult
-    public func message(_ body: Any) -> PageSignalError? {
+    public func message(_ body: Any, mainFrame: Bool = true) -> PageSignalError? {
         guard JSONSerialization.isValidJSONObject(body), let data = try? JSONSerialization.data(withJSONObject: body)
         else { return PageSignalError("the message is not a JSON object") }
-        return message(json: data)
+        return message(json: data, mainFrame: mainFrame)
     }
 
     /// A message from the page-health script as JSON text (WebKitGTK's `JSCValue` as JSON).
-    /// Returns why it was refused, if it was.
+    /// Only the main frame's script, which knows `secret`, can confirm or fail a release: a
+    /// message from a subframe, or without the secret, is refused. Returns why, if it was.
     @discardableResult
-    public func message(json data: Data) -> PageSignalError? {
+    public func message(json data: Data, mainFrame: Bool = true) -> PageSignalError? {
+        guard mainFrame else { return PageSignalError("the message is not from the main frame") }
+        let fields = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        guard let given = fields?["secret"] as? String, Self.equal(given, secret) else {
+            return PageSignalError("the message does not carry this view's secret (not its main frame's script)")
+        }
         switch PageSignal.decode(data) {
         case .success(let signal):
             send(signal)
@@ -141,6 +155,13 @@ public final class WebViewHealth: Sendable {
         case .failure(let why):
             return why
         }
+    }
+
+    /// Compares two secrets in time independent of where they differ.
+    static func equal(_ a: String, _ b: String) -> Bool {
+        let (x, y) = (Array(a.utf8), Array(b.utf8))
+        guard x.count == y.count else { return false }
+        return zip(x, y).reduce(0) { $0 | ($1.0 ^ $1.1) } == 0
     }
 
     private func send(_ signal: PageSignal) {

@@ -99,6 +99,20 @@ extension LarderCommand {
                 "A path prefix that always goes to the network, e.g. /api/ (repeatable).", valueName: "PREFIX"))
         var bypass: [String] = []
 
+        @Option(
+            name: .customLong("cors-origin"),
+            help: ArgumentHelp(
+                "An origin whose pages may read this package's files across origins, e.g. larder://shell, "
+                    + "or * (repeatable; default none; not with --encrypt-to).", valueName: "ORIGIN"))
+        var corsOrigins: [String] = []
+
+        @Option(
+            name: .customLong("network-host"),
+            help: ArgumentHelp(
+                "A host the package's pages may reach through passthrough and bypass routes besides its routes' "
+                    + "own, e.g. api.example.com or *.example.com (repeatable; default: any host).", valueName: "HOST"))
+        var networkHosts: [String] = []
+
         @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS"))
         var ttlDays = 30.0
 
@@ -166,6 +180,20 @@ extension LarderCommand {
                 throw ValidationError("--preload is for on-demand packages (--install on-demand)")
             }
             for b in bypass where !b.hasPrefix("/") { throw ValidationError("--bypass \(quoted(b)) must start with /") }
+            for o in corsOrigins {
+                if let why = PackageAccess.originProblem(o) {
+                    throw ValidationError("--cors-origin \(quoted(o)): \(why)")
+                }
+            }
+            for h in networkHosts {
+                if let why = PackageAccess.hostProblem(h) {
+                    throw ValidationError("--network-host \(quoted(h)): \(why)")
+                }
+            }
+            if !corsOrigins.isEmpty, !encryptTo.isEmpty {
+                throw ValidationError(
+                    "--cors-origin with --encrypt-to: an encrypted package is never readable across origins")
+            }
         }
 
         func run() throws {
@@ -194,6 +222,8 @@ extension LarderCommand {
                 ? nil : InstallPolicy(mode: install, preload: preload, priority: priority)
             request.dependencies = dependencies
             request.policy = Policy(mode: policy, bypass: bypass)
+            request.corsOrigins = corsOrigins.isEmpty ? nil : corsOrigins
+            request.networkHosts = networkHosts.isEmpty ? nil : networkHosts
             request.timeToLive = ttlDays * 24 * 3600
             request.limits = limits
             request.deltaBases = deltas

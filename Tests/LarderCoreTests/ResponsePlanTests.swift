@@ -42,9 +42,12 @@ struct ResponsePlanTests {
                 == 304)
         #expect(ResponsePlanner.plan(method: .get, range: nil, ifNoneMatch: "\"nope\"", file: Self.file).status == 200)
         #expect(ResponsePlanner.plan(method: .post, range: nil, ifNoneMatch: nil, file: Self.file).status == 405)
-        let full = ResponsePlanner.plan(method: .get, range: nil, ifNoneMatch: nil, file: Self.file, cors: true)
+        let full = ResponsePlanner.plan(
+            method: .get, range: nil, ifNoneMatch: nil, file: Self.file, allowOrigin: "larder://shell")
         #expect(full.header("Content-Type") == "text/css; charset=utf-8" && full.header("Accept-Ranges") == "bytes")
-        #expect(full.header("Access-Control-Allow-Origin") == "*")
+        #expect(full.header("Access-Control-Allow-Origin") == "larder://shell" && full.header("Vary") == "Origin")
+        let closed = ResponsePlanner.plan(method: .get, range: nil, ifNoneMatch: nil, file: Self.file)
+        #expect(closed.header("Access-Control-Allow-Origin") == nil)
         // An empty file: any range is unsatisfiable, the whole (empty) body is fine.
         let empty = LocalFileFixture.make(length: 0)
         #expect(ResponsePlanner.plan(method: .get, range: "bytes=0-", ifNoneMatch: nil, file: empty).status == 416)

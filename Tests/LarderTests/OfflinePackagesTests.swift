@@ -49,7 +49,7 @@ struct OfflinePackagesTests {
         // The page's larder.ready() confirms the version it was loaded from.
         #expect(view.health.navigationStarted(url: "larder://sample-app/"))
         view.health.navigationFinished()
-        #expect(view.health.message(["event": "ready"]) == nil)
+        #expect(view.health.message(["event": "ready", "secret": view.health.secret]) == nil)
         #expect(await log.wait { !verdicts($0).isEmpty }, "\(log.all)")
         let verdict = try #require(verdicts(log.all).first)
         #expect(verdict.verdict == .healthy && verdict.effect == .confirmed, "\(verdict)")
@@ -109,7 +109,7 @@ struct OfflinePackagesTests {
         _ = await packages.syncNow()
         let first = try packages.webView()
         #expect(first.health.navigationStarted(url: "larder://sample-app/"))
-        first.health.message(["event": "ready"])
+        first.health.message(["event": "ready", "secret": first.health.secret])
         #expect(await log.wait { !verdicts($0).isEmpty })
 
         try world.publish("2.0.0")
@@ -129,6 +129,7 @@ struct OfflinePackagesTests {
         #expect(view.health.navigationStarted(url: "larder://sample-app/"))
         let error: [String: Any] = [
             "event": "error", "message": "TypeError: x is undefined", "source": "app.js", "line": 3,
+            "secret": view.health.secret,
         ]
         view.health.message(error)
         view.health.message(error)

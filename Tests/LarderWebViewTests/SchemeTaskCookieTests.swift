@@ -69,7 +69,7 @@ struct SchemeTaskCookieTests {
             ),
         ])
         let d = driver(exchange)
-        let task = FakeTask(SchemeRequest(url: "app://sample-app/api/login"))
+        let task = FakeTask(SchemeRequest(url: "app://sample-app/api/login", mainDocumentURL: "app://sample-app/"))
         let storedAtHead = Locked<[String]>([])
         task.onHead = { [store] _ in storedAtHead.withLock { $0 = store.names } }
         d.start(task)
@@ -133,11 +133,13 @@ struct SchemeTaskCookieTests {
         let page = "app%3A%2F%2Fsample-app%2Findex.html"
         let set = FakeTask(
             SchemeRequest(
-                method: .post, url: "app://sample-app/.larder/cookies?page=\(page)", body: Data("x=1; Path=/".utf8)))
+                method: .post, url: "app://sample-app/.larder/cookies?page=\(page)",
+                headers: [("X-Larder-Cookies", "1"), ("Origin", "app://sample-app")], body: Data("x=1; Path=/".utf8)))
         d.start(set)
         #expect(await set.waitForEnd())
         #expect(set.head?.0 == 200)
-        let get = FakeTask(SchemeRequest(url: "app://sample-app/.larder/cookies?page=\(page)"))
+        let get = FakeTask(
+            SchemeRequest(url: "app://sample-app/.larder/cookies?page=\(page)", headers: [("X-Larder-Cookies", "1")]))
         d.start(get)
         #expect(await get.waitForEnd())
         #expect(get.head?.0 == 200 && String(decoding: get.body, as: UTF8.self) == "theme=dark; x=1")

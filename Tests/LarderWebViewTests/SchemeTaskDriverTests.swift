@@ -158,7 +158,8 @@ struct SchemeTaskDriverTests {
         let (status, headers) = try #require(task.head)
         #expect(status == 200)
         #expect(headers["Content-Type"]?.hasPrefix("text/javascript") == true)
-        #expect(headers["Access-Control-Allow-Origin"] == "*")
+        // No package lists corsOrigins: no Access-Control-Allow-Origin (manifests §17).
+        #expect(headers["Access-Control-Allow-Origin"] == nil)
         #expect(task.body == (try fileBytes("js/app.js")))
         #expect(task.last == .finish)
         #expect(d.activeTasks == 0)

@@ -46,7 +46,7 @@ struct WebViewHealthTests {
         #expect(health.navigationStarted(url: "larder://sample-app/"))
         health.navigationFinished()
         advance(3)
-        #expect(health.message(["event": "ready"]) == nil)
+        #expect(health.message(["event": "ready", "secret": health.secret]) == nil)
         let (verdict, activation) = try #require(verdicts.list.first)
         #expect(verdict == .healthy)
         #expect(activation.version == SemanticVersion("2.0.0") && activation.number == 2)
@@ -59,6 +59,7 @@ struct WebViewHealthTests {
         #expect(health.navigationStarted(url: "https://app.example.com/index.html"))
         let error: [String: Any] = [
             "event": "error", "message": "Uncaught TypeError: x is undefined", "source": "app.js", "line": 7,
+            "secret": health.secret,
         ]
         health.message(error)
         advance(1)
@@ -89,7 +90,7 @@ struct WebViewHealthTests {
         #expect(health.navigationStarted(url: "larder://sample-app/"))
         let activation = try #require(health.activation(for: "larder://sample-app/"))
         #expect(health.terminations(of: activation) == 1)
-        health.message(["event": "ready"])
+        health.message(["event": "ready", "secret": health.secret])
         #expect(verdicts.list.first?.0 == .healthy)
         #expect(health.terminations(of: activation) == 0)
     }
@@ -117,7 +118,7 @@ struct WebViewHealthTests {
         defer { env.cleanup() }
         #expect(!health.processTerminated(.crashed))
         health.navigationStarted(url: "larder://sample-app/")
-        health.message(["event": "ready"])
+        health.message(["event": "ready", "secret": health.secret])
         for _ in 0..<5 { #expect(!health.processTerminated(.crashed)) }
         #expect(verdicts.list.map(\.0) == [.healthy])
     }
@@ -138,7 +139,7 @@ struct WebViewHealthTests {
         defer { env.cleanup() }
         #expect(!health.navigationStarted(url: "https://elsewhere.example.org/"))
         health.navigationFinished()
-        health.message(["event": "ready"])
+        health.message(["event": "ready", "secret": health.secret])
         advance(100)
         health.tracker.tick()
         #expect(verdicts.list.isEmpty)
@@ -160,7 +161,7 @@ struct WebViewHealthTests {
         }
         #expect(reason.hasPrefix("the main document failed to load"))
         // The page shown before is still watched and can still be confirmed.
-        health.message(["event": "ready"])
+        health.message(["event": "ready", "secret": health.secret])
         #expect(verdicts.list.count == 2 && verdicts.list[1].0 == .healthy)
     }
 
@@ -169,8 +170,17 @@ struct WebViewHealthTests {
         defer { env.cleanup() }
         health.navigationStarted(url: "larder://sample-app/")
         #expect(health.message("ready")?.description.contains("not a JSON object") == true)
-        #expect(health.message(["event": "explode"])?.description.contains("unknown event") == true)
-        #expect(health.message(["nothing": 1])?.description.contains("no \"event\"") == true)
+        // Only the main frame's script, which knows the view's secret, is heard.
+        #expect(health.message(["event": "ready"])?.description.contains("secret") == true)
+        #expect(health.message(["event": "ready", "secret": "00"])?.description.contains("secret") == true)
+        #expect(
+            health.message(["event": "ready", "secret": health.secret], mainFrame: false)?.description.contains(
+                "main frame") == true)
+        #expect(health.pageScript.contains("var secret = '\(health.secret)';") && health.secret.count == 32)
+        #expect(
+            health.message(["event": "explode", "secret": health.secret])?.description.contains("unknown event") == true
+        )
+        #expect(health.message(["nothing": 1, "secret": health.secret])?.description.contains("no \"event\"") == true)
         #expect(verdicts.list.isEmpty)
     }
 }

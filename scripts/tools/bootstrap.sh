@@ -12,7 +12,8 @@
 #                 (the browser end-to-end test), strace (resolving makes no system call), curl,
 #                 varnish (the CDN edge of scripts/integration/edge.py), shellcheck and pyflakes3
 #                 (the scripts' own gates, scripts/tools/lint.sh), libwebkitgtk-6.0-dev, xvfb and
-#                 xauth (WebKitGTK under Xvfb: scripts/webview and scripts/integration/webkit.py);
+#                 xauth (WebKitGTK under Xvfb: scripts/webview and scripts/integration/webkit.py),
+#                 publicsuffix (the Public Suffix List the cookie bridge reads, manifests §17);
 #                 and python3-jsonschema python3-cryptography (scripts/tools/check-manifests.py: the
 #                 schemas and the example signature), unless a python3 already imports both
 # A working python3 command (a pyenv, say) stands for python3, and any nginx for nginx-light.
@@ -31,7 +32,7 @@ case "$purpose" in
   demo) packages+=(python3) ;;
   test)
     packages+=(libarchive-tools zip unzip gzip zstd python3 nginx-light time chromium strace curl varnish
-      shellcheck pyflakes3 libwebkitgtk-6.0-dev xvfb xauth)
+      shellcheck pyflakes3 libwebkitgtk-6.0-dev xvfb xauth publicsuffix)
     ;;
 esac
 
