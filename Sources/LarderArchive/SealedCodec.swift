@@ -15,48 +15,82 @@ package struct SealedCodec: BlobCodec {
     package let inner: any BlobCodec
     let key: SymmetricKey
     let associated: Data
-    /// Objects: each content is sealed under a key of its own, derived from the content key and
-    /// the content's SHA-256, with a zero nonce prefix, so that the same content under the same
-    /// content key is the same sealed bytes (an object named by them is shared by the versions
-    /// that share the key), and no key seals two contents. Decoding needs the content's digest
-    /// (`forContent`).
+    /// Objects: each is sealed under a key of its own and a nonce prefix of its own, both derived
+    /// from the content key and the sealed input — the stored form (gzip) that is sealed, not
+    /// only the content it decodes to, since two packers may compress one content differently:
+    /// the prefix from the stored form's SHA-256, the key from the content's SHA-256 and the
+    /// prefix (header version 2, `SealHeader.derivedKeyFlag`). The same stored form under the
+    /// same content key is the same sealed bytes (an object named by them is shared by the
+    /// versions that share the key), and no key and nonce seal two inputs. Decoding needs the
+    /// content's digest (`forContent`); a version 1 object (an earlier build's, its key from the
+    /// content's digest alone, a zero prefix) still opens.
     let perContent: Bool
     /// The content the codec opens, for a `perContent` codec.
     let content: SHA256Digest?
+    /// Whether what is sealed is padded to a Padmé sealed size (`pack --pad`, manifests §16).
+    package let padded: Bool
     package var kind: BlobKind { inner.kind }
 
-    /// Seals what `inner` stores with `key` (or, `perContent`, a key derived for each content),
-    /// binding every segment to `associated`.
+    /// Seals what `inner` stores with `key` (or, `perContent`, a key derived for each sealed
+    /// input), binding every segment to `associated`; `padded`, to Padmé sealed sizes.
     package init(
         _ inner: any BlobCodec, key: SymmetricKey, associated: Data, perContent: Bool = false,
-        content: SHA256Digest? = nil
+        content: SHA256Digest? = nil, padded: Bool = false
     ) {
         self.inner = inner
         self.key = key
         self.associated = associated
         self.perContent = perContent
         self.content = content
+        self.padded = padded
     }
 
     /// This codec bound to the content with digest `digest` (what a `perContent` codec decodes).
     package func forContent(_ digest: SHA256Digest) -> SealedCodec {
-        SealedCodec(inner, key: key, associated: associated, perContent: perContent, content: digest)
+        SealedCodec(inner, key: key, associated: associated, perContent: perContent, content: digest, padded: padded)
     }
 
-    /// The key and nonce prefix `digest`'s content is sealed with.
-    func sealing(_ digest: SHA256Digest?) throws(BlobError) -> (SymmetricKey, [UInt8]?) {
-        guard perContent else { return (key, nil) }
-        guard let digest else { throw .malformed(kind, "a sealed object opens only with its content's digest") }
-        let derived = HKDF<SHA256>.deriveKey(
-            inputKeyMaterial: key, salt: Data("larder-seal-1 object".utf8),
-            info: associated + Data(digest.hex.utf8), outputByteCount: 32)
-        return (derived, [UInt8](repeating: 0, count: 7))
+    /// The key, nonce prefix and header flags the stored form `stored` of the content `content`
+    /// is sealed with: for an object, both derived from the sealed input (header version 2).
+    func sealing(content: SHA256Digest, stored: SHA256Digest) -> (SymmetricKey, [UInt8]?, UInt8) {
+        let pad = padded ? SealHeader.paddedFlag : 0
+        guard perContent else { return (key, nil, pad) }
+        let prefix = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: key, salt: Data("larder-seal-2 object nonce".utf8),
+            info: associated + Data(stored.hex.utf8), outputByteCount: 7
+        ).withUnsafeBytes { [UInt8]($0) }
+        return (objectKey(content, prefix: prefix), prefix, pad | SealHeader.derivedKeyFlag)
+    }
+
+    /// An object's key: version 2 from its content's digest and its nonce prefix, version 1 (an
+    /// earlier build's) from its content's digest alone.
+    func objectKey(_ digest: SHA256Digest, prefix: [UInt8]?) -> SymmetricKey {
+        guard let prefix else {
+            return HKDF<SHA256>.deriveKey(
+                inputKeyMaterial: key, salt: Data("larder-seal-1 object".utf8),
+                info: associated + Data(digest.hex.utf8), outputByteCount: 32)
+        }
+        return HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: key, salt: Data("larder-seal-2 object".utf8),
+            info: associated + Data(digest.hex.utf8) + Data(prefix), outputByteCount: 32)
+    }
+
+    /// An opener of this codec's sealed bytes: an object's key is chosen by its header.
+    package func makeOpener() -> SegmentedSeal.Opener {
+        guard perContent else { return SegmentedSeal.Opener(key: key, associated: associated) }
+        let content = content
+        return SegmentedSeal.Opener(associated: associated) { (h: SealHeader) throws(SealError) -> SymmetricKey in
+            guard let content else { throw .header("a sealed object opens only with its content's digest") }
+            return objectKey(content, prefix: h.derivedKey ? h.prefix : nil)
+        }
     }
 
     package func encode(_ content: Data) throws(BlobError) -> Data {
         let stored = try inner.encode(content)
-        let (k, prefix) = try sealing(perContent ? SHA256Digest.of(content) : nil)
-        do { return try SegmentedSeal.seal(stored, key: k, associated: associated, prefix: prefix) } catch {
+        let (k, prefix, flags) = sealing(content: SHA256Digest.of(content), stored: SHA256Digest.of(stored))
+        do {
+            return try SegmentedSeal.seal(stored, key: k, associated: associated, prefix: prefix, flags: flags)
+        } catch {
             throw .malformed(kind, "sealing failed: \(error)")
         }
     }
@@ -65,10 +99,13 @@ package struct SealedCodec: BlobCodec {
         let plain = FilePath(output.string + ".inner")
         defer { try? SystemCalls.unlink(plain) }
         let encoded = try inner.encode(file: source, to: plain)
-        let (k, prefix) = try sealing(encoded.sha256)
         let size: Int64
         do {
-            size = try Self.seal(file: plain, to: output, key: k, associated: associated, prefix: prefix)
+            let stored = perContent ? try Self.digest(file: plain) : encoded.sha256
+            let (k, prefix, flags) = sealing(content: encoded.sha256, stored: stored)
+            size = try Self.seal(
+                file: plain, to: output, key: k, associated: associated, prefix: prefix, flags: flags,
+                padded: padded ? encoded.storedSize : nil)
         } catch let e as FileSystemError {
             throw .io(e)
         } catch {
@@ -79,20 +116,38 @@ package struct SealedCodec: BlobCodec {
 
     package func makeDecoder(limit: Int64) throws(BlobError) -> any BlobDecoder {
         // The sealed form of `limit` content bytes is longer; the inner decoder keeps the limit.
-        let (k, _) = try sealing(content)
-        return SealedDecoder(
-            kind: kind, opener: SegmentedSeal.Opener(key: k, associated: associated),
-            inner: try inner.makeDecoder(limit: limit))
+        if perContent, content == nil {
+            throw .malformed(kind, "a sealed object opens only with its content's digest")
+        }
+        return SealedDecoder(kind: kind, opener: makeOpener(), inner: try inner.makeDecoder(limit: limit))
+    }
+
+    /// The SHA-256 of the file at `path` (an object's stored form, before it is sealed).
+    static func digest(file path: FilePath) throws -> SHA256Digest {
+        let fd = try SystemCalls.open(path, .readOnly, options: [.noFollow])
+        defer { try? SystemCalls.close(fd, path: path) }
+        var hasher = SHA256()
+        var buffer = [UInt8](repeating: 0, count: 256 << 10)
+        while true {
+            let n = try SystemCalls.read(fd, into: &buffer, path: path)
+            if n == 0 { break }
+            hasher.update(data: buffer[0..<n])
+        }
+        return SHA256Digest(finished: hasher.finalize())
     }
 
     /// Seals the file at `source` into `output` (replaced atomically) segment by segment; returns
-    /// the sealed size.
+    /// the sealed size. `padded`: the file's size, sealed after its length field and before
+    /// Padmé padding.
     static func seal(
-        file source: FilePath, to output: FilePath, key: SymmetricKey, associated: Data, prefix: [UInt8]? = nil
+        file source: FilePath, to output: FilePath, key: SymmetricKey, associated: Data, prefix: [UInt8]? = nil,
+        flags: UInt8 = 0, padded: Int64? = nil
     ) throws -> Int64 {
         let src = try SystemCalls.open(source, .readOnly, options: [.noFollow])
         defer { try? SystemCalls.close(src, path: source) }
-        var sealer = SegmentedSeal.Sealer(key: key, associated: associated, prefix: prefix)
+        var sealer = SegmentedSeal.Sealer(
+            key: key, associated: associated, prefix: prefix, flags: flags & ~SealHeader.paddedFlag,
+            paddedLength: padded)
         var total: Int64 = 0
         try AtomicFile.replace(output, wrapping: { $0 as any Error }) { out, temp in
             var buffer = [UInt8](repeating: 0, count: 256 << 10)
@@ -106,7 +161,7 @@ package struct SealedCodec: BlobCodec {
                 if n == 0 { break }
                 try emit(try sealer.feed(Data(buffer[0..<n])))
             }
-            try emit(try sealer.finish())
+            try sealer.finish(emit)
         }
         return total
     }
@@ -142,15 +197,22 @@ final class SealedDecoder: BlobDecoder {
 
 extension BytePipeline {
     /// This pipeline's encodings sealed with `key` for `id`@`version`: the pipeline of an
-    /// encrypted version (each kind bound to its own associated data).
-    package func sealed(key: SymmetricKey, id: PackageID, version: SemanticVersion) -> BytePipeline {
+    /// encrypted version (each kind bound to its own associated data); `padded`, every blob padded
+    /// to a Padmé sealed size.
+    package func sealed(key: SymmetricKey, id: PackageID, version: SemanticVersion, padded: Bool = false)
+        -> BytePipeline
+    {
         var p = self
-        p.bundle = SealedCodec(bundle, key: key, associated: Encryption.associated(id, version, "bundle"))
+        p.bundle = SealedCodec(
+            bundle, key: key, associated: Encryption.associated(id, version, "bundle"), padded: padded)
         // Objects are bound to the package, not the version: a version packed with the content
         // key of the one before it shares the objects of the contents they share.
-        p.object = SealedCodec(object, key: key, associated: Encryption.associatedObject(id), perContent: true)
-        p.document = SealedCodec(document, key: key, associated: Encryption.associated(id, version, "document"))
-        p.patchFile = SealedCodec(patchFile, key: key, associated: Encryption.associated(id, version, "patch"))
+        p.object = SealedCodec(
+            object, key: key, associated: Encryption.associatedObject(id), perContent: true, padded: padded)
+        p.document = SealedCodec(
+            document, key: key, associated: Encryption.associated(id, version, "document"), padded: padded)
+        p.patchFile = SealedCodec(
+            patchFile, key: key, associated: Encryption.associated(id, version, "patch"), padded: padded)
         return p
     }
 
@@ -164,7 +226,9 @@ extension BytePipeline {
         var wrong: SealError?
         for k in keys {
             do throws(SealError) {
-                return sealed(key: try k.unwrap(encryption.recipients, info: info), id: e.id, version: e.version)
+                return sealed(
+                    key: try k.unwrap(encryption.recipients, info: info), id: e.id, version: e.version,
+                    padded: encryption.padding == Encryption.padme)
             } catch {
                 if case .wrongKey = error { wrong = wrong ?? error }
             }
@@ -194,7 +258,7 @@ extension BytePipeline {
         }
         let outer = SealedCodec(
             StoredCodec(kind), key: sealed.key, associated: sealed.associated, perContent: sealed.perContent,
-            content: sealed.content)
+            content: sealed.content, padded: sealed.padded)
         try AtomicFile.replace(output, durable: false, wrapping: { BlobError.io($0) }) {
             (out, temp) throws(BlobError) in
             try decode(outer, file: stored, limit: limit, bufferSize: 256 << 10) {
@@ -202,166 +266,5 @@ extension BytePipeline {
                 try SystemCalls.writeAll(out, chunk, path: temp)
             }
         }
-    }
-}
-
-/// A sealed bundle opened while it arrives: a thread of its own reads the sealed bytes from
-/// `inner` (a download being written), opens each segment once it is complete — authenticated
-/// before any of its bytes is handed on — writes the zip's bytes to `output` (which
-/// `complete()` returns: the reader checks the complete zip there) and queues them for the
-/// archive reader, at most `ahead` bytes in front of it. Opening runs beside extraction, not on
-/// its thread.
-package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
-    // @unchecked: the queue and the opening thread's outcome are guarded by `condition`; `current`
-    // and `offset` are used by the one reading thread.
-    let inner: any ArchiveByteSource
-    let opener: SegmentedSeal.Opener
-    /// The opened zip, written as it is handed on.
-    package let output: FilePath
-    /// How far opening may run ahead of the reader.
-    static let ahead = 4 << 20
-    private let condition = NSCondition()
-    private var queue: [Data] = []
-    private var head = 0
-    private var queued = 0
-    private var failure: (any Error)?
-    private var cancelled = false
-    /// `complete()` was called: what is opened after is written, not queued.
-    private var draining = false
-    private var running = false
-    private var current = Data()
-    private var offset = 0
-
-    /// A source opening what `inner` delivers with `pipeline`'s bundle seal; nil when the
-    /// pipeline's bundles are not sealed over their zip.
-    package init?(_ inner: any ArchiveByteSource, pipeline: BytePipeline, output: FilePath) {
-        guard let sealed = pipeline.bundle as? SealedCodec, sealed.inner is StoredCodec,
-            let fd = try? SystemCalls.open(output, .writeOnly, options: [.create, .truncate])
-        else { return nil }
-        self.inner = inner
-        opener = SegmentedSeal.Opener(key: sealed.key, associated: sealed.associated)
-        self.output = output
-        running = true
-        let thread = Thread { [self] in self.open(into: fd) }
-        thread.name = "larder.open-sealed"
-        thread.start()
-    }
-
-    /// The opening thread: reads, opens, writes and queues until the end, a failure or `stop()`.
-    private func open(into fd: FileDescriptor) {
-        var outcome: (any Error)?
-        let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 256 << 10, alignment: 16)
-        defer { chunk.deallocate() }
-        do {
-            while true {
-                let n = try inner.read(into: chunk)
-                var segments: [Data] = []
-                do {
-                    if n == 0 {
-                        try opener.finish { segments.append($0) }
-                    } else {
-                        try opener.feed(UnsafeRawBufferPointer(rebasing: chunk[0..<n])) { segments.append($0) }
-                    }
-                } catch {
-                    throw ArchiveError.unreadable(detail: "the sealed bundle does not open: \(error)")
-                }
-                for segment in segments where !segment.isEmpty {
-                    try segment.withUnsafeBytes { try SystemCalls.writeAll(fd, $0, path: output) }
-                    guard enqueue(segment) else { break }
-                }
-                if n == 0 || stopped { break }
-            }
-        } catch {
-            outcome = error
-        }
-        do { try SystemCalls.close(fd, path: output) } catch { outcome = outcome ?? error }
-        condition.lock()
-        failure = outcome
-        running = false
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    /// Whether `stop()` was called.
-    private var stopped: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return cancelled
-    }
-
-    /// Queues an opened segment, waiting while the reader is `ahead` bytes behind; false once stopped.
-    private func enqueue(_ segment: Data) -> Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        while queued >= Self.ahead, !cancelled, !draining { condition.wait() }
-        if cancelled { return false }
-        if draining { return true }
-        queue.append(segment)
-        queued += segment.count
-        condition.broadcast()
-        return true
-    }
-
-    package func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        guard let base = buffer.baseAddress else { return 0 }
-        var done = 0
-        while done < buffer.count {
-            if offset == current.count {
-                condition.lock()
-                // Waits only when nothing at all has been handed back yet.
-                while head == queue.count, running, done == 0 { condition.wait() }
-                if head < queue.count {
-                    current = queue[head]
-                    head += 1
-                    queued -= current.count
-                    if head > 64 {
-                        queue.removeFirst(head)
-                        head = 0
-                    }
-                    condition.broadcast()
-                    condition.unlock()
-                    offset = 0
-                } else {
-                    let failed = failure
-                    condition.unlock()
-                    if let failed, done == 0 { throw failed }
-                    return done
-                }
-            }
-            let k = min(buffer.count - done, current.count - offset)
-            current.withUnsafeBytes { raw in
-                if let from = raw.baseAddress { (base + done).copyMemory(from: from + offset, byteCount: k) }
-            }
-            offset += k
-            done += k
-        }
-        return done
-    }
-
-    package func complete() throws -> FilePath {
-        _ = try inner.complete()
-        // The reader may stop before the end (it reads the central directory from the file):
-        // the rest is opened into the file only.
-        condition.lock()
-        draining = true
-        queue = []
-        head = 0
-        queued = 0
-        condition.broadcast()
-        while running { condition.wait() }
-        let failed = failure
-        condition.unlock()
-        if let failed { throw failed }
-        return output
-    }
-
-    /// Stops the opening thread and waits for it (after a read that failed or stopped early:
-    /// the transfer has returned, so the thread's reads do not wait long).
-    package func stop() {
-        condition.lock()
-        cancelled = true
-        condition.broadcast()
-        while running { condition.wait() }
-        condition.unlock()
     }
 }

@@ -181,7 +181,12 @@ package struct DeltaManifest: Codable, Sendable, Equatable, RepositoryDocument, 
                     target: t.sha256, size: t.size, base: list.files[p.base].sha256, offset: offset, length: p.length))
             offset += p.length
         }
-        if let file = patchFile, file.size != (sealed ? SegmentedSeal.sealedSize(offset) : offset) {
+        // A sealed patch file is its patches sealed, padded to a Padmé size or not (`pack --pad`).
+        if let file = patchFile,
+            sealed
+                ? file.size != SegmentedSeal.sealedSize(offset) && file.size != SegmentedSeal.paddedSealedSize(offset)
+                : file.size != offset
+        {
             return .failure(
                 DeltaError(
                     "the patches' lengths add up to \(offset) bytes, the patch file has \(file.size)"

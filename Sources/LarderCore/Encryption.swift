@@ -16,15 +16,22 @@ public struct Encryption: Codable, Sendable, Equatable {
     public var files: BlobRef
     /// The content key, wrapped for each recipient.
     public var recipients: [WrappedKey]
+    /// `"padme"` when every sealed blob of the version is padded to a Padmé size
+    /// (`pack --pad`); nil when none is.
+    public var padding: String?
+
+    /// The one padding this build writes: Padmé (`padding`).
+    public static let padme = "padme"
 
     /// Creates one.
-    public init(scheme: String = Encryption.scheme, files: BlobRef, recipients: [WrappedKey]) {
+    public init(scheme: String = Encryption.scheme, files: BlobRef, recipients: [WrappedKey], padding: String? = nil) {
         self.scheme = scheme
         self.files = files
         self.recipients = recipients
+        self.padding = padding
     }
 
-    enum CodingKeys: String, CodingKey { case scheme, files, recipients }
+    enum CodingKeys: String, CodingKey { case scheme, files, recipients, padding }
 
     /// Decodes one, refusing an empty or oversized recipient list.
     public init(from decoder: Decoder) throws {
@@ -32,6 +39,7 @@ public struct Encryption: Codable, Sendable, Equatable {
         scheme = try c.decode(String.self, forKey: .scheme)
         files = try c.decode(BlobRef.self, forKey: .files)
         recipients = try c.decode([WrappedKey].self, forKey: .recipients)
+        padding = try c.decodeIfPresent(String.self, forKey: .padding)
         guard (1...256).contains(recipients.count) else {
             throw DecodingError.dataCorruptedError(
                 forKey: .recipients, in: c, debugDescription: "\(recipients.count) recipients is not 1...256")

@@ -15,6 +15,8 @@ package enum SealError: Error, Sendable, Equatable, CustomStringConvertible {
     case noRecipient(String)
     /// The wrapped key for this recipient does not open with its private key.
     case wrongKey(String)
+    /// A padded blob's length field or padding is not what padding writes.
+    case padding(String)
 
     /// What was wrong, for a person.
     package var description: String {
@@ -25,6 +27,7 @@ package enum SealError: Error, Sendable, Equatable, CustomStringConvertible {
         case .trailing: "bytes follow the sealed blob's last segment"
         case .noRecipient(let id): "no content key is wrapped for recipient \(id)"
         case .wrongKey(let id): "the content key wrapped for recipient \(id) does not open with its private key"
+        case .padding(let why): "the sealed blob's padding is malformed: \(why)"
         }
     }
 }
@@ -37,11 +40,13 @@ package enum SealError: Error, Sendable, Equatable, CustomStringConvertible {
 /// endian) and 1 for the last segment, else 0 (the STREAM construction), and it authenticates
 /// the header and the caller's associated data: a segment moved, dropped, or taken from another
 /// blob or key does not open, nor does a blob cut at a segment's end. Segments are opened one by
-/// one as bytes arrive, each authenticated before its content is handed on.
+/// one as bytes arrive, each authenticated before its content is handed on. A version 2 header
+/// has flags in byte 13 (`SealHeader`): a padded content, an object key derived from the prefix.
 package enum SegmentedSeal {
     static let magic: [UInt8] = Array("LRDE".utf8)
-    /// The format version in the header.
-    package static let version: UInt8 = 1
+    /// The newest header version this build reads and writes (it reads 1 too, and writes 1 when
+    /// no flag is set).
+    package static let version: UInt8 = 2
     /// The header's size.
     package static let headerSize = 16
     /// A segment's tag.
@@ -55,15 +60,23 @@ package enum SegmentedSeal {
         return Int64(headerSize) + content + Int64(tagSize) * max(1, (content + size - 1) / size)
     }
 
-    /// `content` sealed with `key`; `prefix` (7 bytes) is random unless given (tests).
+    /// `content` sealed with `key`; `prefix` (7 bytes) is random unless given (objects, tests).
+    /// With `SealHeader.paddedFlag` in `flags`, the content is sealed after its length field and
+    /// followed by zeros up to `paddedContentSize`.
     package static func seal(
         _ content: Data, key: SymmetricKey, associated: Data, segmentShift: Int = defaultSegmentShift,
-        prefix: [UInt8]? = nil
+        prefix: [UInt8]? = nil, flags: UInt8 = 0
     ) throws -> Data {
         precondition((10...24).contains(segmentShift), "segments of 1 KiB to 16 MiB")
         let noncePrefix = prefix ?? (0..<7).map { _ in UInt8.random(in: 0...255) }
         precondition(noncePrefix.count == 7, "a 7-byte nonce prefix")
-        let header = Data(magic + [version, UInt8(segmentShift)] + noncePrefix + [0, 0, 0])
+        let header = SealHeader(segmentShift: segmentShift, prefix: noncePrefix, flags: flags).bytes
+        var content = content
+        if flags & SealHeader.paddedFlag != 0 {
+            let stored = Int64(content.count)
+            let zeros = paddedContentSize(stored, segmentShift: segmentShift) - lengthFieldSize - stored
+            content = lengthField(stored) + content + Data(count: Int(zeros))
+        }
         let size = 1 << segmentShift
         var out = header
         out.reserveCapacity(header.count + content.count + (content.count / size + 1) * tagSize)
@@ -90,20 +103,27 @@ package enum SegmentedSeal {
 
     /// Seals content fed in pieces: the header first, then each segment once a byte after it
     /// has arrived (so the last one is known), then the last one at `finish`. The same bytes as
-    /// `seal` of the whole content with the same prefix.
+    /// `seal` of the whole content with the same prefix and flags.
     package struct Sealer {
         let key: SymmetricKey
         let associated: Data
         let prefix: [UInt8]
         let segmentSize: Int
+        let segmentShift: Int
         /// The 16-byte header, written before the first segment.
         package let header: Data
+        /// A padded sealer's stored length (its length field), nil when not padded.
+        let padded: Int64?
+        var fed: Int64 = 0
         var buffer = Data()
         var next: UInt32 = 0
 
-        /// A sealer with a random nonce prefix unless one is given (tests).
+        /// A sealer with a random nonce prefix unless one is given (objects, tests). A padded one
+        /// (`paddedLength`: the stored form's length, which must be what is fed) writes the length
+        /// field first and Padmé zeros at `finish`.
         package init(
-            key: SymmetricKey, associated: Data, segmentShift: Int = defaultSegmentShift, prefix: [UInt8]? = nil
+            key: SymmetricKey, associated: Data, segmentShift: Int = defaultSegmentShift, prefix: [UInt8]? = nil,
+            flags: UInt8 = 0, paddedLength: Int64? = nil
         ) {
             precondition((10...24).contains(segmentShift), "segments of 1 KiB to 16 MiB")
             self.key = key
@@ -111,11 +131,20 @@ package enum SegmentedSeal {
             self.prefix = prefix ?? (0..<7).map { _ in UInt8.random(in: 0...255) }
             precondition(self.prefix.count == 7, "a 7-byte nonce prefix")
             segmentSize = 1 << segmentShift
-            header = Data(magic + [version, UInt8(segmentShift)] + self.prefix + [0, 0, 0])
+            self.segmentShift = segmentShift
+            padded = paddedLength
+            let allFlags = flags | (paddedLength == nil ? 0 : SealHeader.paddedFlag)
+            header = SealHeader(segmentShift: segmentShift, prefix: self.prefix, flags: allFlags).bytes
+            if let paddedLength { buffer = lengthField(paddedLength) }
         }
 
         /// Takes content; returns the sealed segments it completed.
         package mutating func feed(_ content: Data) throws -> Data {
+            fed += Int64(content.count)
+            return try sealFull(content)
+        }
+
+        mutating func sealFull(_ content: Data) throws -> Data {
             buffer += content
             var out = Data()
             while buffer.count > segmentSize {
@@ -125,11 +154,28 @@ package enum SegmentedSeal {
             return out
         }
 
-        /// The last segment (empty when the content ended at a segment's end, or was empty).
+        /// The last segment (empty when the content ended at a segment's end, or was empty),
+        /// after the padding's segments when padded.
         package mutating func finish() throws -> Data {
+            var out = Data()
+            try finish { out += $0 }
+            return out
+        }
+
+        /// Hands `emit` the padding's segments (when padded), then the last segment.
+        package mutating func finish(_ emit: (Data) throws -> Void) throws {
+            if let padded {
+                guard fed == padded else { throw SealError.padding("\(fed) bytes fed, \(padded) declared") }
+                var zeros = paddedContentSize(padded, segmentShift: segmentShift) - lengthFieldSize - padded
+                while zeros > 0 {
+                    let k = min(zeros, Int64(4 * segmentSize))
+                    try emit(try sealFull(Data(count: Int(k))))
+                    zeros -= k
+                }
+            }
             let out = try sealSegment(buffer, last: true)
             buffer = Data()
-            return out
+            try emit(out)
         }
 
         mutating func sealSegment(_ content: Data, last: Bool) throws -> Data {
@@ -144,8 +190,12 @@ package enum SegmentedSeal {
     /// content handed on. A segment wholly inside the bytes fed is opened from them; only one
     /// that spans two feeds waits in a buffer (at most a segment).
     package final class Opener {
-        let key: SymmetricKey
+        /// The key segments open with, known once the header is (it may depend on the header).
+        var key: SymmetricKey?
+        let keyFor: (SealHeader) throws(SealError) -> SymmetricKey
         let associated: Data
+        /// Strips a padded blob's length field and padding.
+        var unpadder: Unpadder?
         /// The header while it arrives, then a segment while it does.
         var buffer: [UInt8] = []
         /// The header and the associated data: what every segment authenticates.
@@ -156,10 +206,27 @@ package enum SegmentedSeal {
         var ended = false
         var haveHeader = false
 
-        /// An opener for blobs sealed with `key` and `associated`.
+        /// An opener for blobs sealed with `key` and `associated` (a blob whose header says its
+        /// key is derived does not open).
         package init(key: SymmetricKey, associated: Data) {
-            self.key = key
+            keyFor = { (h: SealHeader) throws(SealError) -> SymmetricKey in
+                guard !h.derivedKey else { throw .header("a derived key where none is used") }
+                return key
+            }
             self.associated = associated
+        }
+
+        /// An opener whose key `keyFor` gives from the header (a sealed object's).
+        package init(associated: Data, keyFor: @escaping (SealHeader) throws(SealError) -> SymmetricKey) {
+            self.keyFor = keyFor
+            self.associated = associated
+        }
+
+        /// Hands `opened` a segment's content, stripped of a padded blob's length and padding.
+        private func hand(_ content: Data, _ opened: (Data) throws(SealError) -> Void) throws(SealError) {
+            guard unpadder != nil else { return try opened(content) }
+            let stored = try unpadder?.take(content) ?? content
+            if !stored.isEmpty { try opened(stored) }
         }
 
         /// Takes more sealed bytes; returns the content of the segments they completed (a
@@ -194,11 +261,11 @@ package enum SegmentedSeal {
                 buffer.append(contentsOf: rest.prefix(take))
                 rest = rest.dropFirst(take)
                 guard !rest.isEmpty else { return }
-                try opened(try openBuffer(last: false))
+                try hand(try openBuffer(last: false), opened)
                 buffer.removeAll(keepingCapacity: true)
             }
             while rest.count > sealed {
-                try opened(openSegment(UnsafeRawBufferPointer(rebasing: rest.prefix(sealed)), last: false))
+                try hand(openSegment(UnsafeRawBufferPointer(rebasing: rest.prefix(sealed)), last: false), opened)
                 rest = rest.dropFirst(sealed)
             }
             buffer.append(contentsOf: rest)
@@ -219,7 +286,8 @@ package enum SegmentedSeal {
             let content = try openBuffer(last: true)
             buffer = []
             ended = true
-            try opened(content)
+            try hand(content, opened)
+            try unpadder?.finish()
         }
 
         /// Opens the segment held in the buffer.
@@ -233,12 +301,11 @@ package enum SegmentedSeal {
         private func readHeader() throws(SealError) {
             guard !haveHeader, buffer.count >= SegmentedSeal.headerSize else { return }
             let bytes = buffer
-            guard Array(bytes[0..<4]) == SegmentedSeal.magic else { throw .header("no LRDE magic") }
-            guard bytes[4] == SegmentedSeal.version else { throw .header("version \(bytes[4])") }
-            guard (10...24).contains(Int(bytes[5])) else { throw .header("segment size 2^\(bytes[5])") }
-            guard bytes[13...15].allSatisfy({ $0 == 0 }) else { throw .header("reserved bytes set") }
-            segmentSize = 1 << Int(bytes[5])
-            prefix = Array(bytes[6..<13])
+            let header = try SealHeader(parsing: bytes)
+            key = try keyFor(header)
+            if header.padded { unpadder = Unpadder() }
+            segmentSize = 1 << header.segmentShift
+            prefix = header.prefix
             authenticated = Data(bytes) + associated
             haveHeader = true
             buffer.removeAll(keepingCapacity: true)
@@ -247,6 +314,7 @@ package enum SegmentedSeal {
 
         private func openSegment(_ sealed: UnsafeRawBufferPointer, last: Bool) throws(SealError) -> Data {
             let n = next
+            guard let key else { throw .header("no key") }
             do {
                 let box = try ChaChaPoly.SealedBox(
                     nonce: try SegmentedSeal.nonce(prefix, n, last: last),

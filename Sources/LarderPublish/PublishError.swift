@@ -73,6 +73,8 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     case delta(from: String, detail: String)
     /// Sealing an encrypted version failed, or its content key could not be wrapped or unwrapped.
     case encryption(String)
+    /// Padding was asked for a version in the clear (`pack --pad` needs `--encrypt-to`).
+    case padWithoutEncryption
 
     /// A stable machine-readable code.
     public var code: String {
@@ -110,6 +112,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .compression: "compress"
         case .delta: "delta"
         case .encryption: "encryption"
+        case .padWithoutEncryption: "pad-without-encryption"
         }
     }
 
@@ -154,6 +157,8 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .compression(let path, let detail): "\(path) could not be compressed into its object: \(detail)"
         case .delta(let from, let detail): "the delta from \(from) could not be made: \(detail)"
         case .encryption(let detail): "encryption: \(detail)"
+        case .padWithoutEncryption:
+            "padding rounds up the sizes of sealed blobs: it needs --encrypt-to (a version in the clear is not padded)"
         }
     }
 }

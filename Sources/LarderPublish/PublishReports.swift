@@ -55,6 +55,9 @@ public struct PackRequest: Sendable {
     /// Recipient keys the publisher holds, to read earlier encrypted versions: a delta from an
     /// encrypted version is made only when one of these opens its content key.
     public var recipientKeys: [RecipientKey] = []
+    /// Pads every sealed blob of an encrypted version to a Padmé size (manifests §16), so that
+    /// exact sizes do not name files. Needs `encryptTo`.
+    public var pad = false
 
     /// A request with the required parts; set the rest as needed.
     public init(source: FilePath, repository: FilePath, id: String, version: String) {

@@ -46,7 +46,9 @@ extension Publisher {
             // deltas to it from the last versions on its channel.
             let s = try stage(
                 request, v, layout,
-                bases: deltaBases(previous, count: request.deltaBases, layout, keys: request.recipientKeys),
+                bases: deltaBases(
+                    previous, count: request.deltaBases, layout, keys: request.recipientKeys,
+                    clear: request.encryptTo.isEmpty),
                 previous: previous)
             staged.append(s)
             // 6. The new index entry.
@@ -139,16 +141,25 @@ extension Publisher {
     /// The versions to make deltas from: the one the new version replaces on its channel, then
     /// the bases of that one's deltas (its own recent predecessors), newest first, none revoked,
     /// each with its file list in the repository; at most `count`. An encrypted version is a
-    /// base only when one of `keys` opens its content key (its list and objects are read with it).
-    func deltaBases(_ previous: PackageEntry?, count: Int, _ layout: RepositoryLayout, keys: [RecipientKey] = [])
-        -> [DeltaBase]
-    {
+    /// base only when one of `keys` opens its content key (its list and objects are read with it),
+    /// and never for a version in the `clear`: a clear delta from a sealed base would show anyone
+    /// the base's file names (`remove`) and, patch by patch, its contents (manifests §16).
+    func deltaBases(
+        _ previous: PackageEntry?, count: Int, _ layout: RepositoryLayout, keys: [RecipientKey] = [],
+        clear: Bool = false
+    ) -> [DeltaBase] {
         guard let previous, count > 0 else { return [] }
         var versions = [previous.version] + (previous.deltas ?? []).map(\.from)
         versions = versions.filter { !previous.revoked.contains($0) }
         var seen: Set<SemanticVersion> = []
         var bases: [DeltaBase] = []
         for v in versions where seen.insert(v).inserted && bases.count < count {
+            if clear, AtomicFile.exists(layout.resolve(RepositoryLayout.sealedListPath(previous.id, v))) {
+                logger.notice(
+                    "no delta to a version in the clear from an encrypted one (it would reveal the base)",
+                    metadata: ["version": "\(v)"])
+                continue
+            }
             // The version in the index is read by its wrapping there (it may have been rewrapped).
             let wrapping = v == previous.version ? previous.encryption : nil
             if let base = readBase(previous.id, v, layout, keys: keys, wrapping: wrapping) { bases.append(base) }
@@ -292,6 +303,7 @@ extension Publisher {
         guard let id = PackageID(request.id) else { throw .badID(request.id) }
         guard let version = SemanticVersion(request.version) else { throw .badVersion(request.version) }
         guard Channel.isValid(request.channel) else { throw .badChannel(request.channel) }
+        guard !request.pad || !request.encryptTo.isEmpty else { throw .padWithoutEncryption }
         var routes: [String] = []
         for r in request.routes {
             guard let prefix = RoutePrefix(r) else { throw .badRoute(r, reason: RoutePrefix.problem(r) ?? "invalid") }

@@ -20,7 +20,7 @@ extension Publisher {
         bases: [DeltaBase], previous: PackageEntry?
     ) throws(PublishError) -> StagedVersion {
         let key = reusableKey(previous, request, layout) ?? SymmetricKey(size: .bits256)
-        let sealed = pipeline.sealed(key: key, id: v.id, version: v.version)
+        let sealed = pipeline.sealed(key: key, id: v.id, version: v.version, padded: request.pad)
         let recipients: [WrappedKey]
         do {
             recipients = try ContentKeys.wrap(key, to: request.encryptTo, info: Encryption.keyInfo(v.id, v.version))
@@ -51,7 +51,8 @@ extension Publisher {
         let listRef = BlobRef(
             path: RepositoryLayout.sealedListPath(v.id, v.version), size: Int64(sealedList.count),
             sha256: SHA256Digest.of(sealedList))
-        let encryption = Encryption(files: listRef, recipients: recipients)
+        let encryption = Encryption(
+            files: listRef, recipients: recipients, padding: request.pad ? Encryption.padme : nil)
         let encryptionData = try encode(encryption)
         try io { () throws(FileSystemError) in
             try AtomicFile.write(sealedList, to: staging.appending("files.sealed"))

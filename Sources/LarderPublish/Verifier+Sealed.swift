@@ -33,10 +33,15 @@ extension Verifier {
             problem(
                 "marker-bad", entry.files.path, "not the marker of an encrypted version (schemaVersion 2, no files)")
         }
+        let padded = encryption.padding == Encryption.padme
         let sealedList = checkBlob(encryption.files, layout: layout, problem: problem)
-        if let sealedList { checkHeader(sealedList.prefix(SegmentedSeal.headerSize), encryption.files.path, problem) }
+        if let sealedList {
+            checkHeader(sealedList.prefix(SegmentedSeal.headerSize), encryption.files.path, padded: padded, problem)
+        }
         let bundleOK = checkBlobOnDisk(entry.bundle, layout: layout, problem: problem)
-        if bundleOK { checkHeader(readPrefix(layout.resolve(entry.bundle.path)), entry.bundle.path, problem) }
+        if bundleOK {
+            checkHeader(readPrefix(layout.resolve(entry.bundle.path)), entry.bundle.path, padded: padded, problem)
+        }
         var manifests: [(DeltaRef, Data)] = []
         for ref in entry.deltas ?? [] {
             report.deltasChecked += 1
@@ -46,7 +51,7 @@ extension Verifier {
                 continue
             }
             if let data = checkBlob(ref.manifest, layout: layout, problem: problem) {
-                checkHeader(data.prefix(SegmentedSeal.headerSize), ref.manifest.path, problem)
+                checkHeader(data.prefix(SegmentedSeal.headerSize), ref.manifest.path, padded: padded, problem)
                 manifests.append((ref, data))
             }
         }
@@ -123,14 +128,21 @@ extension Verifier {
         }
     }
 
-    /// A sealed blob's header: the magic, version 1 and a segment size in range.
-    func checkHeader(_ header: Data, _ path: String, _ problem: (String, String?, String) -> Void) {
-        let h = [UInt8](header)
-        guard h.count == SegmentedSeal.headerSize, Array(h[0..<4]) == Array("LRDE".utf8),
-            h[4] == SegmentedSeal.version, (10...24).contains(Int(h[5]))
-        else {
-            problem("sealed-bad", path, "not a sealed blob (no LRDE version 1 header)")
+    /// A sealed blob's header: the magic, version 1 or 2, a segment size in range, known flags;
+    /// padded exactly when the version's `padding` says so (`sealed-padding`).
+    func checkHeader(
+        _ header: Data, _ path: String, padded: Bool, _ problem: (String, String?, String) -> Void
+    ) {
+        let parsed: SealHeader
+        do { parsed = try SealHeader(parsing: [UInt8](header)) } catch {
+            problem("sealed-bad", path, "not a sealed blob (no LRDE version 1 or 2 header): \(error)")
             return
+        }
+        if parsed.padded != padded {
+            problem(
+                "sealed-padding", path,
+                padded
+                    ? "not padded, in a version whose padding is padme" : "padded, in a version packed without padding")
         }
     }
 
@@ -146,7 +158,7 @@ extension SealError {
         switch self {
         case .noRecipient: "not-a-recipient"
         case .wrongKey: "recipient-key-wrong"
-        case .header, .segment, .truncated, .trailing: "sealed-bad"
+        case .header, .segment, .truncated, .trailing, .padding: "sealed-bad"
         }
     }
 }

@@ -18,7 +18,9 @@ extension LarderCommand {
                 index.json (serial + 1) with its signature. Refuses symlinks and special files, names that are \
                 not UTF-8 NFC or that collide when case and normalisation are ignored, an empty tree, \
                 trees over the limits (manifests/README.md), a version that exists or is not greater \
-                than the newest on its channel.
+                than the newest on its channel. With --encrypt-to every blob is sealed (manifests/README.md \
+                §16) and a version in the clear gets no delta from an encrypted one; --pad also pads \
+                each sealed blob to a Padmé size.
                 """)
 
         @Argument(help: ArgumentHelp("The directory to pack.", valueName: "DIR"))
@@ -153,6 +155,12 @@ extension LarderCommand {
                     + "(repeatable).", valueName: "FILE"))
         var recipientKeys: [FilePath] = []
 
+        @Flag(
+            help: ArgumentHelp(
+                "Pad every sealed blob (bundle, objects, file list, deltas) to a Padmé size, so that exact "
+                    + "sizes do not name files (at most about 12 % more bytes; needs --encrypt-to)."))
+        var pad = false
+
         @OptionGroup var output: OutputOptions
 
         /// The standard limits, tightened by the options (devices accept the standard ones, so a
@@ -194,6 +202,11 @@ extension LarderCommand {
                 throw ValidationError(
                     "--cors-origin with --encrypt-to: an encrypted package is never readable across origins")
             }
+            guard !pad || !encryptTo.isEmpty else {
+                throw ValidationError(
+                    "--pad pads the sizes of sealed blobs and needs --encrypt-to (a version in the clear is not padded)"
+                )
+            }
         }
 
         func run() throws {
@@ -227,6 +240,7 @@ extension LarderCommand {
             request.timeToLive = ttlDays * 24 * 3600
             request.limits = limits
             request.deltaBases = deltas
+            request.pad = pad
             let report: PackReport
             do {
                 var publisher = Publisher(key: privateKey, coSigners: coSigners)

@@ -156,12 +156,16 @@ struct ManifestTests {
             RepositoryIndex.self, from: try Data(contentsOf: dir.appendingPathComponent("index-encrypted.json")),
             document: "index-encrypted.json")
         #expect(encrypted.packages.first?.encryption?.recipients.count == 1)
+        #expect(encrypted.packages.first?.encryption?.padding == Encryption.padme)
         #expect(IndexRules.issues(encrypted).isEmpty, "\(IndexRules.issues(encrypted))")
     }
 
     /// Examples that only the JSON Schema refuses (scripts/tools/check-manifests.py checks them): the
     /// Swift readers treat `null` like an absent optional member, as Codable does.
-    static let schemaOnly: [String: String] = ["index-null-routes.json": "null read as absent"]
+    static let schemaOnly: [String: String] = [
+        "index-null-routes.json": "null read as absent",
+        "index-encrypted-unknown-padding.json": "a device reads each sealed blob's padding from its header",
+    ]
 
     @Test func invalidExamplesAreRefused() throws {
         let dir = manifestsDirectory.appendingPathComponent("examples/invalid")
