@@ -274,6 +274,18 @@ public struct Gateway: Sendable {
                 log(line(method, url, 413, "page-health message refused: larger than 64 KiB", nil, started))
                 return Self.text(413, "larder gateway: a page-health message is at most 64 KiB\n")
             }
+            if let refused = Self.foreignReport(request, authority: authority) {
+                log(line(method, url, 403, "page-health message refused: \(refused)", nil, started))
+                return Self.text(403, "larder gateway: \(refused)\n")
+            }
+            if Self.isFrameReport(Data(buffer: data)) {
+                let forgotten = tracker.forget(page: token)
+                log(
+                    line(
+                        method, url, 204, "page-health frame: \(forgotten ? "not watched" : "no such page")", nil,
+                        started))
+                return Response(status: .noContent, headers: [.cacheControl: "no-store"], body: ResponseBody())
+            }
             switch PageSignal.decode(Data(buffer: data)) {
             case .failure(let why):
                 log(line(method, url, 400, "page-health message refused: \(why)", nil, started))
@@ -293,6 +305,24 @@ public struct Gateway: Sendable {
                 "larder gateway: \(path) is not a reserved path (\(PageHealthScript.scriptPath), POST \(PageHealthScript.reportPath))\n"
             )
         }
+    }
+
+    /// Why a page-health report must be refused for who sent it: an `Origin` field (browsers
+    /// send one with every POST) of another host than the one the report was sent to.
+    static func foreignReport(_ request: Request, authority: String) -> String? {
+        guard let origin = request.headers[named: "Origin"] else { return nil }
+        guard let o = WebOrigin(url: origin), let asked = WebOrigin(url: "\(o.scheme)://\(authority)"),
+            asked.host == o.host, asked.port == o.port
+        else { return "a report from \(origin) for a page of \(authority)" }
+        return nil
+    }
+
+    /// Whether a report is the page-health script's `{"event": "frame"}` (sent from a subframe).
+    static func isFrameReport(_ data: Data) -> Bool {
+        guard data.count < 256, let o = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            return false
+        }
+        return o["event"] as? String == "frame"
     }
 
     static func name(_ s: PageSignal) -> String {

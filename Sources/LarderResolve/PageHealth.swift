@@ -158,7 +158,10 @@ public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
 /// Messages go to WebKit's script-message handler `larderHealth` when there is one, else as a
 /// POST (`navigator.sendBeacon`, else `fetch`) to `/.larder/health?page=<token>` on the page's
 /// own origin, the token read from the script's own URL (`/.larder/health.js?page=<token>`).
-/// Loaded twice, it does nothing the second time.
+/// Loaded twice, it does nothing the second time. In a subframe it defines nothing and sends
+/// only `{"event": "frame"}` (the gateway then stops watching the page that frame's document
+/// began: a client that sends no fetch metadata makes a frame look like a navigation), so no
+/// subframe can confirm or fail a release.
 public enum PageHealthScript {
     /// The path the gateway serves the script at.
     public static let scriptPath = "/.larder/health.js"
@@ -177,6 +180,14 @@ public enum PageHealthScript {
           var url = '/.larder/health?page=' + (m ? m[1] : '');
           var handler = window.webkit && window.webkit.messageHandlers && window.webkit.messageHandlers.larderHealth;
           var secret = '';
+          if (window.top !== window) {
+            // A subframe is never watched: it tells the gateway to forget the page its document began.
+            if (!handler && navigator.sendBeacon) {
+              try { navigator.sendBeacon(url, new Blob([JSON.stringify({ event: 'frame' })], { type: 'text/plain' })); }
+              catch (e) {}
+            }
+            return;
+          }
           function send(message) {
             if (handler) { try { message.secret = secret; handler.postMessage(message); } catch (e) {} return; }
             var body = JSON.stringify(message);

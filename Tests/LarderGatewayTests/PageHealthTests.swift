@@ -108,6 +108,29 @@ struct GatewayPageHealthTests {
 
     @available(macOS 14, iOS 17, tvOS 17, *)
     @Test(
+        "a report from another origin is refused; a subframe's frame report stops watching the page its document began")
+    func frames() async throws {
+        try await withGateway(pendingUpdate, health: Self.settings) { world in
+            let page = try await world.gateway.send(.GET, "/", headers: Self.navigation)
+            let token = try #require(pageToken(page.text))
+            let foreign = try await world.gateway.send(
+                .POST, "\(PageHealthScript.reportPath)?page=\(token)",
+                headers: [("Origin", "https://other.example.org")],
+                body: Data(#"{"event": "ready"}"#.utf8))
+            #expect(foreign.status == 403 && foreign.text.contains("other.example.org"), "\(foreign)")
+            let own = try await world.gateway.send(
+                .POST, "\(PageHealthScript.reportPath)?page=\(token)", headers: [("Origin", "https://\(appHost)")],
+                body: Data(#"{"event": "frame"}"#.utf8))
+            #expect(own.status == 204, "\(own)")
+            // Not watched any more: its ready names no page, and nothing is decided.
+            #expect(try await report(world, token, #"{"event": "ready"}"#).status == 404)
+            world.recorder?.flush()
+            #expect(try world.state().packages["sample-app"]?.health == .pending)
+        }
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test(
         "hostile messages are refused and change nothing: not JSON, an unknown event, an unknown page, over 64 KiB",
         arguments: [
             ("not json", 400), (#"{"event": "explode"}"#, 400), (#"{"no": "event"}"#, 400),

@@ -80,6 +80,8 @@ step "cookies through larder serve in Chromium: a forwarded 302 with two Set-Coo
   scripts/integration/browser-cookies.sh
 step "WebKitGTK under Xvfb (scripts/webview): the sample app from larder://, cookies through a 302 (HttpOnly kept from script), a forwarded POST body, a killed web process reloaded with no rollback, a throwing and a memory-hungry release rolled back" \
   scripts/integration/webkit.py
+step "isolation between packages in WebKitGTK and Chromium (three packages, one data directory per engine): each page sees only its own cookies and files, CORS only as the signed corsOrigins says, networkHosts refuses other hosts, cookie rules, persistence across a restart, health from the main frame only" \
+  scripts/integration/isolation.py
 step "page health in Chromium: a page that throws before ready is rolled back after the deadline, healthy and slow pages confirmed by their ready signal" scripts/integration/page-health.sh
 step "the README's Linux quick start (OfflinePackages behind the gateway) with Chromium: launch, sync, veto, background sync, confirmations" env QUICKSTART_BIN="$bin/larder-quickstart" scripts/integration/quickstart.sh
 
