@@ -234,15 +234,17 @@ public final class OfflinePackages: Sendable {
     /// is not empty: those packages; nil: every active package) to the versions its page loaded
     /// with and renewed at each navigation, and that web view's page health. With `cookies` (the
     /// engine's store: `WebKitCookies(webView.configuration.websiteDataStore.httpCookieStore)`),
-    /// cookies cross the proxy (`CookieBridge`).
-    public func webView(pinning ids: [String]? = nil, cookies: (any CookieStore)? = nil) throws(StoreError)
-        -> WebViewPackages
-    {
+    /// cookies cross the proxy (`CookieBridge`), their `Domain` attributes checked against
+    /// `suffixes` (an app on Apple platforms bundles `public_suffix_list.dat` and passes
+    /// `PublicSuffixList(contentsOf:)`; manifests §17).
+    public func webView(
+        pinning ids: [String]? = nil, cookies: (any CookieStore)? = nil, suffixes: PublicSuffixList = .system
+    ) throws(StoreError) -> WebViewPackages {
         let pins = ids == [] ? nil : try SessionPins(resolver: resolver, ids: ids)
         return WebViewPackages(
             driver: SchemeTaskDriver(
-                loader: loader, pins: pins, forwarder: forwarder, cookies: cookies.map { CookieBridge(store: $0) },
-                firstUse: firstUse),
+                loader: loader, pins: pins, forwarder: forwarder,
+                cookies: cookies.map { CookieBridge(store: $0, suffixes: suffixes) }, firstUse: firstUse),
             health: WebViewHealth(tracker: pageHealth, loader: loader, pins: pins), pins: pins)
     }
 

@@ -13,7 +13,8 @@ import NIOCore
 /// started with `--host-resolver-rules="MAP app.example.com 127.0.0.1:PORT"` loads
 /// `https://app.example.com/` routes (and `http://` ones) from the package. A request to the
 /// gateway's own address (`127.0.0.1:PORT`, `localhost:PORT`) takes the `larder://` form
-/// `/<id>/<path>`. What no package serves is forwarded to the network, or answered 502 when
+/// `/<id>/<path>` (one origin for every package); `http://<id>.localhost:PORT/<path>` is that form
+/// on an origin of the package's own (browsers resolve `*.localhost` to loopback). What no package serves is forwarded to the network, or answered 502 when
 /// offline. One log line per request names the outcome: package@version, fallback, passthrough.
 @available(macOS 14, iOS 17, tvOS 17, *)
 public struct Gateway: Sendable {
@@ -99,6 +100,10 @@ public struct Gateway: Sendable {
     /// else `https://` and `http://` candidates built from the Host header.
     static func candidates(authority: String, target: String, gatewayHost: String, ownPort: Int) -> [String] {
         let path = target.hasPrefix("/") ? target : "/" + target
+        if let id = packageHost(authority, ownPort: ownPort) {
+            // `<id>.localhost:PORT/<path>` → `larder://<id>/<path>`: an origin per package.
+            return ["larder://\(id)\(path)"]
+        }
         if authority.isEmpty || isSelf(authority, ownPort: ownPort, host: gatewayHost) {
             // `/<id>/<path>` → `larder://<id>/<path>`.
             return ["larder:/" + path]
@@ -340,10 +345,23 @@ public struct Gateway: Sendable {
         URLComponents(string: target)?.queryItems?.first { $0.name == name }?.value
     }
 
-    /// Whether a Host header names this gateway itself.
+    /// Whether a Host header names this gateway itself (its address, or a package's own
+    /// `<id>.localhost` origin on its port).
     static func isSelf(_ authority: String, ownPort: Int, host: String) -> Bool {
         let a = authority.lowercased()
         return ["\(host):\(ownPort)", "localhost:\(ownPort)", "127.0.0.1:\(ownPort)", "[::1]:\(ownPort)"].contains(a)
+            || packageHost(a, ownPort: ownPort) != nil
+    }
+
+    /// The package id of a Host header `<id>.localhost:PORT` on the gateway's port (browsers
+    /// resolve every `*.localhost` name to loopback): each package's `larder:` form on an origin of
+    /// its own. Nil for any other authority.
+    package static func packageHost(_ authority: String, ownPort: Int) -> String? {
+        let a = authority.lowercased()
+        let suffix = ".localhost:\(ownPort)"
+        guard a.hasSuffix(suffix) else { return nil }
+        let id = String(a.dropLast(suffix.count))
+        return PackageID(id).map { _ in id }
     }
 
     /// Relays a request to the network through the forwarder: method, header fields and body as

@@ -15,7 +15,9 @@ extension LarderCommand {
                 Requests are routed by their Host header and path: with Chromium started as \
                 --host-resolver-rules="MAP app.example.com 127.0.0.1:PORT", http://app.example.com/ \
                 loads from the package whose index routes name that host. Requests to the gateway's \
-                own address take the larder:// form /<id>/<path>. Local files are streamed with \
+                own address take the larder:// form /<id>/<path> (one origin for every package); \
+                http://<id>.localhost:PORT/<path> is that form on an origin of the package's own. \
+                Local files are streamed with \
                 Content-Type, ETag, Range (206/416), HEAD and If-None-Match (304); a file the list \
                 names but the disk lacks is served from the fallback version and the failure is \
                 recorded (the automatic-rollback policy applies). What no package serves is \

@@ -43,6 +43,24 @@ struct GatewayTests {
     }
 
     @available(macOS 14, iOS 17, tvOS 17, *)
+    @Test("<id>.localhost on the gateway's port is the package's own origin: larder://<id>/<path>")
+    func packageOrigins() async throws {
+        try await withGateway { world in
+            let port = world.gateway.port
+            let r = try await world.gateway.send(.GET, "/js/app.js", host: "sample-app.localhost:\(port)")
+            #expect(r.status == 200, "\(r) \(world.gateway.log)")
+            #expect(r.body == (try world.installed("js/app.js")))
+            #expect(r.header("Access-Control-Allow-Origin") == nil)
+            #expect(world.gateway.log.contains { $0.hasPrefix("GET larder://sample-app/js/app.js 200 ") })
+            let other = try await world.gateway.send(.GET, "/js/app.js", host: "nothing-here.localhost:\(port)")
+            #expect(other.status != 200)
+            #expect(Gateway.packageHost("sample-app.localhost:\(port)", ownPort: port) == "sample-app")
+            #expect(Gateway.packageHost("sample-app.localhost:1", ownPort: port) == nil)
+            #expect(Gateway.packageHost("bad!id.localhost:\(port)", ownPort: port) == nil)
+        }
+    }
+
+    @available(macOS 14, iOS 17, tvOS 17, *)
     @Test(
         "the gateway's own address takes the larder: form /<id>/<path>, with no CORS a package does not list",
         arguments: ["127.0.0.1", "localhost"])

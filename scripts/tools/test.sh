@@ -16,13 +16,14 @@ choose_python || die "no Python 3 imports ${python_modules[*]} after scripts/boo
 passed=0
 failed=0
 step() {
-  local name=$1
+  local name=$1 started=$SECONDS
   shift
   echo "-- $name"
   if "$@"; then
     passed=$((passed + 1))
+    echo "-- $((SECONDS - started)) s: $name"
   else
-    echo "FAILED: $name" >&2
+    echo "FAILED ($((SECONDS - started)) s): $name" >&2
     failed=$((failed + 1))
   fi
 }
@@ -41,7 +42,9 @@ bin=$(swift_bin_dir debug)
 export LARDER_BIN="$bin/larder"
 
 echo "== swift test"
+started=$SECONDS
 swift test
+echo "-- $((SECONDS - started)) s: swift test"
 
 echo "== integration"
 step "format: swift format lint --strict clean (120 columns, no force unwraps, public API documented)" scripts/tools/check-format.sh
