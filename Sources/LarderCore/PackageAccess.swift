@@ -3,22 +3,22 @@ import Foundation
 /// An origin as browsers compare them (RFC 6454): scheme, host and port, lower case, the
 /// scheme's default port left out. A package's pages are one origin: `larder://<id>`, or the
 /// origin of a route it serves.
-public struct WebOrigin: Sendable, Hashable, CustomStringConvertible {
+package struct WebOrigin: Sendable, Hashable, CustomStringConvertible {
     /// The scheme, lower case (`larder`, `https`…).
-    public let scheme: String
+    package let scheme: String
     /// The host, lower case.
-    public let host: String
+    package let host: String
     /// The port, when it is not the scheme's default.
-    public let port: Int?
+    package let port: Int?
 
     /// The origin of `url` (an absolute URL with a host), or nil (no scheme, no host, `null`).
-    public init?(url: String) {
+    package init?(url: String) {
         guard let u = URL(string: url) else { return nil }
         self.init(u)
     }
 
     /// The origin of `url`, or nil when it has no scheme or host.
-    public init?(_ url: URL) {
+    package init?(_ url: URL) {
         guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased(), !host.isEmpty else {
             return nil
         }
@@ -29,11 +29,11 @@ public struct WebOrigin: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// `scheme://host[:port]`, as an `Origin` field gives it.
-    public var description: String { "\(scheme)://\(host)\(port.map { ":\($0)" } ?? "")" }
+    package var description: String { "\(scheme)://\(host)\(port.map { ":\($0)" } ?? "")" }
 
     /// Whether pages of this origin are a secure context: https, a custom scheme (registered
     /// secure by the web-view glue), or a loopback host.
-    public var isSecure: Bool {
+    package var isSecure: Bool {
         scheme != "http" || host == "localhost" || host.hasSuffix(".localhost") || host == "127.0.0.1"
             || host == "[::1]"
     }
@@ -43,13 +43,13 @@ public struct WebOrigin: Sendable, Hashable, CustomStringConvertible {
 /// origins that may read its files across origins (`corsOrigins`), and the hosts its pages'
 /// forwarded requests may go to (`networkHosts`). Checked by the index rules, applied by the
 /// resource loader, the web-view driver and the gateway.
-public enum PackageAccess {
+package enum PackageAccess {
     /// Most entries either list may have.
-    public static let maxEntries = 64
+    package static let maxEntries = 64
 
     /// Why `origin` (a `corsOrigins` entry) is not one, or nil: `*`, or `scheme://host[:port]`
     /// written as browsers write an `Origin` field (lower case, no path, no default port).
-    public static func originProblem(_ origin: String) -> String? {
+    package static func originProblem(_ origin: String) -> String? {
         if origin == "*" { return nil }
         guard let o = WebOrigin(url: origin) else { return "not scheme://host[:port]" }
         guard o.description == origin else { return "should be written \(o) (lower case, no path or default port)" }
@@ -58,7 +58,7 @@ public enum PackageAccess {
 
     /// Why `host` (a `networkHosts` entry) is not one, or nil: a host name or address, lower case,
     /// or `*.` and a name with at least two labels (that name's subdomains, not itself).
-    public static func hostProblem(_ host: String) -> String? {
+    package static func hostProblem(_ host: String) -> String? {
         let name = host.hasPrefix("*.") ? String(host.dropFirst(2)) : host
         guard !name.isEmpty, name.count <= 253 else { return "empty or too long" }
         let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789-.:[]")
@@ -69,13 +69,13 @@ public enum PackageAccess {
     }
 
     /// Whether a page of origin `origin` may read a file of a package that lists `corsOrigins`.
-    public static func mayRead(_ origin: String, corsOrigins: [String]) -> Bool {
+    package static func mayRead(_ origin: String, corsOrigins: [String]) -> Bool {
         guard origin != "null", WebOrigin(url: origin)?.description == origin else { return false }
         return corsOrigins.contains("*") || corsOrigins.contains(origin)
     }
 
     /// Whether `host` is one `networkHosts` allows: equal to an entry, or under a `*.` entry.
-    public static func allows(_ host: String, networkHosts: [String]) -> Bool {
+    package static func allows(_ host: String, networkHosts: [String]) -> Bool {
         let h = host.lowercased()
         return networkHosts.contains { entry in
             entry.hasPrefix("*.") ? h.hasSuffix(String(entry.dropFirst(1))) : h == entry

@@ -3,7 +3,7 @@ import LarderCore
 
 /// Where a cookie write comes from: a `Set-Cookie` field of a forwarded answer, or a page's
 /// `document.cookie` (a "non-HTTP" API, RFC 6265bis §5.7).
-public enum CookieWriter: Sendable, Equatable {
+package enum CookieWriter: Sendable, Equatable {
     /// A response's `Set-Cookie`.
     case http
     /// A page's script.
@@ -12,7 +12,7 @@ public enum CookieWriter: Sendable, Equatable {
 
 /// How a forwarded request relates to the page that makes it (RFC 6265bis §5.2), which decides
 /// the SameSite cookies it carries.
-public enum CookieSiteContext: Sendable, Equatable {
+package enum CookieSiteContext: Sendable, Equatable {
     /// Same site, and for a navigation started from the same site (or by the user): every cookie.
     case sameSite
     /// A top-level navigation from another site with a safe method (GET, HEAD): Lax and None
@@ -23,7 +23,7 @@ public enum CookieSiteContext: Sendable, Equatable {
 
     /// Whether a request in this context carries a cookie whose SameSite is `sameSite` (nil is
     /// Lax, as Chromium keeps it).
-    public func carries(_ sameSite: WebCookie.SameSite?) -> Bool {
+    package func carries(_ sameSite: WebCookie.SameSite?) -> Bool {
         switch (self, sameSite ?? .lax) {
         case (.sameSite, _), (_, .none): true
         case (.crossSiteNavigation, .lax): true
@@ -34,10 +34,10 @@ public enum CookieSiteContext: Sendable, Equatable {
 
 /// The storage rules of RFC 6265bis §5.7 that a cookie store's own API does not apply (an
 /// engine's store takes any cookie it is handed): why a cookie from `url` is ignored, or nil.
-public enum CookieRules {
+package enum CookieRules {
     /// Why `cookie`, set by `writer` for a response from (or a page of) `url`, must be ignored;
     /// `existing` are the store's cookies of the same name. Nil: store it.
-    public static func refusal(
+    package static func refusal(
         _ cookie: WebCookie, from url: URL, writer: CookieWriter, existing: [WebCookie]
     ) -> String? {
         let secureOrigin = url.scheme?.lowercased() == "https" || isLoopback(url.host ?? "")
@@ -77,7 +77,7 @@ public enum CookieRules {
     }
 
     /// The site (scheme and registrable domain) of `url`, for SameSite; nil without a host.
-    public static func site(of url: URL, _ suffixes: PublicSuffixList) -> String? {
+    package static func site(of url: URL, _ suffixes: PublicSuffixList) -> String? {
         guard let host = url.host?.lowercased(), let scheme = url.scheme?.lowercased() else { return nil }
         return "\(scheme)://\(suffixes.registrableDomain(host))"
     }

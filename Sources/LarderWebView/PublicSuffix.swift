@@ -17,7 +17,7 @@ public struct PublicSuffixList: Sendable {
     public let isLoaded: Bool
 
     /// Where Debian's `publicsuffix` package installs the list.
-    public static let debianPath = "/usr/share/publicsuffix/public_suffix_list.dat"
+    package static let debianPath = "/usr/share/publicsuffix/public_suffix_list.dat"
 
     /// No list: every domain but a host itself counts as a public suffix.
     public static let strict = PublicSuffixList(rules: [], wildcards: [], exceptions: [], isLoaded: false)
@@ -61,7 +61,7 @@ public struct PublicSuffixList: Sendable {
 
     /// Whether `domain` (lower case, no leading dot) is a public suffix: a rule, a name a
     /// wildcard covers (not an exception), or a single label (the list's implicit `*` rule).
-    public func isPublicSuffix(_ domain: String) -> Bool {
+    package func isPublicSuffix(_ domain: String) -> Bool {
         let d = domain.hasSuffix(".") ? String(domain.dropLast()) : domain
         guard isLoaded else { return true }
         if exceptions.contains(d) { return false }
@@ -72,7 +72,7 @@ public struct PublicSuffixList: Sendable {
 
     /// The registrable domain of `host`: its public suffix and one label more; the host itself
     /// for an IP address, a single label, a public suffix, or with no list.
-    public func registrableDomain(_ host: String) -> String {
+    package func registrableDomain(_ host: String) -> String {
         let h = host.lowercased()
         guard isLoaded, !Self.isAddress(h) else { return h }
         let labels = h.split(separator: ".", omittingEmptySubsequences: false)

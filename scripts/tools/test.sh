@@ -31,10 +31,20 @@ work=$(mktemp -d /tmp/larder-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 echo "== scripts"
-step "scripts: each with the extension of its language (.sh, .py) but the five entry points, thin wrappers" \
+step "scripts: each with the extension of its language (.sh, .py) but the six entry points, thin wrappers" \
   scripts/tools/lint.sh layout
 step "shell scripts: shellcheck clean" scripts/tools/lint.sh shell
 step "Python scripts: pyflakes clean" scripts/tools/lint.sh python
+# The static gates, before any build: they fail in a minute or two.
+step "format: swift format lint --strict clean (120 columns, no force unwraps, public API documented)" scripts/tools/check-format.sh
+step "layout: module graph as README shows it, C and Hummingbird imports confined" scripts/tools/check-layout.py
+step "size and concurrency: public declarations, functions over 60 lines, files over 400 lines, @unchecked Sendable and lock idioms within their limits" scripts/tools/check-size.py
+step "system calls: every file-system call in Sources/ goes through LarderFileSystem's funnel" scripts/tools/check-syscalls.sh
+step "manifests: schemas, examples and invalid examples" scripts/tools/check-manifests.py
+if [ "$failed" -gt 0 ]; then
+  echo "static gates: $failed failed; nothing is built (fix them first)" >&2
+  exit 1
+fi
 
 echo "== build"
 swift_build debug
@@ -47,10 +57,6 @@ swift test
 echo "-- $((SECONDS - started)) s: swift test"
 
 echo "== integration"
-step "format: swift format lint --strict clean (120 columns, no force unwraps, public API documented)" scripts/tools/check-format.sh
-step "layout: module graph as README shows it, C and Hummingbird imports confined" scripts/tools/check-layout.py
-step "system calls: every file-system call in Sources/ goes through LarderFileSystem's funnel" scripts/tools/check-syscalls.sh
-step "manifests: schemas, examples and invalid examples" scripts/tools/check-manifests.py
 step "docs: the DocC catalog (getting started, page health) builds with no warning" scripts/tools/check-docs.sh
 step "demo runs to its end" env LARDER_DEMO_DIR="$work/demo" scripts/demo
 step "verify-bundles passes the demo repository" \
