@@ -29,10 +29,11 @@ package enum ResponsePlanner {
     /// satisfiable byte range (`a-b`, `a-`, `-n`) → 206 with Content-Range; unsatisfiable → 416
     /// with `Content-Range: bytes */LENGTH`; several ranges or a malformed header → the whole file
     /// (RFC 9110 lets a server ignore Range). `allowOrigin` (an origin the package's `corsOrigins`
-    /// lets read it, or `*`) adds `Access-Control-Allow-Origin` with it, and `Vary: Origin`.
+    /// lets read it, or `*`) adds `Access-Control-Allow-Origin` with it, and `Vary: Origin`;
+    /// `varyOrigin` adds `Vary: Origin` alone (the answer depends on the origin, which may not read it).
     package static func plan(
         method: HTTPRequest.Method, range: String?, ifNoneMatch: String?, file: LocalFile,
-        cacheControl: String = "no-cache", allowOrigin: String? = nil
+        cacheControl: String = "no-cache", allowOrigin: String? = nil, varyOrigin: Bool = false
     ) -> ResponsePlan {
         var headers: [(String, String)] = [
             ("Content-Type", file.mime), ("ETag", file.etag), ("Cache-Control", cacheControl),
@@ -41,6 +42,8 @@ package enum ResponsePlanner {
         if let allowOrigin {
             headers.append(("Access-Control-Allow-Origin", allowOrigin))
             if allowOrigin != "*" { headers.append(("Vary", "Origin")) }
+        } else if varyOrigin {
+            headers.append(("Vary", "Origin"))
         }
         // Compared without case, as before the method was typed (a token such as `head` is
         // answered as HEAD; RFC 9110 methods are case-sensitive, but a file has no other meaning).

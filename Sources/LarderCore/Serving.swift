@@ -19,6 +19,8 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
     package var policy: Policy
     /// Whether devices install it only at first use (`install.mode` is `on-demand`).
     package var onDemand = false
+    /// The version the entry publishes (its `corsOrigins` are for that version only).
+    package var version: SemanticVersion?
     /// Origins that may read its files across origins (none for an encrypted entry, whatever
     /// it lists: manifests §17).
     package var corsOrigins: [String] = []
@@ -31,6 +33,7 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
             id: e.id, channel: e.channel, routes: e.routes, entry: e.entry, spaFallback: e.spaFallback,
             policy: e.policy)
         onDemand = e.isOnDemand
+        version = e.version
         corsOrigins = e.encryption == nil ? e.corsOrigins ?? [] : []
         networkHosts = e.networkHosts
     }
@@ -49,7 +52,7 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, channel, routes, entry, spaFallback, policy, install, encryption, corsOrigins, networkHosts
+        case id, version, channel, routes, entry, spaFallback, policy, install, encryption, corsOrigins, networkHosts
     }
 
     /// The settings of `channel`'s entries, by package id text (the last entry of an id wins).
@@ -69,6 +72,7 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
         spaFallback = try c.decodeIfPresent(Bool.self, forKey: .spaFallback) ?? false
         policy = try c.decodeIfPresent(Policy.self, forKey: .policy) ?? Policy()
         onDemand = try c.decodeIfPresent(InstallPolicy.self, forKey: .install)?.mode == .onDemand
+        version = try? c.decodeIfPresent(SemanticVersion.self, forKey: .version)
         // An encrypted entry is never readable across origins, whatever it lists.
         corsOrigins = c.contains(.encryption) ? [] : try c.decodeIfPresent([String].self, forKey: .corsOrigins) ?? []
         networkHosts = try c.decodeIfPresent([String].self, forKey: .networkHosts)
@@ -154,7 +158,9 @@ extension RoutedPackage {
         entry = s?.entry ?? "index.html"
         spaFallback = s?.spaFallback ?? false
         policy = s?.policy ?? Policy()
-        corsOrigins = s?.corsOrigins ?? []
+        // The signed entry's corsOrigins are for the version it publishes: another version
+        // served (one rolled back to, one not updated yet, an encrypted one) is not readable.
+        corsOrigins = s?.version == version ? s?.corsOrigins ?? [] : []
         networkHosts = s?.networkHosts
         files = [:]
     }

@@ -26,7 +26,7 @@ extension Gateway {
         } catch {
             return nil
         }
-        guard let token = tracker.begin(activation) else { return ByteBuffer(bytes: html) }
+        guard let token = tracker.reserve(activation) else { return ByteBuffer(bytes: html) }
         return ByteBuffer(bytes: PageHealthScript.inject(into: html, token: token))
     }
 
@@ -66,42 +66,57 @@ extension Gateway {
             return Response(
                 status: .ok, headers: headers, body: ResponseBody(byteBuffer: method == .head ? ByteBuffer() : body))
         case (.post, PageHealthScript.reportPath):
-            let token = Self.query(target, "page") ?? ""
-            let data: ByteBuffer
-            do { data = try await request.collectBody(upTo: 64 << 10) } catch {
-                log(line(method, url, 413, "page-health message refused: larger than 64 KiB", nil, started))
-                return Self.text(413, "larder gateway: a page-health message is at most 64 KiB\n")
-            }
-            if let refused = Self.foreignReport(request, authority: authority) {
-                log(line(method, url, 403, "page-health message refused: \(refused)", nil, started))
-                return Self.text(403, "larder gateway: \(refused)\n")
-            }
-            if Self.isFrameReport(Data(buffer: data)) {
-                let forgotten = tracker.forget(page: token)
-                log(
-                    line(
-                        method, url, 204, "page-health frame: \(forgotten ? "not watched" : "no such page")", nil,
-                        started))
-                return Response(status: .noContent, headers: [.cacheControl: "no-store"], body: ResponseBody())
-            }
-            switch PageSignal.decode(Data(buffer: data)) {
-            case .failure(let why):
-                log(line(method, url, 400, "page-health message refused: \(why)", nil, started))
-                return Self.text(400, "larder gateway: \(why)\n")
-            case .success(let signal):
-                guard tracker.signal(signal, page: token) else {
-                    log(line(method, url, 404, "page-health \(Self.name(signal)) for no open page", nil, started))
-                    return Self.text(404, "larder gateway: no page \(token) is watched (unknown, or decided already)\n")
-                }
-                log(line(method, url, 204, "page-health \(Self.name(signal))", nil, started))
-                return Response(status: .noContent, headers: [.cacheControl: "no-store"], body: ResponseBody())
-            }
+            return await report(&request, tracker, target: target, authority: authority, started: started)
         default:
             log(line(method, url, 404, "no such reserved path", nil, started))
             return Self.text(
                 404,
                 "larder gateway: \(path) is not a reserved path (\(PageHealthScript.scriptPath), POST \(PageHealthScript.reportPath))\n"
             )
+        }
+    }
+
+    /// A POST to the report path: refused from another origin; the script's own `start` and
+    /// `frame` reports; else a page signal for the page its token names.
+    func report(
+        _ request: inout Request, _ tracker: PageHealthTracker, target: String, authority: String, started: Date
+    ) async -> Response {
+        let method = request.method
+        let url = "http://\(authority)\(target)"
+        let token = Self.query(target, "page") ?? ""
+        let data: ByteBuffer
+        do { data = try await request.collectBody(upTo: 64 << 10) } catch {
+            log(line(method, url, 413, "page-health message refused: larger than 64 KiB", nil, started))
+            return Self.text(413, "larder gateway: a page-health message is at most 64 KiB\n")
+        }
+        if let refused = Self.foreignReport(request, authority: authority) {
+            log(line(method, url, 403, "page-health message refused: \(refused)", nil, started))
+            return Self.text(403, "larder gateway: \(refused)\n")
+        }
+        switch Self.scriptReport(Data(buffer: data)) {
+        case "frame":
+            let forgotten = tracker.forget(page: token)
+            let what = forgotten ? "not watched" : "no such page"
+            log(line(method, url, 204, "page-health frame: \(what)", nil, started))
+            return Response(status: .noContent, headers: [.cacheControl: "no-store"], body: ResponseBody())
+        case "start":
+            let begun = tracker.start(page: token)
+            log(line(method, url, 204, "page-health start\(begun ? "" : ": no such page")", nil, started))
+            return Response(status: .noContent, headers: [.cacheControl: "no-store"], body: ResponseBody())
+        default:
+            break
+        }
+        switch PageSignal.decode(Data(buffer: data)) {
+        case .failure(let why):
+            log(line(method, url, 400, "page-health message refused: \(why)", nil, started))
+            return Self.text(400, "larder gateway: \(why)\n")
+        case .success(let signal):
+            guard tracker.signal(signal, page: token) else {
+                log(line(method, url, 404, "page-health \(Self.name(signal)) for no open page", nil, started))
+                return Self.text(404, "larder gateway: no page \(token) is watched (unknown, or decided already)\n")
+            }
+            log(line(method, url, 204, "page-health \(Self.name(signal))", nil, started))
+            return Response(status: .noContent, headers: [.cacheControl: "no-store"], body: ResponseBody())
         }
     }
 
@@ -115,12 +130,13 @@ extension Gateway {
         return nil
     }
 
-    /// Whether a report is the page-health script's `{"event": "frame"}` (sent from a subframe).
-    static func isFrameReport(_ data: Data) -> Bool {
-        guard data.count < 256, let o = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
-            return false
-        }
-        return o["event"] as? String == "frame"
+    /// The page-health script's own reports, which are no page signal: `start` (a top-level
+    /// page's script ran: watch it) and `frame` (a subframe's: never watch it). Nil for any other.
+    static func scriptReport(_ data: Data) -> String? {
+        guard data.count < 256, let o = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+            let event = o["event"] as? String, event == "start" || event == "frame"
+        else { return nil }
+        return event
     }
 
     static func name(_ s: PageSignal) -> String {

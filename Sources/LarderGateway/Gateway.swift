@@ -153,7 +153,9 @@ public struct Gateway: Sendable {
         }
         let marked =
             request.headers[named: Forwarder.loopMarker] != nil || Self.isSelf(authority, ownPort: ownPort, host: host)
-        let page = request.headers[named: "Origin"] ?? request.headers[named: "Referer"]
+        let page = Self.page(
+            origin: request.headers[named: "Origin"], referer: request.headers[named: "Referer"], ownPort: ownPort,
+            host: host)
         let table = loader.resolver.snapshot().table
         switch forwarder.target(for: url, reason: passReason, table: table, marked: marked, page: page) {
         case .refused(let status, let why):
@@ -225,6 +227,28 @@ public struct Gateway: Sendable {
             || packageHost(a, ownPort: ownPort) != nil
     }
 
+    /// The page a request comes from, in the form the route table reads: its `Referer` when it
+    /// is of the request's `Origin` (or there is no `Origin`: a path says more than an origin),
+    /// else the `Origin`; the gateway's own forms mapped to `larder://` (`larderForm`).
+    static func page(origin: String?, referer: String?, ownPort: Int, host: String) -> String? {
+        let sameOrigin =
+            origin == nil || referer.flatMap { WebOrigin(url: $0) } == origin.flatMap { WebOrigin(url: $0) }
+        guard let url = (sameOrigin ? referer : nil) ?? origin else { return nil }
+        return larderForm(url, ownPort: ownPort, host: host)
+    }
+
+    /// `url` with the gateway's own forms written as the `larder://` URLs they stand for:
+    /// `http://<id>.localhost:PORT/x` and `http://127.0.0.1:PORT/<id>/x` are `larder://<id>/x`
+    /// (an `Origin` of the first, `larder://<id>`); any other URL as it is.
+    static func larderForm(_ url: String, ownPort: Int, host: String) -> String {
+        guard let u = URL(string: url), let h = u.host, let port = u.port else { return url }
+        let authority = "\(h):\(port)"
+        let path = u.path.isEmpty ? "" : u.path
+        if let id = packageHost(authority, ownPort: ownPort) { return "larder://\(id)\(path)" }
+        if isSelf(authority, ownPort: ownPort, host: host), path.count > 1 { return "larder:/\(path)" }
+        return url
+    }
+
     /// The package id of a Host header `<id>.localhost:PORT` on the gateway's port (browsers
     /// resolve every `*.localhost` name to loopback): each package's `larder:` form on an origin of
     /// its own. Nil for any other authority.
@@ -233,6 +257,8 @@ public struct Gateway: Sendable {
         let suffix = ".localhost:\(ownPort)"
         guard a.hasSuffix(suffix) else { return nil }
         let id = String(a.dropLast(suffix.count))
+        // No dot: `shop.app.localhost` would be a subdomain of `app.localhost`, not its own site.
+        guard !id.contains(".") else { return nil }
         return PackageID(id).map { _ in id }
     }
 

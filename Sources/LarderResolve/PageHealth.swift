@@ -24,6 +24,8 @@ public final class PageHealthTracker: Sendable {
     /// Seconds on a monotonic clock (injected in tests).
     let clock: @Sendable () -> TimeInterval
     private let pages = Locked<[String: HealthMonitor]>([:])
+    /// Pages served but not started: no page script has spoken for them yet (`reserve`).
+    private let unstarted = Locked<[String: (activation: ActivationRef, servedAt: TimeInterval)]>([:])
     /// The most pages watched at once; a page beyond it is served without a monitor.
     public static let maxPages = 4096
 
@@ -51,10 +53,38 @@ public final class PageHealthTracker: Sendable {
         return added ? token : nil
     }
 
-    /// Applies `signal` to the page `token`; false when no such page is open (never begun, or
-    /// decided already).
+    /// Names a page served from `activation` without watching it yet: it is watched — its
+    /// deadline counted from now — only once its page script speaks for it (`start`, or any
+    /// signal), and dropped with no verdict when none has by the deadline. What the gateway
+    /// does: any client (another origin's `fetch`, a frame) can be served a document, but only
+    /// the page whose script runs in a top-level window starts it. Nil when `maxPages` are open.
+    package func reserve(_ activation: ActivationRef) -> String? {
+        let token = Self.newToken()
+        let now = clock()
+        let open = pages.withLock { $0.count }
+        let added = unstarted.withLock { u -> Bool in
+            guard open + u.count < Self.maxPages else { return false }
+            u[token] = (activation, now)
+            return true
+        }
+        return added ? token : nil
+    }
+
+    /// The page script of the reserved page `token` spoke: it is watched from when it was
+    /// served. False when no such page is reserved (unknown, started or dropped already).
+    @discardableResult
+    package func start(page token: String) -> Bool {
+        guard let (activation, servedAt) = unstarted.withLock({ $0.removeValue(forKey: token) }) else { return false }
+        let monitor = HealthMonitor(activation: activation, settings: settings, startedAt: servedAt)
+        pages.withLock { $0[token] = monitor }
+        return true
+    }
+
+    /// Applies `signal` to the page `token` (starting it first when it is only reserved); false
+    /// when no such page is open (never begun, or decided already).
     @discardableResult
     public func signal(_ signal: PageSignal, page token: String) -> Bool {
+        start(page: token)
         let now = clock()
         let result = pages.withLock { pages -> (Bool, (HealthVerdict, ActivationRef)?) in
             guard var monitor = pages[token] else { return (false, nil) }
@@ -70,12 +100,15 @@ public final class PageHealthTracker: Sendable {
     /// will be loaded again as a new page); false when no such page is open.
     @discardableResult
     public func forget(page token: String) -> Bool {
-        pages.withLock { $0.removeValue(forKey: token) != nil }
+        unstarted.withLock { $0.removeValue(forKey: token) != nil }
+            || pages.withLock { $0.removeValue(forKey: token) != nil }
     }
 
     /// Applies the clock to every open page; the ones past their deadline fail.
     public func tick() {
         let now = clock()
+        let deadline = settings.readyDeadline
+        unstarted.withLock { u in u = u.filter { now < $0.value.servedAt + deadline } }
         let decided = pages.withLock { pages -> [(HealthVerdict, ActivationRef)] in
             var out: [(HealthVerdict, ActivationRef)] = []
             for (token, var monitor) in pages where (monitor.deadline ?? 0) <= now {
@@ -180,6 +213,14 @@ public enum PageHealthScript {
           var url = '/.larder/health?page=' + (m ? m[1] : '');
           var handler = window.webkit && window.webkit.messageHandlers && window.webkit.messageHandlers.larderHealth;
           var secret = '';
+          // Taken now, before any script of the page runs: a page that later replaces them, or
+          // puts a setter for `secret` on Object.prototype, sees nothing of the secret.
+          var post = handler && handler.postMessage, apply = Reflect.apply, define = Object.defineProperty;
+          if (window.top === window && !handler && navigator.sendBeacon) {
+            // The gateway watches the page from when it was served, once its script speaks for it.
+            try { navigator.sendBeacon(url, new Blob([JSON.stringify({ event: 'start' })], { type: 'text/plain' })); }
+            catch (e) {}
+          }
           if (window.top !== window) {
             // A subframe is never watched: it tells the gateway to forget the page its document began.
             if (!handler && navigator.sendBeacon) {
@@ -189,7 +230,11 @@ public enum PageHealthScript {
             return;
           }
           function send(message) {
-            if (handler) { try { message.secret = secret; handler.postMessage(message); } catch (e) {} return; }
+            if (handler) {
+              try { define(message, 'secret', { value: secret, enumerable: true }); apply(post, handler, [message]); }
+              catch (e) {}
+              return;
+            }
             var body = JSON.stringify(message);
             try {
               if (navigator.sendBeacon && navigator.sendBeacon(url, new Blob([body], { type: 'text/plain' }))) return;

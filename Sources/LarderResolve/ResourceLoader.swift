@@ -288,7 +288,8 @@ public struct ResourceLoader: Sendable {
         let allowed = request.origin.flatMap { PackageAccess.mayRead($0, corsOrigins: readers) ? $0 : nil }
         let plan = ResponsePlanner.plan(
             method: request.method, range: request.range, ifNoneMatch: request.ifNoneMatch, file: file,
-            cacheControl: cacheControl, allowOrigin: readers.contains("*") && allowed != nil ? "*" : allowed)
+            cacheControl: cacheControl, allowOrigin: readers.contains("*") && allowed != nil ? "*" : allowed,
+            varyOrigin: !readers.isEmpty && !readers.contains("*"))
         guard plan.status == 200 || plan.status == 206 else {
             return .success(LoadResponse(status: plan.status, headers: plan.headers, outcome: outcome, body: .none))
         }

@@ -4,7 +4,10 @@
     @preconcurrency import WebKit
 
     extension URLRequest: EngineRequest {}
-    extension HTTPCookie: EngineCookie {}
+    extension HTTPCookie: EngineCookie {
+        /// `sameSitePolicy` (`lax`, `strict`) as text.
+        public var sameSiteName: String? { sameSitePolicy?.rawValue }
+    }
 
     /// One web view's scheme handler (`larder` and routed schemes) and navigation delegate.
     public final class WebViewGlue: NSObject, WKURLSchemeHandler, WKNavigationDelegate, WKScriptMessageHandler {

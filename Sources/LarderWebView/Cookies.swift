@@ -65,7 +65,7 @@ public struct WebCookie: Sendable, Equatable, CustomStringConvertible {
     public init(_ c: some EngineCookie) {
         self.init(
             name: c.name, value: c.value, cookieDomain: c.domain, path: c.path, expires: c.expiresDate,
-            secure: c.isSecure, httpOnly: c.isHTTPOnly, sameSite: nil)
+            secure: c.isSecure, httpOnly: c.isHTTPOnly, sameSite: c.sameSiteName)
     }
 
     /// Its domain as engines' stores take it: with a leading dot for a domain cookie.
@@ -101,7 +101,7 @@ public struct WebCookie: Sendable, Equatable, CustomStringConvertible {
     /// Whether a request to `url` carries it (RFC 6265 §5.4: domain, path and Secure).
     public func matches(_ url: URL) -> Bool {
         guard let host = url.host?.lowercased(), let scheme = url.scheme?.lowercased() else { return false }
-        if secure && scheme != "https" { return false }
+        if secure && scheme != "https" && !CookieRules.isLoopback(host) { return false }
         let domainOK = hostOnly ? host == domain : SetCookie.domainMatches(host, domain)
         return domainOK && SetCookie.pathMatches(url.path.isEmpty ? "/" : url.path, path)
     }
@@ -134,6 +134,13 @@ public protocol EngineCookie {
     var isSecure: Bool { get }
     /// Hidden from script.
     var isHTTPOnly: Bool { get }
+    /// Its `SameSite` attribute as text (`lax`, `strict`), nil when the store keeps none.
+    var sameSiteName: String? { get }
+}
+
+extension EngineCookie {
+    /// None kept.
+    public var sameSiteName: String? { nil }
 }
 
 /// The engine's cookie store, as the cookie bridge needs it (WebKitGTK's `WebKitCookieManager`,
@@ -200,13 +207,22 @@ public final class CookieBridge: Sendable {
         return out
     }
 
-    /// A forwarded answer from `url`: each `Set-Cookie` field (each kept apart) the rules accept
-    /// is saved to the store, in order, before this returns; the fields come back without them
-    /// (WebKit ignores them on a scheme handler's response, and script must never read them).
+    /// A forwarded answer from `url` to a request of the page's own site: each `Set-Cookie`
+    /// field (each kept apart) the rules accept is saved to the store, in order, before this
+    /// returns; the fields come back without them (WebKit ignores them on a scheme handler's
+    /// response, and script must never read them).
     public func incoming(_ fields: [(String, String)], from url: String) async -> [(String, String)] {
+        await incoming(fields, from: url, context: .sameSite)
+    }
+
+    /// As `incoming(_:from:)` for a request in `context`: the answer to a cross-site request
+    /// other than a top-level navigation sets no Lax or Strict cookie (RFC 6265bis §5.7).
+    package func incoming(
+        _ fields: [(String, String)], from url: String, context: CookieSiteContext
+    ) async -> [(String, String)] {
         if let u = URL(string: url) {
             for (name, value) in fields where name.lowercased() == "set-cookie" {
-                _ = await accept(value, for: u, writer: .http)
+                _ = await accept(value, for: u, writer: .http, context: context)
             }
         }
         return fields.filter { $0.0.lowercased() != "set-cookie" }
@@ -231,9 +247,14 @@ public final class CookieBridge: Sendable {
     }
 
     /// Parses `field` for `url` and saves it unless a rule refuses it (then logged): why, or nil.
-    func accept(_ field: String, for url: URL, writer: CookieWriter) async -> String? {
+    func accept(
+        _ field: String, for url: URL, writer: CookieWriter, context: CookieSiteContext = .sameSite
+    ) async -> String? {
         guard let cookie = SetCookie.parse(field, for: url, now: clock(), suffixes: suffixes) else {
             return note("ignored (malformed, or a Domain that is not the host's or is a public suffix)", field, url)
+        }
+        if context == .crossSite, cookie.sameSite ?? .lax != .none {
+            return note("a cross-site answer cannot set a Lax or Strict cookie", field, url)
         }
         let existing = await store.cookies(named: cookie.name)
         if let why = CookieRules.refusal(cookie, from: url, writer: writer, existing: existing) {

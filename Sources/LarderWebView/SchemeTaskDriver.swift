@@ -180,6 +180,9 @@ public final class SchemeTaskDriver: Sendable {
             return (nil, 0, ", refused: \(why)")
         case .url(let first):
             switch await exchange(request, to: first) {
+            case .failure(let failure) where failure.refused:
+                let (status, bytes) = respond(task, request.url, 403, "refused: \(failure.why)\n")
+                return (status, bytes, ", refused: \(failure.url): \(failure.why)")
             case .failure(let failure):
                 deliver(task, last: true) { $0.didFail(SchemeTaskError(.network, "\(failure.url): \(failure.why)")) }
                 return (nil, 0, ", failed: \(failure.url): \(failure.why)")

@@ -7,10 +7,12 @@ extension SchemeTaskDriver {
     /// Redirects a forwarded request follows before its answer reaches the page.
     static let maxRedirects = 10
 
-    /// Why a forwarded exchange failed, and at which URL.
+    /// Why a forwarded exchange failed, and at which URL; `refused`: a redirect to a host the
+    /// page's package may not reach (answered 403).
     struct ExchangeFailure: Error {
         let url: String
         let why: String
+        var refused = false
     }
 
     /// Sends `request` to `first` and follows redirects as a browser would — an engine does not
@@ -22,11 +24,16 @@ extension SchemeTaskDriver {
         _ request: SchemeRequest, to first: String
     ) async -> Result<(ForwardResponse, String, Int), ExchangeFailure> {
         var (url, method, body, fields) = (first, request.method, request.body, request.headers)
+        let table = pins?.current?.table().1 ?? loader.resolver.snapshot().table
+        let page = request.mainDocumentURL ?? request.header("Origin")
         for hop in 0...Self.maxRedirects {
-            if let cookies {
-                let context = siteContext(request, method: method, to: url, cookies.suffixes)
-                fields = await cookies.outgoing(fields, to: url, context: context)
+            // Each hop is held to the page's package's networkHosts, not only the first.
+            if hop > 0, let why = forwarder.hostRefusal(url, page: page, url: request.url, table: table) {
+                forwarder.refusedHosts.withLock { $0 += 1 }
+                return .failure(ExchangeFailure(url: url, why: why, refused: true))
             }
+            let context = cookies.map { siteContext(request, method: method, to: url, $0.suffixes) } ?? .crossSite
+            if let cookies { fields = await cookies.outgoing(fields, to: url, context: context) }
             let outgoing = forwarder.request(method: method, url: url, headers: fields, body: body)
             var answer: ForwardResponse
             switch await forwarder.send(outgoing) {
@@ -34,7 +41,7 @@ extension SchemeTaskDriver {
             case .success(let a): answer = a
             }
             if let cookies {
-                answer.headers = await cookies.incoming(answer.headers, from: url)
+                answer.headers = await cookies.incoming(answer.headers, from: url, context: context)
             } else {
                 answer.headers.removeAll { $0.0.lowercased() == "set-cookie" }
             }
@@ -51,17 +58,24 @@ extension SchemeTaskDriver {
                 (method, body) = (.get, nil)
                 fields.removeAll { ["content-type", "content-length"].contains($0.0.lowercased()) }
             }
+            // Credentials of one origin never go on to another (Fetch: a cross-origin redirect).
+            if WebOrigin(url: url) != WebOrigin(next) {
+                fields.removeAll { ["authorization", "proxy-authorization"].contains($0.0.lowercased()) }
+            }
             url = next.absoluteString
         }
         return .failure(ExchangeFailure(url: url, why: "more than \(Self.maxRedirects) redirects"))
     }
 
     /// How a forwarded request to `url` (its network URL) relates to the page that makes it,
-    /// for SameSite (RFC 6265bis §5.2): a subresource or frame is same-site when the top-level
-    /// document's site (else its `Origin` or `Referer`) is `url`'s; a top-level navigation is
-    /// same-site unless the engine names an initiator of another site (`Origin`, `Referer`),
-    /// then cross-site (Lax cookies for a GET or HEAD). Unknown initiator of a subresource:
-    /// cross-site. Sites are schemes and registrable domains of network URLs.
+    /// for SameSite (RFC 6265bis §5.2). A subresource or frame: same-site when the top-level
+    /// document's site is `url`'s (the engine's main document URL; without one, the request's
+    /// `Origin`, else `Referer`); a main document with no site (a package with no http(s)
+    /// route), or none known, is cross-site. A top-level navigation: same-site when the engine
+    /// names no initiator (`Origin`, `Referer`: typed, or opened by the app), else same-site
+    /// only when that initiator's site is `url`'s — an initiator with no site (`null`, a package
+    /// with no route) is another site; cross-site, a GET or HEAD carries Lax cookies. Sites are
+    /// schemes and registrable domains of network URLs.
     func siteContext(
         _ request: SchemeRequest, method: HTTPRequest.Method, to url: String, _ suffixes: PublicSuffixList
     ) -> CookieSiteContext {
@@ -73,12 +87,12 @@ extension SchemeTaskDriver {
         }
         guard let target = site(url) else { return .crossSite }
         if request.isNavigation {
-            guard let from = site(request.header("Origin") ?? request.header("Referer")) else { return .sameSite }
-            if from == target { return .sameSite }
+            guard let initiator = request.header("Origin") ?? request.header("Referer") else { return .sameSite }
+            if site(initiator) == target { return .sameSite }
             return method == .get || method == .head ? .crossSiteNavigation : .crossSite
         }
-        let top = site(request.mainDocumentURL) ?? site(request.header("Origin") ?? request.header("Referer"))
-        return top == target ? .sameSite : .crossSite
+        let top = request.mainDocumentURL ?? request.header("Origin") ?? request.header("Referer")
+        return top != nil && site(top) == target ? .sameSite : .crossSite
     }
 
     /// Whether `url` is the cookie bridge's reserved path on a custom scheme.

@@ -150,4 +150,29 @@ struct GatewayPageHealthTests {
             #expect(try await report(world, token, #"{"event": "ready"}"#).status == 204)
         }
     }
+
+    @Test(
+        "a page served but never started by its script is dropped at the deadline with no verdict; a started one fails")
+    func unstartedPages() {
+        let now = Locked<TimeInterval>(0)
+        let verdicts = Locked<[HealthVerdict]>([])
+        let tracker = PageHealthTracker(
+            settings: PageHealthSettings(readyDeadline: 5, maxScriptErrors: 1),
+            recorder: RecordingRecorder { verdict in verdicts.withLock { $0.append(verdict) } },
+            clock: { now.withLock { $0 } })
+        let activation = ActivationRef(package: PackageID("sample-app")!, version: SemanticVersion(2, 0, 0), number: 2)
+        let silent = tracker.reserve(activation)
+        let started = tracker.reserve(activation)
+        #expect(silent != nil && started != nil && tracker.start(page: started ?? ""))
+        now.withLock { $0 = 6 }
+        tracker.tick()
+        #expect(verdicts.withLock { $0 }.count == 1)
+        #expect(!tracker.start(page: silent ?? ""), "dropped")
+    }
+}
+
+/// A recorder that hands each verdict to a closure.
+struct RecordingRecorder: HealthRecording {
+    let onVerdict: @Sendable (HealthVerdict) -> Void
+    func record(_ verdict: HealthVerdict, for activation: ActivationRef) { onVerdict(verdict) }
 }

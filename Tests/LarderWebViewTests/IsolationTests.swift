@@ -272,4 +272,81 @@ struct PackageBoundaryTests {
                 "https://api.example.net/v1", page: "app://sample-app/", url: "app://sample-app/v1", table: table)
                 == nil)
     }
+
+    @Test("a redirect to a host the page's package does not list is refused 403 at that hop, and counted")
+    func redirectHosts() async throws {
+        let two = try TwoPackages(networkHosts: ["api.example.net"])
+        defer { two.env.cleanup() }
+        let exchange = ScriptedExchange([
+            "/api/go": (302, [("Location", "https://evil.example.org/steal")], ""), "/steal": (200, [], "stolen"),
+        ])
+        let d = two.driver(exchange)
+        let r = await two.run(SchemeRequest(url: "app://sample-app/api/go", mainDocumentURL: "app://sample-app/"), d)
+        #expect(r.0 == 403 && r.2.contains("evil.example.org"), "\(r)")
+        #expect(exchange.sent.withLock { $0.map(\.url) } == ["https://app.example.com/api/go"])
+        #expect(d.forwarder.refusedHostCount == 1)
+    }
+
+    @Test("SameSite: an initiator with no site (null, a package with no route) is another site, not none")
+    func initiatorWithoutSite() async throws {
+        let two = try TwoPackages()
+        defer { two.env.cleanup() }
+        await two.logIn()
+        let exchange = ScriptedExchange(["/api/transfer": (200, [], "ok")])
+        let d = two.driver(exchange)
+        // A POST navigation from an opaque origin: no Lax (nor default) cookie.
+        _ = await two.run(
+            SchemeRequest(
+                method: .post, url: "app://sample-app/api/transfer", headers: [("Origin", "null")], isNavigation: true,
+                mainDocumentURL: "app://sample-app/api/transfer"), d)
+        // A GET navigation from a package with no http(s) route: Lax ones only (theme has none: Lax).
+        _ = await two.run(
+            SchemeRequest(
+                url: "app://sample-app/api/transfer", headers: [("Referer", "larder://routeless/x.html")],
+                isNavigation: true, mainDocumentURL: "app://sample-app/api/transfer"), d)
+        // Typed by the user (no initiator): same-site.
+        _ = await two.run(
+            SchemeRequest(
+                url: "app://sample-app/api/transfer", isNavigation: true, mainDocumentURL: "app://sample-app/"),
+            d)
+        #expect(exchange.cookie(at: 0) == nil)
+        #expect(exchange.cookie(at: 1) == "app-sid=1; app-theme=dark")
+        #expect(exchange.cookie(at: 2) == "app-sid=1; app-theme=dark")
+        let strict = CookieBridge(store: two.store)
+        _ = await strict.incoming([("Set-Cookie", "s=1; Path=/; SameSite=Strict")], from: "https://app.example.com/")
+        _ = await two.run(
+            SchemeRequest(
+                url: "app://sample-app/api/transfer", headers: [("Referer", "larder://routeless/x.html")],
+                isNavigation: true, mainDocumentURL: "app://sample-app/api/transfer"), d)
+        #expect(exchange.cookie(at: 3)?.contains("s=1") == false)
+    }
+
+    @Test("the answer to a cross-site request sets no Lax or Strict cookie; None ones it may")
+    func crossSiteSetCookie() async throws {
+        let two = try TwoPackages()
+        defer { two.env.cleanup() }
+        let exchange = ScriptedExchange([
+            "/api/login": (
+                200,
+                [
+                    ("Set-Cookie", "fixated=1; Path=/"), ("Set-Cookie", "strict=1; Path=/; SameSite=Strict"),
+                    ("Set-Cookie", "open=1; Path=/; SameSite=None; Secure"),
+                ], "ok"
+            )
+        ])
+        let d = two.driver(exchange)
+        _ = await two.run(SchemeRequest(url: "app://sample-app/api/login", mainDocumentURL: "larder://other/"), d)
+        #expect(two.store.names == ["open"])
+        _ = await two.run(SchemeRequest(url: "app://sample-app/api/login", mainDocumentURL: "app://sample-app/"), d)
+        #expect(Set(two.store.names) == ["open", "fixated", "strict"])
+    }
+
+    @Test("corsOrigins hold for the version the signed entry publishes only")
+    func corsForTheEntrysVersion() throws {
+        let json = #"{"id": "x", "version": "2.0.0", "corsOrigins": ["*"]}"#
+        let settings = try JSONDecoder().decode(ServingSettings.self, from: Data(json.utf8))
+        let v2 = RoutedPackage(id: PackageID("x")!, version: SemanticVersion(2, 0, 0), settings: settings)
+        let v1 = RoutedPackage(id: PackageID("x")!, version: SemanticVersion(1, 0, 0), settings: settings)
+        #expect(v2.corsOrigins == ["*"] && v1.corsOrigins.isEmpty)
+    }
 }

@@ -51,7 +51,7 @@ struct SchemeTaskCookieTests {
         let exchange = ScriptedExchange([
             "/api/login": (302, [("Location", "/api/home"), ("Set-Cookie", "sid=1; Path=/; HttpOnly")], "")
         ])
-        let task = FakeTask(SchemeRequest(url: "app://sample-app/api/login"))
+        let task = FakeTask(SchemeRequest(url: "app://sample-app/api/login", mainDocumentURL: "app://sample-app/"))
         driver(exchange, follow: false).start(task)
         #expect(await task.waitForEnd())
         #expect(task.head?.0 == 302 && task.head?.1["Location"] == "/api/home")

@@ -22,7 +22,9 @@ Cases, each checked in both engines (the line prints both engines' values):
   3. c's page asking for a's origin through a passthrough is refused (403, networkHosts) and
      never reaches the origin.
   4. a restart with the same data directory: a's persistent cookie is back, the session ones gone.
-  5. page health (a/health.html, watched): a subframe of b and a same-origin subframe call ready
+  5. page health: a's page fetched as a document by b's page and framed by it with no script is
+     never judged (a@1.0.0 not failed past a 2 s deadline); a/health.html, watched: a subframe of b
+     and a same-origin subframe call ready
      and send error messages (WebKitGTK: the message handler; Chromium: larder.ready() and the
      gateway's report path): a@1.0.0 is neither confirmed nor failed; then, the same subframes
      forging errors, the main frame's ready confirms it.
@@ -146,6 +148,16 @@ A_HEALTH = HEAD + """(function () {
 })();
 """ + TAIL
 
+B_SERVED = HEAD + """(async function () {
+  // a's page, served to b's fetch as a document, and framed with no script: never judged.
+  await get(origin('a') + '/health.html', { mode: 'no-cors', headers: { Accept: 'text/html' } });
+  var f = document.createElement('iframe'); f.setAttribute('sandbox', ''); f.src = origin('a') + '/health.html';
+  document.body.appendChild(f);
+  done({ served: true });
+  if (window.larder) window.larder.ready();
+})();
+""" + TAIL
+
 FORGE = HEAD + """(function () {
   var h = window.webkit && window.webkit.messageHandlers && window.webkit.messageHandlers.larderHealth;
   if (window.larder && window.larder.ready) window.larder.ready();
@@ -203,6 +215,8 @@ CASES = [
     ("4. after a restart with the same data directory: the persistent cookie is back, the session ones gone",
      lambda r: cookies(r["persist"].get("cookie")) == {"keep=1"}
      and cookies(r["persist"].get("whoami", {}).get("cookie")) == {"keep=1"}),
+    ("5. a's page served to b's fetch and framed by b with no script is never judged: a@1.0.0 not failed past the "
+     "deadline", lambda r: r["healthServed"] not in ("confirmed", "failed")),
     ("5. subframes (b's, and a's own) calling ready or sending errors neither confirm nor fail a@1.0.0",
      lambda r: r["healthFrames"] not in ("confirmed", "failed")),
     ("5. with the same subframes forging errors, the main frame's ready confirms a@1.0.0",
@@ -264,7 +278,7 @@ def main():
         ls.run([larder, "keygen", "--out", "key"])
         pages = {"a": {"login.html": A_LOGIN, "persist.html": A_PERSIST, "health.html": A_HEALTH,
                        "forge.html": FORGE},
-                 "b": {"attack.html": B_ATTACK, "forge.html": FORGE},
+                 "b": {"attack.html": B_ATTACK, "forge.html": FORGE, "served.html": B_SERVED},
                  "c": {"net.html": C_NET, "data.json": '{"shared": true}\n'}}
         extra = {"a": ["--bypass", "/api/"], "b": ["--bypass", "/api/"],
                  "c": ["--cors-origin", "larder://b", "--cors-origin", "http://b.test", "--network-host", "api.c.test"]}
@@ -345,6 +359,9 @@ def run_webkit(work, start, stop):
     out["attack"] = view("attack", "larder://b/attack.html")
     out["net"] = view("net", "larder://c/net.html")
     out["persist"] = view("persist", "larder://a/persist.html")
+    view("healthServed", "larder://b/served.html", "--page-health", "--ready-deadline", "2", "--settle", "1",
+         "--stay", "3")
+    out["healthServed"] = health(work, "sb-webkit")
     for name, query in (("healthFrames", ""), ("health", "?ready")):
         view(name, "larder://a/health.html" + query, "--page-health", "--ready-deadline", "20",
              "--max-script-errors", "1", "--settle", "4")
@@ -362,8 +379,11 @@ def run_chromium(work, larder, chromium, start, stop):
     tmp = os.path.join(work, "chromium-tmp")
     os.makedirs(tmp, exist_ok=True)
 
+    runs = []
+
     def gateway(*extra):
-        log = os.path.join(work, "gateway%s.log" % ("-health" if extra else ""))
+        runs.append(1)
+        log = os.path.join(work, "gateway-%d.log" % len(runs))
         g = start([larder, "serve", "--root", "sb-chromium", "--listen", "127.0.0.1:%d" % port, "--upstream-scheme",
                    "http", *extra], log)
         for _ in range(100):
@@ -390,6 +410,11 @@ def run_chromium(work, larder, chromium, start, stop):
     out["persist"] = visit("http://a.test/persist.html")
     stop(g)
     out["refusedC"] = "networkHosts does not list a.test" in open(log).read()
+    g, _ = gateway("--page-health", "--ready-deadline", "2", "--max-script-errors", "1")
+    visit("http://b.test/served.html", budget=3000)
+    time.sleep(3.5)
+    stop(g)
+    out["healthServed"] = health(work, "sb-chromium")
     for name, query in (("healthFrames", ""), ("health", "?ready")):
         g, _ = gateway("--page-health", "--ready-deadline", "20", "--max-script-errors", "1")
         visit("http://a.test/health.html" + query, budget=6000)
@@ -406,8 +431,13 @@ def ns_of():
 
 
 def health(work, sb):
+    """a's health as status gives it, or "failed" when its history has a page-health failure (a
+    first version, with nothing to roll back to, records the failure and stays pending)."""
     doc = ls.parse_json(ls.run([ls.larder_binary(), "status", "--root", os.path.join(work, sb), "--json"]))
-    return (ls.find_package(doc or {}, "a") or {}).get("health")
+    a = ls.find_package(doc or {}, "a") or {}
+    if any(e.get("event") == "failure" and "page health" in e.get("reason", "") for e in a.get("history", [])):
+        return "failed"
+    return a.get("health")
 
 
 if __name__ == "__main__":

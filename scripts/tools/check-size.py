@@ -26,8 +26,8 @@ PRODUCT = {"Larder", "LarderArchive", "LarderCore", "LarderFetch", "LarderFetchN
            "LarderWebKit", "LarderWebKitGTK", "LarderWebView"}
 # name: (limit now, the structure issue's target)
 LIMITS = {
-    "public declarations in the product modules": (1114, 600),
-    "functions over 60 lines": (21, 9),
+    "public declarations in the product modules": (1116, 600),
+    "functions over 60 lines": (18, 9),
     "files over 400 lines": (12, 6),
     "@unchecked Sendable": (48, 15),
     "@unchecked Sendable without a reason": (0, 0),
@@ -69,7 +69,8 @@ def long_functions(path, text, limit=60):
             elif code[i] == "}":
                 depth -= 1
                 if depth == 0:
-                    first = code.count("\n", 0, m.start()) + 1
+                    # The declaration's own line (the pattern's leading blanks may span lines).
+                    first = code.count("\n", 0, m.start() + len(m.group(0)) - len(m.group(0).lstrip())) + 1
                     last = code.count("\n", 0, i) + 1
                     if last - first + 1 > limit:
                         out.append((first, last - first + 1))
