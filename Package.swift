@@ -183,7 +183,11 @@ var package = Package(
         // LarderWebKit (compiled only where WebKit exists).
         .target(
             name: "LarderWebView",
-            dependencies: ["LarderCore", "LarderResolve", .product(name: "HTTPTypes", package: "swift-http-types")],
+            dependencies: [
+                "LarderCore", "LarderFileSystem", "LarderResolve",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ],
             swiftSettings: strict
         ),
         .target(

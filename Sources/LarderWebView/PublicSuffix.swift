@@ -1,4 +1,6 @@
 import Foundation
+import LarderFileSystem
+import SystemPackage
 
 /// The Public Suffix List (publicsuffix.org): which domains are suffixes under which anyone may
 /// register names (`com`, `co.uk`, `github.io`), so that a cookie's `Domain` attribute cannot
@@ -34,7 +36,7 @@ public struct PublicSuffixList: Sendable {
 
     /// The list in the file at `path`.
     public init(contentsOf path: String) throws {
-        try self.init(text: String(decoding: Data(contentsOf: URL(fileURLWithPath: path)), as: UTF8.self))
+        try self.init(text: String(decoding: AtomicFile.read(FilePath(path), limit: 16 << 20), as: UTF8.self))
     }
 
     /// The list in `text` (the list's file format); throws when it holds no rule.
