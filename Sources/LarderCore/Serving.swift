@@ -38,6 +38,15 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
         networkHosts = e.networkHosts
     }
 
+    /// Equal settings serve alike. The entry's version counts only when it lists `corsOrigins`
+    /// (they are for that version): a new release of a package with none changes no setting.
+    package static func == (a: ServingSettings, b: ServingSettings) -> Bool {
+        a.id == b.id && a.channel == b.channel && a.routes == b.routes && a.entry == b.entry
+            && a.spaFallback == b.spaFallback && a.policy == b.policy && a.onDemand == b.onDemand
+            && a.corsOrigins == b.corsOrigins && a.networkHosts == b.networkHosts
+            && (a.corsOrigins.isEmpty || a.version == b.version)
+    }
+
     /// Settings as given; the defaults are those of a package the index does not describe.
     package init(
         id: PackageID, channel: String = Channel.default, routes: [String] = [], entry: String = "index.html",
