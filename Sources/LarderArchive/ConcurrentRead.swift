@@ -109,14 +109,12 @@ extension ZipReader {
         let shared = SharedRead<C>(workers: workers)
         for w in 0..<workers {
             let worker = consumer.makeWorker()
-            let thread = Thread { [self] in
+            BlockingWork.start("larder.inflate") { [self] in
                 var worker = worker
                 let digests = work(
                     as: w, owners: owners, shared: shared, fd: fd, path: path, size: archiveSize, worker: &worker)
                 shared.workerEnded(w, worker: worker, digests: digests)
             }
-            thread.name = "larder.inflate"
-            thread.start()
         }
         var state = ReadState(limits: limits, archiveSize: archiveSize)
         var surveyed = withUTF8Locale { state.survey(a, publishingTo: shared) }

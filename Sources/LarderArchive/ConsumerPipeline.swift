@@ -40,9 +40,7 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
         self.batchBytes = batchBytes
         self.depth = depth
         filling.bytes.reserveCapacity(batchBytes)
-        let t = Thread { [self] in self.work() }
-        t.name = "larder.extract"
-        t.start()
+        BlockingWork.start("larder.extract") { [self] in self.work() }
     }
 
     /// A directory entry.

@@ -40,9 +40,7 @@ package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
         opener = sealed.makeOpener()
         self.output = output
         running = true
-        let thread = Thread { [self] in self.open(into: fd) }
-        thread.name = "larder.open-sealed"
-        thread.start()
+        BlockingWork.start("larder.open-sealed") { [self] in self.open(into: fd) }
     }
 
     /// The opening thread: reads, opens, writes and queues until the end, a failure or `stop()`.

@@ -11,18 +11,15 @@ import SystemPackage
 /// second (and at `deadline`) from anywhere; a non-nil answer ends the request with that outcome.
 package final class ResponseHandler: @unchecked Sendable {
     // @unchecked: `head` and `chunk` are called by one request at a time (its engine's serial
-    // queue or task); what `checkPace` shares with them is guarded by `windowLock`.
+    // queue or task); what `checkPace` shares with them is behind `window`.
     package let url: String
     let sink: HTTPTransport.Sink
     package let options: HTTPOptions
     private(set) var status = 0
     private(set) var headers: [String: String] = [:]
     private(set) var body = Data()
-    /// The floor's current window: when it began and the bytes received since (under
-    /// `windowLock`: `Mutex` needs macOS 15 / iOS 18, newer than the package's platforms).
-    private let windowLock = NSLock()
-    private var windowStart = ContinuousClock.now
-    private var windowBytes: Int64 = 0
+    /// The floor's current window: when it began and the bytes received since.
+    private let window = Locked((start: ContinuousClock.now, bytes: Int64(0)))
     /// Body bytes received so far.
     package private(set) var received: Int64 = 0
     /// When the whole transfer (every attempt of it) must be complete: `options.deadline` after
@@ -96,9 +93,7 @@ package final class ResponseHandler: @unchecked Sendable {
 
     /// A piece of the body. Nil to go on; else the failure that ends the request.
     package func chunk(_ bytes: UnsafeRawBufferPointer) -> HTTPTransport.Outcome? {
-        windowLock.lock()
-        windowBytes += Int64(bytes.count)
-        windowLock.unlock()
+        window.withLock { $0.bytes += Int64(bytes.count) }
         received += Int64(bytes.count)
         switch sink {
         case .memory(let limit):
@@ -126,14 +121,12 @@ package final class ResponseHandler: @unchecked Sendable {
         if ContinuousClock.now >= deadline {
             return .failed(Self.pastDeadline(url: url, options: options), retryable: false)
         }
-        windowLock.lock()
-        let elapsed = Self.seconds(ContinuousClock.now - windowStart)
-        let bytes = windowBytes
-        if elapsed >= options.floorWindow {
-            windowStart = .now
-            windowBytes = 0
+        let floorWindow = options.floorWindow
+        let (elapsed, bytes) = window.withLock { window in
+            let elapsed = Self.seconds(ContinuousClock.now - window.start)
+            defer { if elapsed >= floorWindow { window = (.now, 0) } }
+            return (elapsed, window.bytes)
         }
-        windowLock.unlock()
         guard elapsed >= options.floorWindow else { return nil }
         let rate = Double(bytes) / elapsed
         guard rate < options.minimumRate else { return nil }

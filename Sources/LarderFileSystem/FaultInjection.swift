@@ -272,13 +272,44 @@ final class SynchronizedFaultTable: FaultTable {
         let rootText: String
 
         /// Whether `path` lies under `root`. Every file-system call of the process asks this
-        /// while any scope is installed, so the common answer — a path that does not even start
-        /// with the root's text and has no `.`/`..` component that normalising could remove — is
-        /// found without normalising (which is slow, especially in a debug build).
+        /// while any scope is installed — and every test of the process makes its calls while
+        /// another test's scope is installed — so a path already in normal form (absolute, no
+        /// `.` or `..` component, no doubled separator: nearly every path the code makes) is
+        /// answered by comparing bytes at a component boundary. Only another path is normalised,
+        /// which is slow, especially in a debug build (swift-system checks its invariants on
+        /// every edit there: that took most of the test suite's time).
         func covers(_ path: FilePath) -> Bool {
             let text = path.string
-            if !text.hasPrefix(rootText) && !text.contains("/.") && !text.hasPrefix(".") { return false }
+            if Self.isNormalAbsolute(text.utf8) {
+                let t = text.utf8
+                let r = rootText.utf8
+                guard t.starts(with: r) else { return false }
+                if t.count == r.count || r.last == UInt8(ascii: "/") { return true }
+                return t[t.index(t.startIndex, offsetBy: r.count)] == UInt8(ascii: "/")
+            }
             return path.lexicallyNormalized().starts(with: root)
+        }
+
+        /// Whether `bytes` is an absolute path with no empty, `.` or `..` component (a trailing
+        /// separator aside): what lexical normalisation leaves unchanged.
+        static func isNormalAbsolute(_ bytes: String.UTF8View) -> Bool {
+            let slash = UInt8(ascii: "/")
+            let dot = UInt8(ascii: ".")
+            guard bytes.first == slash else { return false }
+            // The bytes of the current component so far: how many, and whether all are dots.
+            var length = 0
+            var dots = true
+            for b in bytes.dropFirst() {
+                if b == slash {
+                    if length == 0 || (dots && length <= 2) { return false }
+                    length = 0
+                    dots = true
+                } else {
+                    length += 1
+                    dots = dots && b == dot
+                }
+            }
+            return !(dots && (length == 1 || length == 2))
         }
     }
 

@@ -348,18 +348,8 @@ extension HTTPFields {
 }
 
 /// The port the server bound, once known.
-final class BoundPort: @unchecked Sendable {
-    // @unchecked: `value` is guarded by `lock`.
-    private let lock = NSLock()
-    private var value: Int?
-    var port: Int? {
-        lock.lock()
-        defer { lock.unlock() }
-        return value
-    }
-    func set(_ p: Int) {
-        lock.lock()
-        value = p
-        lock.unlock()
-    }
+final class BoundPort: Sendable {
+    private let value = Locked<Int?>(nil)
+    var port: Int? { value.withLock { $0 } }
+    func set(_ p: Int) { value.withLock { $0 = p } }
 }

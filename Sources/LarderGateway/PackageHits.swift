@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdCore
+import LarderCore
 import LarderResolve
 import Logging
 import NIOCore
@@ -22,7 +23,7 @@ struct GatewayChannel: ServerChildChannel, HTTPChannelHandler {
 
     var responder: HTTPChannelHandler.Responder { inner.responder }
 
-    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+    func setup(channel: any NIOCore.Channel, logger: Logger) -> EventLoopFuture<Value> {
         inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let ops = channel.pipeline.syncOperations
             let decoder = try ops.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
@@ -215,21 +216,16 @@ final class PackageHits: ChannelDuplexHandler, RemovableChannelHandler {
 }
 
 /// The `Date` header's value, formatted once a second.
-final class DateField: @unchecked Sendable {
-    // @unchecked: `second` and `value` are guarded by `lock`.
-    private let lock = NSLock()
-    private var second = 0
-    private var value = ""
+final class DateField: Sendable {
+    /// The second last formatted, and its text.
+    private let formatted = Locked((second: 0, value: ""))
 
     func now() -> String {
         let t = time(nil)
-        lock.lock()
-        defer { lock.unlock() }
-        if t != second {
-            second = t
-            value = Self.format(t)
+        return formatted.withLock { formatted in
+            if t != formatted.second { formatted = (t, Self.format(t)) }
+            return formatted.value
         }
-        return value
     }
 
     /// IMF-fixdate (RFC 9110 §5.6.7): `Sun, 06 Nov 1994 08:49:37 GMT`.

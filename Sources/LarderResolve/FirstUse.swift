@@ -9,8 +9,7 @@ import LarderStore
 /// once however many requests wait on it, and answer the request from the new snapshot — or,
 /// after `deadline`, as the package's policy says (the network, or an error page). A request is
 /// never left hanging.
-public final class FirstUse: @unchecked Sendable {
-    // @unchecked: `inFlight` and `catalog` are guarded by `lock`.
+public final class FirstUse: Sendable {
 
     /// How one first use ended.
     public enum Outcome: Sendable, Equatable, CustomStringConvertible {
@@ -42,10 +41,16 @@ public final class FirstUse: @unchecked Sendable {
     /// Told of every install this object started, when it ends (for events and log lines).
     public let onInstall: (@Sendable (PackageID, Outcome) -> Void)?
     let install: Install
-    private let lock = NSLock()
-    private var inFlight: [PackageID: Task<(String?, Double), Never>] = [:]
-    private var catalog: (snapshot: ObjectIdentifier, table: RouteTable, settings: [PackageID: ServingSettings])?
-    private var catalogFile: (FileIdentity?, [ServingSettings])?
+    /// The installs under way, by package.
+    private let inFlight = Locked<[PackageID: Task<(String?, Double), Never>]>([:])
+    /// The catalog table made for a snapshot, and the sharded catalog's rows for the accepted
+    /// index file they were read from.
+    private let catalogs = Locked(Catalogs())
+
+    private struct Catalogs {
+        var table: (snapshot: ObjectIdentifier, table: RouteTable, settings: [PackageID: ServingSettings])?
+        var file: (FileIdentity?, [ServingSettings])?
+    }
 
     /// First use over `resolver`, installing with `install`; a request waits at most `deadline`.
     public init(
@@ -72,12 +77,7 @@ public final class FirstUse: @unchecked Sendable {
     /// while the snapshot is the same.
     private func catalog(of snap: Snapshot) -> (RouteTable, [PackageID: ServingSettings]) {
         let key = ObjectIdentifier(snap)
-        lock.lock()
-        if let c = catalog, c.snapshot == key {
-            lock.unlock()
-            return (c.table, c.settings)
-        }
-        lock.unlock()
+        if let c = catalogs.withLock({ $0.table }), c.snapshot == key { return (c.table, c.settings) }
         var settings: [PackageID: ServingSettings] = [:]
         var routed: [RoutedPackage] = []
         for s in snap.settings.values where s.onDemand && snap.versions[s.id]?.active == nil {
@@ -91,9 +91,7 @@ public final class FirstUse: @unchecked Sendable {
             routed.append(RoutedPackage(id: s.id, version: SemanticVersion(0, 0, 0), settings: s))
         }
         let table = RouteTable(packages: routed)
-        lock.lock()
-        catalog = (key, table, settings)
-        lock.unlock()
+        catalogs.withLock { $0.table = (key, table, settings) }
         return (table, settings)
     }
 
@@ -101,9 +99,9 @@ public final class FirstUse: @unchecked Sendable {
     /// changed (a new catalog comes with a new index).
     private func catalogRows() -> [ServingSettings] {
         let identity = FileIdentity(resolver.layout.acceptedIndex)
-        if let (known, rows) = lock.withLock({ catalogFile }), known == identity { return rows }
+        if let (known, rows) = catalogs.withLock({ $0.file }), known == identity { return rows }
         let rows = identity == nil ? [] : resolver.layout.catalogSettings()
-        lock.withLock { catalogFile = (identity, rows) }
+        catalogs.withLock { $0.file = (identity, rows) }
         return rows
     }
 
@@ -112,7 +110,7 @@ public final class FirstUse: @unchecked Sendable {
     public func ensure(_ id: PackageID) async -> Outcome {
         let started = ContinuousClock.now
         let install = self.install
-        let (task, isNew) = lock.withLock { () -> (Task<(String?, Double), Never>, Bool) in
+        let (task, isNew) = inFlight.withLock { inFlight -> (Task<(String?, Double), Never>, Bool) in
             if let t = inFlight[id] { return (t, false) }
             let t = Task<(String?, Double), Never> {
                 let begun = ContinuousClock.now
@@ -126,7 +124,7 @@ public final class FirstUse: @unchecked Sendable {
             let onInstall = self.onInstall
             Task {
                 let (why, seconds) = await task.value
-                self.lock.withLock { _ = self.inFlight.removeValue(forKey: id) }
+                _ = self.inFlight.withLock { $0.removeValue(forKey: id) }
                 onInstall?(id, why.map { .failed($0) } ?? .installed(seconds: seconds))
             }
         }

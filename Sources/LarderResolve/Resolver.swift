@@ -14,9 +14,7 @@ import SystemPackage
 /// snapshot and swaps it in, while other threads go on resolving with the old one. Where the word
 /// cannot be mapped (a sandbox written by an older Larder, or not yet written), the state file's
 /// identity is checked instead, at most every 5 ms.
-public final class Resolver: @unchecked Sendable {
-    // @unchecked: `current`, `seenToken` and `rebuilding` are guarded by `lock`; the rest is
-    // immutable.
+public final class Resolver: Sendable {
     /// The sandbox's root directory.
     public let root: FilePath
     /// Custom schemes routed like `larder:` (lower case).
@@ -28,10 +26,15 @@ public final class Resolver: @unchecked Sendable {
     /// What this process's syncs hand over, if the app shares one with them.
     let handoff: ServingHandoff?
     private let watch: GenerationWatch
-    private let lock = NSLock()
-    private var current: Snapshot
-    private var seenToken: UInt64
-    private var rebuilding = false
+    /// The snapshot resolved with, the generation token it was built for, and whether a thread
+    /// is building the next one.
+    private struct Live {
+        var current: Snapshot
+        var seenToken: UInt64
+        var rebuilding = false
+    }
+
+    private let live: Locked<Live>
 
     /// Opens the sandbox at `root` for resolving and reads its current state. `handoff`, when
     /// the app's syncs share it, hands this resolver what they wrote (see `ServingHandoff`).
@@ -42,9 +45,12 @@ public final class Resolver: @unchecked Sendable {
         layout = SandboxLayout(root: root)
         packagesDirectory = layout.packages.string
         watch = GenerationWatch(layout: layout)
-        seenToken = watch.token()
+        let token = watch.token()
         handoff?.readerOpened()
-        do { current = try Snapshot.load(root: root, schemes: self.schemes, handoff: handoff) } catch {
+        do {
+            live = Locked(
+                Live(current: try Snapshot.load(root: root, schemes: self.schemes, handoff: handoff), seenToken: token))
+        } catch {
             handoff?.readerClosed()
             throw error
         }
@@ -63,9 +69,12 @@ public final class Resolver: @unchecked Sendable {
         layout = SandboxLayout(root: root)
         packagesDirectory = layout.packages.string
         watch = GenerationWatch(layout: layout)
-        seenToken = watch.token()
+        let token = watch.token()
         handoff = nil
-        current = try Snapshot.load(root: root, schemes: self.schemes, handoff: nil, onlyFor: url)
+        live = Locked(
+            Live(
+                current: try Snapshot.load(root: root, schemes: self.schemes, handoff: nil, onlyFor: url),
+                seenToken: token))
     }
 
     /// The snapshot to resolve with now: the current one, or — when the sandbox changed since it
@@ -73,23 +82,21 @@ public final class Resolver: @unchecked Sendable {
     /// which case this thread keeps the current one).
     package func snapshot() -> Snapshot {
         let token = watch.token()
-        lock.lock()
-        let snap = current
-        guard token != seenToken, !rebuilding else {
-            lock.unlock()
-            return snap
+        let (snap, build) = live.withLock { live in
+            guard token != live.seenToken, !live.rebuilding else { return (live.current, false) }
+            live.rebuilding = true
+            return (live.current, true)
         }
-        rebuilding = true
-        lock.unlock()
+        guard build else { return snap }
         let fresh = try? Snapshot.load(root: root, schemes: schemes, handoff: handoff, reusing: snap)
-        lock.lock()
-        rebuilding = false
-        // An unreadable state (a writer's bug, a damaged disk) keeps the last good snapshot; the
-        // token is still recorded so the failure is not retried on every call.
-        seenToken = token
-        if let fresh { current = fresh }
-        let now = current
-        lock.unlock()
+        let now = live.withLock { live in
+            live.rebuilding = false
+            // An unreadable state (a writer's bug, a damaged disk) keeps the last good snapshot;
+            // the token is still recorded so the failure is not retried on every call.
+            live.seenToken = token
+            if let fresh { live.current = fresh }
+            return live.current
+        }
         if fresh != nil { Self.retire(consume snap) }
         return now
     }
@@ -106,14 +113,12 @@ public final class Resolver: @unchecked Sendable {
     @discardableResult
     package func reload() throws(StoreError) -> Snapshot {
         let token = watch.token()
-        lock.lock()
-        let previous = current
-        lock.unlock()
+        let previous = live.withLock { $0.current }
         let fresh = try Snapshot.load(root: root, schemes: schemes, handoff: handoff, reusing: previous)
-        lock.lock()
-        seenToken = token
-        current = fresh
-        lock.unlock()
+        live.withLock { live in
+            live.seenToken = token
+            live.current = fresh
+        }
         Self.retire(consume previous)
         return fresh
     }
@@ -169,15 +174,14 @@ public final class Resolver: @unchecked Sendable {
 }
 
 /// A set of pinned package versions over a live resolver (see `Resolver.session(pinning:)`).
-public final class ResolverSession: @unchecked Sendable {
-    // @unchecked: `cache` is guarded by `lock`.
+public final class ResolverSession: Sendable {
     /// The live resolver; packages the session does not pin resolve through it as the sandbox changes.
     public let resolver: Resolver
     /// One lease per pinned package, in the order pinned; `release()` gives them all back.
     public let leases: [PinLease]
     let pinned: [RoutedPackage]
-    private let lock = NSLock()
-    private var cache: (Snapshot, RouteTable)?
+    /// The last table made, with the snapshot it was made from.
+    private let cache = Locked<(Snapshot, RouteTable)?>(nil)
 
     init(resolver: Resolver, leases: [PinLease], pinned: [RoutedPackage]) {
         self.resolver = resolver
@@ -194,16 +198,9 @@ public final class ResolverSession: @unchecked Sendable {
     /// put back.
     package func table() -> (Snapshot, RouteTable) {
         let snap = resolver.snapshot()
-        lock.lock()
-        if let c = cache, c.0 === snap {
-            lock.unlock()
-            return c
-        }
-        lock.unlock()
+        if let c = cache.withLock({ $0 }), c.0 === snap { return c }
         let t = snap.table.replacing(pinned)
-        lock.lock()
-        cache = (snap, t)
-        lock.unlock()
+        cache.withLock { $0 = (snap, t) }
         return (snap, t)
     }
 
@@ -220,14 +217,19 @@ public final class ResolverSession: @unchecked Sendable {
 
 /// Tells cheaply whether the sandbox's state may have changed (see `Resolver`).
 final class GenerationWatch: @unchecked Sendable {
-    // @unchecked: `mapped` is immutable after init; the fallback fields are guarded by `lock`.
+    // @unchecked: `mapped` (a raw pointer) is immutable after init; the rest is behind `fallback`.
     let layout: SandboxLayout
     /// The generation word, mapped read-only (8 bytes of `<root>/generation`).
     private let mapped: UnsafeRawPointer?
-    private let lock = NSLock()
-    private var lateMapping: UnsafeRawPointer?
-    private var lastCheck: UInt64 = 0
-    private var lastToken: UInt64 = 0
+    /// Without the word at init: its mapping once the file has it, else the last token and when
+    /// it was computed.
+    private struct Fallback {
+        var lateMapping: UnsafeRawPointer?
+        var lastCheck: UInt64 = 0
+        var lastToken: UInt64 = 0
+    }
+
+    private let fallback = Locked(Fallback())
 
     init(layout: SandboxLayout) {
         self.layout = layout
@@ -236,7 +238,9 @@ final class GenerationWatch: @unchecked Sendable {
 
     deinit {
         if let m = mapped { try? SystemCalls.unmap(m, length: 8, path: layout.generation) }
-        if let m = lateMapping { try? SystemCalls.unmap(m, length: 8, path: layout.generation) }
+        if let m = fallback.withLock({ $0.lateMapping }) {
+            try? SystemCalls.unmap(m, length: 8, path: layout.generation)
+        }
     }
 
     /// A number that changes when the state changes: the generation word; else (no word yet) a
@@ -247,25 +251,26 @@ final class GenerationWatch: @unchecked Sendable {
     }
 
     private func slowToken() -> UInt64 {
-        lock.lock()
-        defer { lock.unlock() }
-        if let m = lateMapping { return larder_load_u64(m) }
-        let now = Self.monotonicMilliseconds()
-        if lastCheck != 0 && now &- lastCheck < 5 { return lastToken }
-        lastCheck = now
-        if let m = Self.map(layout.generation) {
-            lateMapping = m
-            return larder_load_u64(m)
+        fallback.withLock { f in
+            if let m = f.lateMapping { return larder_load_u64(m) }
+            let now = Self.monotonicMilliseconds()
+            if f.lastCheck != 0 && now &- f.lastCheck < 5 { return f.lastToken }
+            f.lastCheck = now
+            if let m = Self.map(layout.generation) {
+                f.lateMapping = m
+                return larder_load_u64(m)
+            }
+            guard let st = try? SystemCalls.stat(layout.state) else {
+                f.lastToken = 0
+                return 0
+            }
+            let mtime = st.modificationTime
+            let nanos =
+                UInt64(truncatingIfNeeded: mtime.seconds) &* 1_000_000_000
+                &+ UInt64(truncatingIfNeeded: mtime.nanoseconds)
+            f.lastToken = (st.inode &* 0x9E37_79B9_7F4A_7C15) ^ nanos ^ (1 << 63)
+            return f.lastToken
         }
-        guard let st = try? SystemCalls.stat(layout.state) else {
-            lastToken = 0
-            return 0
-        }
-        let mtime = st.modificationTime
-        let nanos =
-            UInt64(truncatingIfNeeded: mtime.seconds) &* 1_000_000_000 &+ UInt64(truncatingIfNeeded: mtime.nanoseconds)
-        lastToken = (st.inode &* 0x9E37_79B9_7F4A_7C15) ^ nanos ^ (1 << 63)
-        return lastToken
     }
 
     /// Maps the first 8 bytes of `path` read-only, when the file holds at least 8 bytes (a

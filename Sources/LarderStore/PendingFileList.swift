@@ -13,15 +13,13 @@ package final class PendingFileList: @unchecked Sendable {
     /// Starts decoding `bytes` with `decode` on a thread of its own.
     package init(bytes: Data, decode: @escaping @Sendable (Data) throws -> FileList) {
         self.bytes = bytes
-        let thread = Thread { [self] in
+        BlockingWork.start("larder.decode-list") { [self] in
             let decoded = Result { try decode(bytes) }
             condition.lock()
             outcome = decoded
             condition.broadcast()
             condition.unlock()
         }
-        thread.name = "larder.decode-list"
-        thread.start()
     }
 
     /// The list, or why it did not decode; waits for the decoding thread.

@@ -7,15 +7,14 @@ import SystemPackage
 /// version. A file under `pins/<id>/<version>/` named after the holder's pid and process start
 /// time, so that a pin held by a dead process — or by a new process that reused its pid —
 /// expires. Released by `release()` or when the lease is deallocated.
-public final class PinLease: @unchecked Sendable {
-    // @unchecked: the only mutable field is `released`, guarded by `lock`.
+public final class PinLease: Sendable {
     /// The package whose version is held.
     public let id: PackageID
     /// The version gc keeps while the lease is held.
     public let version: SemanticVersion
     let path: FilePath
-    private let lock = NSLock()
-    private var released = false
+    /// Whether `release()` ran.
+    private let released = Locked(false)
 
     init(id: PackageID, version: SemanticVersion, path: FilePath) {
         self.id = id
@@ -25,11 +24,11 @@ public final class PinLease: @unchecked Sendable {
 
     /// Gives the version back to gc. Idempotent.
     public func release() {
-        lock.lock()
-        defer { lock.unlock() }
-        guard !released else { return }
-        released = true
-        try? SystemCalls.unlink(path)
+        let first = released.withLock { released in
+            defer { released = true }
+            return !released
+        }
+        if first { try? SystemCalls.unlink(path) }
     }
 
     deinit { release() }

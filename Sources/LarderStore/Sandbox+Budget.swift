@@ -7,13 +7,12 @@ import SystemPackage
 /// serves the package's files at most once a minute per package (`UsageRecorder`) — never a
 /// write per request, and never the state file. A package never served since it was installed
 /// counts from its newest installation.
-public final class UsageRecorder: @unchecked Sendable {
-    // @unchecked: `touched` is guarded by `lock`.
+public final class UsageRecorder: Sendable {
     let layout: SandboxLayout
     /// How long after a touch the next use of the same package is not written.
     let interval: TimeInterval
-    private let lock = NSLock()
-    private var touched: [PackageID: Date] = [:]
+    /// When each package was last touched by this recorder.
+    private let touched = Locked<[PackageID: Date]>([:])
 
     /// A recorder for the sandbox at `root`.
     public init(root: FilePath, interval: TimeInterval = 60) {
@@ -23,13 +22,12 @@ public final class UsageRecorder: @unchecked Sendable {
 
     /// Notes a use of `id` now: one `utimensat` (or the file's creation) at most every `interval`.
     public func note(_ id: PackageID, at now: Date = Date()) {
-        lock.lock()
-        if let last = touched[id], now.timeIntervalSince(last) < interval {
-            lock.unlock()
-            return
+        let due = touched.withLock { touched in
+            if let last = touched[id], now.timeIntervalSince(last) < interval { return false }
+            touched[id] = now
+            return true
         }
-        touched[id] = now
-        lock.unlock()
+        guard due else { return }
         UsageRecorder.touch(layout, id, at: now)
     }
 

@@ -24,8 +24,7 @@ import SystemPackage
 /// No process-wide instance: an app makes one and hands it to its resolver and to its syncs
 /// (`Resolver(root:schemes:handoff:)`, `SyncOptions.handoff`); `OfflinePackages` does. Without
 /// one, every snapshot reads what the sync wrote from disk, as another process's write.
-public final class ServingHandoff: @unchecked Sendable {
-    // @unchecked: every field is guarded by `lock`.
+public final class ServingHandoff: Sendable {
 
     /// A handoff with nothing kept.
     public init() {}
@@ -33,11 +32,15 @@ public final class ServingHandoff: @unchecked Sendable {
     /// How many writes' changes are kept per sandbox.
     package static let journalLength = 64
 
-    private let lock = NSLock()
-    /// Live resolvers in the process; nothing is kept while there are none.
-    private var readers = 0
-    /// By sandbox root.
-    private var roots: [String: Kept] = [:]
+    /// What the handoff holds, behind its lock.
+    private struct Shared {
+        /// Live resolvers in the process; nothing is kept while there are none.
+        var readers = 0
+        /// By sandbox root.
+        var roots: [String: Kept] = [:]
+    }
+
+    private let shared = Locked(Shared())
 
     /// What is kept for one sandbox.
     private struct Kept {
@@ -67,21 +70,21 @@ public final class ServingHandoff: @unchecked Sendable {
 
     /// A resolver opened: writers in this process start keeping what they write.
     package func readerOpened() {
-        lock.withLock { readers += 1 }
+        shared.withLock { s in s.readers += 1 }
     }
 
     /// A resolver closed; with none left, what is kept is dropped.
     package func readerClosed() {
-        let dropped: [String: Kept] = lock.withLock {
-            readers = max(0, readers - 1)
-            guard readers == 0 else { return [:] }
-            defer { roots = [:] }
-            return roots
+        let dropped: [String: Kept] = shared.withLock { s in
+            s.readers = max(0, s.readers - 1)
+            guard s.readers == 0 else { return [:] }
+            defer { s.roots = [:] }
+            return s.roots
         }
         withExtendedLifetime(dropped) {}
     }
 
-    private var wanted: Bool { lock.withLock { readers > 0 } }
+    private var wanted: Bool { shared.withLock { s in s.readers > 0 } }
 
     // MARK: Writers
 
@@ -91,18 +94,18 @@ public final class ServingHandoff: @unchecked Sendable {
         guard wanted else { return }
         let key = layout.root.string
         guard let identity = FileIdentity(layout.state) else {
-            lock.withLock { roots[key] = nil }
+            shared.withLock { s in s.roots[key] = nil }
             return
         }
         let serving = ServingState(state)
-        let base = lock.withLock { roots[key]?.known }
+        let base = shared.withLock { s in s.roots[key]?.known }
         let change = base.map {
             Change(
                 base: $0.identity, written: identity, changed: serving.packages.keysDiffering(from: $0.state.packages))
         }
-        lock.withLock {
-            guard readers > 0 else { return }
-            var kept = roots[key] ?? Kept()
+        shared.withLock { s in
+            guard s.readers > 0 else { return }
+            var kept = s.roots[key] ?? Kept()
             kept.written = (identity, serving)
             kept.known = (identity, serving)
             if let change, kept.journal.last?.written == change.base {
@@ -111,7 +114,7 @@ public final class ServingHandoff: @unchecked Sendable {
             } else {
                 kept.journal = change.map { [$0] } ?? []
             }
-            roots[key] = kept
+            s.roots[key] = kept
         }
     }
 
@@ -125,13 +128,13 @@ public final class ServingHandoff: @unchecked Sendable {
         var byChannel: [String: [String: ServingSettings]] = [:]
         for e in entries { byChannel[e.channel, default: [:]][e.id.rawValue] = ServingSettings(e) }
         guard let identity = FileIdentity(layout.acceptedIndex) else {
-            lock.withLock {
-                roots[key]?.index = nil
-                roots[key]?.indexChanges = nil
+            shared.withLock { s in
+                s.roots[key]?.index = nil
+                s.roots[key]?.indexChanges = nil
             }
             return
         }
-        let base = lock.withLock { roots[key]?.knownIndex }
+        let base = shared.withLock { s in s.roots[key]?.knownIndex }
         var changes: (from: FileIdentity, byChannel: [String: Set<String>])?
         if let base {
             var sets: [String: Set<String>] = [:]
@@ -140,13 +143,13 @@ public final class ServingHandoff: @unchecked Sendable {
             }
             changes = (base.identity, sets)
         }
-        lock.withLock {
-            guard readers > 0 else { return }
-            var kept = roots[key] ?? Kept()
+        shared.withLock { s in
+            guard s.readers > 0 else { return }
+            var kept = s.roots[key] ?? Kept()
             kept.index = (identity, byChannel)
             kept.knownIndex = (identity, byChannel)
             kept.indexChanges = changes
-            roots[key] = kept
+            s.roots[key] = kept
         }
     }
 
@@ -155,7 +158,7 @@ public final class ServingHandoff: @unchecked Sendable {
     /// The serving state kept for the file now at `layout.state`, and that file's identity, if
     /// it is the one written and the generation word names its generation.
     package func state(_ layout: SandboxLayout) -> (state: ServingState, identity: FileIdentity)? {
-        guard let kept = lock.withLock({ roots[layout.root.string]?.written }),
+        guard let kept = shared.withLock({ s in s.roots[layout.root.string]?.written }),
             FileIdentity(layout.state) == kept.identity,
             GenerationFile.read(layout) == kept.state.generation
         else { return nil }
@@ -165,13 +168,14 @@ public final class ServingHandoff: @unchecked Sendable {
     /// A resolver read `state` from the file with identity `identity`: the next write here is
     /// compared with it (unless what is known here is newer).
     package func readState(_ state: ServingState, identity: FileIdentity, _ layout: SandboxLayout) {
-        lock.withLock {
-            guard readers > 0 else { return }
+        shared.withLock { s in
+            guard s.readers > 0 else { return }
             let key = layout.root.string
-            if let known = roots[key]?.known, known.identity == identity || known.state.generation > state.generation {
+            if let known = s.roots[key]?.known, known.identity == identity || known.state.generation > state.generation
+            {
                 return
             }
-            roots[key, default: Kept()].known = (identity, state)
+            s.roots[key, default: Kept()].known = (identity, state)
         }
     }
 
@@ -180,8 +184,8 @@ public final class ServingHandoff: @unchecked Sendable {
     package func changes(_ layout: SandboxLayout, from: FileIdentity?, to: FileIdentity?) -> Set<String>? {
         guard let from, let to else { return nil }
         if from == to { return [] }
-        return lock.withLock {
-            guard let journal = roots[layout.root.string]?.journal,
+        return shared.withLock { s in
+            guard let journal = s.roots[layout.root.string]?.journal,
                 let start = journal.firstIndex(where: { $0.base == from })
             else { return nil }
             var out = Set<String>()
@@ -198,7 +202,8 @@ public final class ServingHandoff: @unchecked Sendable {
     package func settings(_ layout: SandboxLayout, identity: FileIdentity?, channel: String)
         -> [String: ServingSettings]?
     {
-        guard let identity, let kept = lock.withLock({ roots[layout.root.string]?.index }), kept.identity == identity
+        guard let identity, let kept = shared.withLock({ s in s.roots[layout.root.string]?.index }),
+            kept.identity == identity
         else { return nil }
         return kept.byChannel[channel] ?? [:]
     }
@@ -209,9 +214,9 @@ public final class ServingHandoff: @unchecked Sendable {
         _ settings: [String: ServingSettings], channel: String, identity: FileIdentity?, _ layout: SandboxLayout
     ) {
         guard let identity else { return }
-        lock.withLock {
-            guard readers > 0, roots[layout.root.string]?.knownIndex?.identity != identity else { return }
-            roots[layout.root.string, default: Kept()].knownIndex = (identity, [channel: settings])
+        shared.withLock { s in
+            guard s.readers > 0, s.roots[layout.root.string]?.knownIndex?.identity != identity else { return }
+            s.roots[layout.root.string, default: Kept()].knownIndex = (identity, [channel: settings])
         }
     }
 
@@ -222,8 +227,8 @@ public final class ServingHandoff: @unchecked Sendable {
     {
         guard let from, let to else { return nil }
         if from == to { return [] }
-        return lock.withLock {
-            guard let kept = roots[layout.root.string], kept.index?.identity == to,
+        return shared.withLock { s in
+            guard let kept = s.roots[layout.root.string], kept.index?.identity == to,
                 let changes = kept.indexChanges, changes.from == from
             else { return nil }
             return changes.byChannel[channel]

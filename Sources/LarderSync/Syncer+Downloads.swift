@@ -106,12 +106,10 @@ extension Syncer {
         StagedBundle, StoreError
     > {
         await withCheckedContinuation { continuation in
-            let thread = Thread {
+            BlockingWork.start("larder.extract-stream") {
                 continuation.resume(
                     returning: Result { () throws(StoreError) in try area.extract(streaming: watch, size: size) })
             }
-            thread.name = "larder.extract-stream"
-            thread.start()
         }
     }
 
@@ -351,21 +349,15 @@ extension Syncer {
 }
 
 /// Bytes per package across concurrent transfers.
-final class ByteCounter: @unchecked Sendable {
-    // @unchecked: `counts` is guarded by `lock`.
-    private let lock = NSLock()
-    private var counts: [String: Int64] = [:]
+final class ByteCounter: Sendable {
+    private let counts = Locked<[String: Int64]>([:])
 
     func add(_ id: String, _ n: Int64) -> Int64 {
-        lock.lock()
-        defer { lock.unlock() }
-        counts[id, default: 0] += n
-        return counts[id] ?? 0
+        counts.withLock { counts in
+            counts[id, default: 0] += n
+            return counts[id] ?? 0
+        }
     }
 
-    func value(_ id: String) -> Int64 {
-        lock.lock()
-        defer { lock.unlock() }
-        return counts[id] ?? 0
-    }
+    func value(_ id: String) -> Int64 { counts.withLock { $0[id] ?? 0 } }
 }

@@ -13,27 +13,17 @@ public enum TransportCall: Sendable, Equatable {
 
 /// A transport that records every call and hands it to another (a real `FileTransport` by
 /// default), so a test can assert how many requests a sync made and in which order.
-public final class RecordingTransport: Transport, @unchecked Sendable {
-    // @unchecked: `calls` is guarded by `lock`; `inner` is immutable and Sendable.
+public final class RecordingTransport: Transport, Sendable {
     private let inner: any Transport
-    private let lock = NSLock()
-    private var recorded: [TransportCall] = []
+    private let recorded = Locked<[TransportCall]>([])
 
     /// Records and forwards to `inner`.
     package init(_ inner: any Transport = FileTransport()) { self.inner = inner }
 
     /// The calls so far, in order.
-    public var calls: [TransportCall] {
-        lock.lock()
-        defer { lock.unlock() }
-        return recorded
-    }
+    public var calls: [TransportCall] { recorded.withLock { $0 } }
 
-    private func record(_ c: TransportCall) {
-        lock.lock()
-        recorded.append(c)
-        lock.unlock()
-    }
+    private func record(_ c: TransportCall) { recorded.withLock { $0.append(c) } }
 
     /// Records, then forwards.
     package func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {

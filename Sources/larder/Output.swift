@@ -36,11 +36,10 @@ struct OutputSink: Sendable {
 /// request. Lines keep their order; nothing is written, and no timer runs, while none wait.
 /// `flush()` writes what waits (a command calls it before it returns).
 final class LineBatch: @unchecked Sendable {
-    // @unchecked: `pending` and `scheduled` are guarded by `lock`; the sink is called under it,
-    // so batches reach it in order.
-    private let lock = NSLock()
-    private var pending = Data()
-    private var scheduled = false
+    // @unchecked: `sink` holds plain closures. The lines that wait and whether a flush is
+    // scheduled are behind `state`'s lock, and the sink is called under it, so batches reach it
+    // in order.
+    private let state = Locked((pending: Data(), scheduled: false))
     private let sink: OutputSink
     private let delay: DispatchTimeInterval
     private let limit: Int
@@ -55,26 +54,26 @@ final class LineBatch: @unchecked Sendable {
     /// Adds a line, escaped as `Output.line` does.
     func add(_ text: String) {
         let line = Quoting.sanitizeLine(text) + "\n"
-        lock.lock()
-        defer { lock.unlock() }
-        pending.append(contentsOf: line.utf8)
-        if pending.count >= limit {
-            writePending()
-        } else if !scheduled {
-            scheduled = true
-            queue.asyncAfter(deadline: .now() + delay) { [self] in flush() }
+        state.withLock { s in
+            s.pending.append(contentsOf: line.utf8)
+            if s.pending.count >= limit {
+                writePending(&s.pending)
+            } else if !s.scheduled {
+                s.scheduled = true
+                queue.asyncAfter(deadline: .now() + delay) { [self] in flush() }
+            }
         }
     }
 
     /// Writes the lines that wait now.
     func flush() {
-        lock.lock()
-        defer { lock.unlock() }
-        scheduled = false
-        writePending()
+        state.withLock { s in
+            s.scheduled = false
+            writePending(&s.pending)
+        }
     }
 
-    private func writePending() {
+    private func writePending(_ pending: inout Data) {
         guard !pending.isEmpty else { return }
         sink.out(pending)
         pending.removeAll(keepingCapacity: true)

@@ -39,7 +39,8 @@ struct ProgressLine: Encodable, Equatable {
 /// throttled to `interval` (a transfer reports every chunk it writes); index and package events
 /// are never dropped, and the last byte counts are flushed before a package's result.
 final class ProgressRenderer: @unchecked Sendable {
-    // @unchecked: `lock` guards every mutable member; events arrive from several transfers.
+    // @unchecked: `clock` and `output` are plain closures; every mutable member is in `state`,
+    // behind its lock (events arrive from several transfers).
 
     /// What is drawn.
     enum Mode: Equatable {
@@ -50,12 +51,16 @@ final class ProgressRenderer: @unchecked Sendable {
     private let interval: TimeInterval
     private let clock: () -> Date
     private let output: (String) -> Void
-    private let lock = NSLock()
-    private var done: [String: Int64] = [:]
-    private var totals: [String: Int64] = [:]
-    private var last: (id: String, done: Int64, total: Int64)?
-    private var lastEmitted = Date.distantPast
-    private var pending = false
+    /// The byte counts so far, and what was drawn when.
+    private struct State {
+        var done: [String: Int64] = [:]
+        var totals: [String: Int64] = [:]
+        var last: (id: String, done: Int64, total: Int64)?
+        var lastEmitted = Date.distantPast
+        var pending = false
+    }
+
+    private let state = Locked(State())
     private let encoder: JSONEncoder = {
         let e = JSONEncoder()
         e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -78,41 +83,43 @@ final class ProgressRenderer: @unchecked Sendable {
 
     /// Renders one event.
     func render(_ e: SyncEvent) {
-        lock.lock()
-        defer { lock.unlock() }
-        switch e {
-        case .index(let serial, let changed):
-            emit(ProgressLine(event: "index", serial: serial, changed: changed), bar: "index \(serial)")
-        case .bytes(let id, let d, let t):
-            done[id] = d
-            totals[id] = t
-            last = (id, d, t)
-            let now = clock()
-            if now.timeIntervalSince(lastEmitted) >= interval {
-                lastEmitted = now
-                emitBytes()
-            } else {
-                pending = true
+        state.withLock { s in
+            switch e {
+            case .index(let serial, let changed):
+                emit(ProgressLine(event: "index", serial: serial, changed: changed), bar: "index \(serial)")
+            case .bytes(let id, let d, let t):
+                s.done[id] = d
+                s.totals[id] = t
+                s.last = (id, d, t)
+                let now = clock()
+                if now.timeIntervalSince(s.lastEmitted) >= interval {
+                    s.lastEmitted = now
+                    emitBytes(&s)
+                } else {
+                    s.pending = true
+                }
+            case .package(let id, let outcome):
+                if s.pending { emitBytes(&s) }
+                if mode == .json {
+                    emit(ProgressLine(event: "package", package: id, outcome: outcome.rawValue), bar: nil)
+                }
             }
-        case .package(let id, let outcome):
-            if pending { emitBytes() }
-            if mode == .json { emit(ProgressLine(event: "package", package: id, outcome: outcome.rawValue), bar: nil) }
         }
     }
 
     /// Flushes the last byte counts and ends the bar's line.
     func finish() {
-        lock.lock()
-        defer { lock.unlock() }
-        if pending { emitBytes() }
-        if mode == .bar { output("\n") }
+        state.withLock { s in
+            if s.pending { emitBytes(&s) }
+            if mode == .bar { output("\n") }
+        }
     }
 
-    private func emitBytes() {
-        pending = false
-        guard let (id, d, t) = last else { return }
-        let all = done.values.reduce(0, +)
-        let total = totals.values.reduce(0, +)
+    private func emitBytes(_ s: inout State) {
+        s.pending = false
+        guard let (id, d, t) = s.last else { return }
+        let all = s.done.values.reduce(0, +)
+        let total = s.totals.values.reduce(0, +)
         let pct = total > 0 ? min(100, Int(all * 100 / total)) : 0
         let bar = String(repeating: "#", count: pct / 4).padding(toLength: 25, withPad: ".", startingAt: 0)
         emit(

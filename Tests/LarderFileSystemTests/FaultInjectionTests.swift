@@ -155,6 +155,27 @@ struct FaultInjectionTests {
         #expect(contents(faulty.appending("after")) == Array("z".utf8))
     }
 
+    @Test(
+        "a path is under a scope's root by its normal form: `.` and `..` components resolved, names made of dots kept",
+        arguments: [
+            ("a/./f", true), ("ab/../a/f", true), ("a/..f", true), ("a/.f", true), ("a/../ab/f", false),
+            ("ab/f", false), ("ab/../a/./g", true),
+        ])
+    func coveredBySpelling(spelled: String, covered: Bool) throws {
+        let dir = try testDirectory()
+        try SystemCalls.mkdir(dir.appending("a"))
+        try SystemCalls.mkdir(dir.appending("ab"))
+        let path = FilePath(dir.string + "/" + spelled)
+        try FaultInjector.withFaults(.fail(kind: .open, errno: .noSpace), under: dir.appending("a")) { scope in
+            let opened = Result { () throws(FileSystemError) in
+                try SystemCalls.open(path, .writeOnly, options: [.create, .truncate])
+            }
+            if case .success(let fd) = opened { try SystemCalls.close(fd, path: path) }
+            #expect((scope.hits == [1]) == covered, "\(path): hits \(scope.hits)")
+            #expect(covered ? (try? opened.get()) == nil : (try? opened.get()) != nil)
+        }
+    }
+
     @Test("a removed scope keeps its counts and injects nothing more")
     func removedScope() throws {
         let dir = try testDirectory()

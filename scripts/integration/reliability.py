@@ -12,9 +12,12 @@ class is a script beside this one, in scripts/integration/:
   URLs                   `url-browser.py` (the resolver against Chromium)
   concurrency (--soak)   `tsan-test.sh` (the concurrency suites under ThreadSanitizer)
 
-Usage: scripts/integration/reliability.py [--soak] [--only TEXT]... [--skip TEXT]...
+Usage: scripts/integration/reliability.py [--soak] [--only TEXT]... [--skip TEXT]... [--untimed | --timed]
   (--only / --skip: the classes whose name contains TEXT, or all but them; e.g. two runners at
   once: `--soak --only "random moment: install"` and `--soak --skip "random moment: install"`)
+  (--untimed: only the classes that measure no time, which may run beside other work;
+  --timed: only the four that do, which need the machine to themselves: scripts/test runs the
+  first beside the Swift suites and the second after them)
   (default) the counts `scripts/test` runs, a few minutes;
   --soak    the full counts: 1,200 + 400 random kills, every crash point of every command (up to
             300 per command), every distinct power-cut state, every errno at the 1st, 2nd, 4th…
@@ -94,8 +97,10 @@ def main():
     env = dict(os.environ)
     env["LARDER_BIN"] = ls.larder_binary()
     started = time.time()
+    untimed, timed = "--untimed" in args, "--timed" in args
     chosen = [(name, command, dict(env, **extra), alone) for name, command, extra, alone in classes(soak)
-              if not ((only and not any(t in name for t in only)) or any(t in name for t in skip))]
+              if not ((only and not any(t in name for t in only)) or any(t in name for t in skip))
+              and not (untimed and alone) and not (timed and not alone)]
     for name, command, _, alone in chosen:
         say("== reliability: %s (%s)%s" % (name, " ".join(os.path.basename(c) if k == 0 else c
                                                          for k, c in enumerate(command)),

@@ -7,7 +7,11 @@ structure targets limit and fails when a count is over its limit:
   - files over 400 lines;
   - `@unchecked Sendable` conformances, each of which must have a reason on its line or the next;
   - lock idioms other than `Synchronization.Mutex` and the `Locked` wrapper: `NSLock`,
-    `NSRecursiveLock`, `pthread_mutex`, `os_unfair_lock`, and `Thread` (threads made by hand).
+    `NSRecursiveLock`, `pthread_mutex`, `os_unfair_lock`, and `Thread` (threads made by hand) —
+    outside Sources/LarderCore/Concurrency.swift, where `Locked` keeps its one `NSLock` (why is
+    written there) and `BlockingWork` makes the threads that block;
+  - and, in scripts/, files over 600 lines (Python, shell, and the entry points without an
+    extension; a subject's scenarios go in scripts/lib/larder_scripts/ beside the shared library).
 Each limit is a ratchet at the count the tree had when the gate came (it may go down, never up),
 printed with the structure issue's target; lower a limit in LIMITS when a count falls. Function
 bodies are measured after string literals and comments are blanked, so a brace in a string does
@@ -29,9 +33,10 @@ LIMITS = {
     "public declarations in the product modules": (1116, 600),
     "functions over 60 lines": (18, 9),
     "files over 400 lines": (12, 6),
-    "@unchecked Sendable": (48, 15),
+    "@unchecked Sendable": (38, 15),
     "@unchecked Sendable without a reason": (0, 0),
-    "lock idioms other than Mutex and Locked (NSLock, Thread, pthread_mutex, os_unfair_lock)": (16, 0),
+    "lock idioms other than Mutex and Locked (NSLock, Thread, pthread_mutex, os_unfair_lock)": (0, 0),
+    "scripts over 600 lines": (0, 0),
 }
 
 STRING = re.compile(r'"""(?:.|\n)*?"""|"(?:\\.|[^"\\\n])*"')
@@ -108,10 +113,22 @@ def main():
                     if not reason:
                         counts["@unchecked Sendable without a reason"] += 1
                         details["@unchecked Sendable without a reason"].append("%s:%d" % (rel, i + 1))
-            for m in LOCKS.finditer(code):
+            for m in ([] if rel == os.path.join("Sources", "LarderCore", "Concurrency.swift") else LOCKS.finditer(code)):
                 key = "lock idioms other than Mutex and Locked (NSLock, Thread, pthread_mutex, os_unfair_lock)"
                 counts[key] += 1
                 details[key].append("%s:%d %s" % (rel, code.count("\n", 0, m.start()) + 1, m.group(0)))
+    for root, _, files in os.walk(os.path.join(CHECKOUT, "scripts")):
+        for f in sorted(files):
+            path = os.path.join(root, f)
+            if f.endswith((".pyc", ".template")) or "__pycache__" in path:
+                continue
+            try:
+                lines = open(path, encoding="utf-8").read().count("\n")
+            except UnicodeDecodeError:
+                continue  # a binary fixture is not a script
+            if lines > 600:
+                counts["scripts over 600 lines"] += 1
+                details["scripts over 600 lines"].append("%s (%d lines)" % (os.path.relpath(path, CHECKOUT), lines))
     failed = False
     for name, (limit, target) in LIMITS.items():
         n = counts[name]

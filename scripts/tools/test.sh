@@ -28,7 +28,8 @@ step() {
   fi
 }
 work=$(mktemp -d /tmp/larder-test.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+swift_test_pid=
+trap '[ -z "$swift_test_pid" ] || kill "$swift_test_pid" 2>/dev/null; rm -rf "$work"' EXIT
 
 echo "== scripts"
 step "scripts: each with the extension of its language (.sh, .py) but the six entry points, thin wrappers" \
@@ -47,16 +48,25 @@ if [ "$failed" -gt 0 ]; then
 fi
 
 echo "== build"
-swift_build debug
+# One debug build, products and test bundles, shared by every step below (a release build only
+# where a figure needs one: scripts/bench, not here).
+started=$SECONDS
+(swift build --build-tests >&2) || die "swift build --build-tests failed (the compiler's output is above)"
+echo "-- $((SECONDS - started)) s: swift build --build-tests"
 bin=$(swift_bin_dir debug)
 export LARDER_BIN="$bin/larder"
 
-echo "== swift test"
-started=$SECONDS
-swift test
-echo "-- $((SECONDS - started)) s: swift test"
+# The Swift suites run in the background, beside the steps that measure no time (each on
+# scratch directories and ports of its own); the steps that measure time — deadlines, kills
+# drawn over an unloaded run, stalls, a browser's loads — run after them with the machine to
+# themselves.
+echo "== swift test, in the background; beside it the steps that measure no time"
+swift_test_started=$SECONDS
+# The test bundle run directly, as `swift test --skip-build` runs it: SwiftPM would hold the
+# build directory's lock for the whole run, and the steps beside it call SwiftPM.
+"$bin/LarderPackageTests.xctest" --testing-library swift-testing >"$work/swift-test.log" 2>&1 &
+swift_test_pid=$!
 
-echo "== integration"
 step "docs: the DocC catalog (getting started, page health) builds with no warning" scripts/tools/check-docs.sh
 step "demo runs to its end" env LARDER_DEMO_DIR="$work/demo" scripts/demo
 step "verify-bundles passes the demo repository" \
@@ -77,11 +87,27 @@ corrupt() {
 step "verify-bundles fails a corrupted repository, naming the bundle" corrupt
 step "sync against nginx: install, one-request no-change, objects-only update, Range resume, revoke, channels, same-second republish, updates by delta with every fallback and crashes, on-demand packages and a sharded index" scripts/integration/nginx-sync.py
 step "sync against nginx over https (private CA, HTTP/2): every nginx scenario, an untrusted CA refused, 60 objects over one connection" scripts/integration/nginx-sync.py --tls
-step "reliability (GUARANTEES.md): kill -9 of install (50) and sync (20), crashes at the Nth system call of 11 commands (eviction, first-use fetch, a sync onto a sharded index and an encrypted sync included), power-cut disk states, 165 runs with a failing system call and a read-only sandbox, a full disk (42 cases), 43 hostile archives on 3 paths, 58 origin faults, 200 URLs against Chromium" scripts/integration/reliability.py
+step "reliability (GUARANTEES.md), the classes that measure no time: crashes at the Nth system call of 11 commands (eviction, first-use fetch, a sync onto a sharded index and an encrypted sync included), power-cut disk states, 165 runs with a failing system call and a read-only sandbox, a full disk (42 cases), 43 hostile archives on 3 paths" \
+  env RELIABILITY_LANES=1 scripts/integration/reliability.py --untimed
 step "fuzz targets: every committed seed and hostile archive replayed through the four libFuzzer targets" scripts/tools/fuzz.sh --replay
 step "publishing through a CDN edge (Varnish before nginx): releases published while devices sync, index and signature cached apart, no failure" scripts/integration/edge.py
 step "encrypted packages over nginx and a Varnish edge: install, update by delta, rollback, refusals with their codes, verify with and without the key, no plaintext in the repository or the edge's cache" scripts/integration/encrypted.py
 step "resolve makes no system call (strace over a pass of 1,000 resolves, with a control)" env BENCH_BIN="$bin/larder-bench-resolve" scripts/benchmarks/bench-resolve.sh --check-syscalls-only
+
+echo "== swift test (waiting for it)"
+if wait "$swift_test_pid"; then
+  cat "$work/swift-test.log"
+  passed=$((passed + 1))
+  echo "-- $((SECONDS - swift_test_started)) s: swift test (beside the steps above)"
+else
+  cat "$work/swift-test.log"
+  echo "FAILED ($((SECONDS - swift_test_started)) s): swift test" >&2
+  failed=$((failed + 1))
+fi
+
+echo "== the steps that measure time, one at a time"
+step "reliability (GUARANTEES.md), the classes that measure time: kill -9 of install (50) and sync (20) at random moments, 58 origin faults, 200 URLs against Chromium" \
+  scripts/integration/reliability.py --timed
 step "browser: headless Chromium loads the sample app through larder serve (v1, v2, fallback)" scripts/integration/browser.sh
 step "on-demand packages in Chromium: installed at first open through larder serve, evicted by a budget, 503 past the deadline" scripts/integration/on-demand-browser.sh
 step "offline passthrough: in a network namespace with no route and no resolver, a forwarded request fails with 502 naming the cause, as fast as curl fails there" scripts/integration/offline-passthrough.sh
@@ -93,7 +119,6 @@ step "isolation between packages in WebKitGTK and Chromium (three packages, one 
   scripts/integration/isolation.py
 step "page health in Chromium: a page that throws before ready is rolled back after the deadline, healthy and slow pages confirmed by their ready signal" scripts/integration/page-health.sh
 step "the README's Linux quick start (OfflinePackages behind the gateway) with Chromium: launch, sync, veto, background sync, confirmations" env QUICKSTART_BIN="$bin/larder-quickstart" scripts/integration/quickstart.sh
-
 echo
-echo "scripts and integration: $passed passed, $failed failed"
+echo "scripts, swift test and integration: $passed passed, $failed failed ($SECONDS s in all)"
 [ "$failed" -eq 0 ]

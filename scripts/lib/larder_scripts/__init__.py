@@ -5,6 +5,10 @@ with its modules for the servers and scenarios more than one script runs:
     larder_scripts.nginx_server     nginx as a foreground child (nginx.conf.template beside it)
     larder_scripts.varnish_server   Varnish as a foreground child, a CDN edge before nginx
     larder_scripts.crash_scenarios  the scenarios and checks the crash tests share
+    larder_scripts.nginx_sync       nginx-sync.py's scenarios, by subject (basics, deltas, indexes,
+                                    transport) over their common checks
+    larder_scripts.fault_cases      faults.py's cases: rules, expected outcomes, log checks
+    larder_scripts.fault_server     the fault origin's rule table, log and handler (fault-origin.py)
 
 A script (scripts/FOLDER/X.py) finds it by its own location and names itself once:
 
