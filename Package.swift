@@ -302,7 +302,9 @@ var package = Package(
         .testTarget(
             name: "LarderFetchTests",
             dependencies: [
-                "LarderTestSupport", "LarderFetch", "LarderFetchNIO", "LarderCore", "LarderFileSystem",
+                // Both HTTP engines: one shared suite, run once with each (LARDER_TEST_ENGINE).
+                "LarderTestSupport", "LarderFetch", "LarderFetchNIO", "LarderFetchURLSession", "LarderCore",
+                "LarderFileSystem",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strict

@@ -41,26 +41,7 @@ package enum IndexRules {
             if RelativePath(p.entry) == nil {
                 add("bad-entry", "entry \(quoted(p.entry)) is not a valid relative path")
             }
-            let bundleName = p.encryption == nil ? "bundle.zip" : "bundle.sealed"
-            if p.bundle.path != "packages/\(id)/\(v)/\(bundleName)" {
-                add("bad-layout", "bundle path \(quoted(p.bundle.path)) should be packages/\(id)/\(v)/\(bundleName)")
-            }
-            if let e = p.encryption {
-                if e.files.path != "packages/\(id)/\(v)/files.sealed" {
-                    add(
-                        "bad-layout",
-                        "sealed file list path \(quoted(e.files.path)) should be packages/\(id)/\(v)/files.sealed")
-                }
-                if e.scheme != Encryption.scheme {
-                    add("bad-encryption", "encryption scheme \(quoted(e.scheme)) is not \(Encryption.scheme)")
-                }
-                if p.filesGzip != nil {
-                    add("bad-encryption", "an encrypted version has no filesGzip (it would be in the clear)")
-                }
-            }
-            if p.files.path != "packages/\(id)/\(v)/files.json" {
-                add("bad-layout", "file list path \(quoted(p.files.path)) should be packages/\(id)/\(v)/files.json")
-            }
+            checkLayout(p, add)
             for b in p.policy.bypass where !b.hasPrefix("/") {
                 add("bad-policy", "bypass prefix \(quoted(b)) must start with /")
             }
@@ -80,6 +61,33 @@ package enum IndexRules {
             }
         }
         return out
+    }
+
+    /// `p`'s documents where the repository layout puts them (`packages/<id>/<version>/…`), and
+    /// an encrypted version's scheme, with no file list in the clear.
+    private static func checkLayout(_ p: PackageEntry, _ add: (String, String) -> Void) {
+        let id = p.id.rawValue
+        let v = p.version.description
+        let bundleName = p.encryption == nil ? "bundle.zip" : "bundle.sealed"
+        if p.bundle.path != "packages/\(id)/\(v)/\(bundleName)" {
+            add("bad-layout", "bundle path \(quoted(p.bundle.path)) should be packages/\(id)/\(v)/\(bundleName)")
+        }
+        if let e = p.encryption {
+            if e.files.path != "packages/\(id)/\(v)/files.sealed" {
+                add(
+                    "bad-layout",
+                    "sealed file list path \(quoted(e.files.path)) should be packages/\(id)/\(v)/files.sealed")
+            }
+            if e.scheme != Encryption.scheme {
+                add("bad-encryption", "encryption scheme \(quoted(e.scheme)) is not \(Encryption.scheme)")
+            }
+            if p.filesGzip != nil {
+                add("bad-encryption", "an encrypted version has no filesGzip (it would be in the clear)")
+            }
+        }
+        if p.files.path != "packages/\(id)/\(v)/files.json" {
+            add("bad-layout", "file list path \(quoted(p.files.path)) should be packages/\(id)/\(v)/files.json")
+        }
     }
 
     /// `p`'s `corsOrigins` and `networkHosts` well formed, at most `PackageAccess.maxEntries`

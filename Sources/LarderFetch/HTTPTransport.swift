@@ -117,16 +117,7 @@ package final class HTTPTransport: Transport, Sendable {
                 try? SystemCalls.unlink(etagPath)
                 return
             }
-            var request = TransferRequest(url: url)
-            request.bulk = (expecting.size ?? expecting.limit) > Self.bulkBytes
-            if file.part.have > 0 {
-                request.headers["Range"] = "bytes=\(file.part.have)-"
-                if let bytes = try? AtomicFile.read(etagPath, limit: 4096),
-                    let tag = String(data: bytes, encoding: .utf8)
-                {
-                    request.headers["If-Range"] = tag
-                }
-            }
+            let request = resumeRequest(url, file: file, etagPath: etagPath, expecting: expecting)
             let outcome = await run(
                 request, sink: .file(file, progress: progress, etagPath: etagPath), deadline: deadline)
             switch outcome {
@@ -156,6 +147,21 @@ package final class HTTPTransport: Transport, Sendable {
                 await sleep(try retryAfter(error, retryable: retryable, attempt: attempt))
             }
         }
+    }
+
+    /// The next attempt's request: from the byte `file` holds up to (Range), with the validator
+    /// of the answer those bytes came from (If-Range), so a changed file is sent whole.
+    private func resumeRequest(
+        _ url: URL, file: PartFileBox, etagPath: FilePath, expecting: Expectation
+    ) -> TransferRequest {
+        var request = TransferRequest(url: url)
+        request.bulk = (expecting.size ?? expecting.limit) > Self.bulkBytes
+        guard file.part.have > 0 else { return request }
+        request.headers["Range"] = "bytes=\(file.part.have)-"
+        if let bytes = try? AtomicFile.read(etagPath, limit: 4096), let tag = String(data: bytes, encoding: .utf8) {
+            request.headers["If-Range"] = tag
+        }
+        return request
     }
 
     // MARK: retries

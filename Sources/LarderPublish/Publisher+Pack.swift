@@ -232,22 +232,10 @@ extension Publisher {
         let objects = try writeObjects(fileList, sources: tree.files.map(\.source), layout: layout)
         var listed = fileList
         for i in listed.files.indices { listed.files[i].packed = objects.packed[listed.files[i].sha256] }
-        let fileListData = try encode(listed)
-        try io { () throws(FileSystemError) in try AtomicFile.write(fileListData, to: staging.appending("files.json")) }
-        let gzipped: Data
-        do { gzipped = try pipeline.encodeDocument(fileListData) } catch {
-            throw .compression(path: "files.json", detail: "\(error)")
-        }
-        try io { () throws(FileSystemError) in try AtomicFile.write(gzipped, to: staging.appending("files.json.gz")) }
+        let (fileListRef, gzipRef) = try writeFileLists(listed, v, staging: staging)
         let bundleRef = BlobRef(
             path: RepositoryLayout.bundlePath(v.id, v.version), size: try fileSize(bundleFile),
             sha256: try digest(of: bundleFile))
-        let fileListRef = BlobRef(
-            path: RepositoryLayout.fileListPath(v.id, v.version), size: Int64(fileListData.count),
-            sha256: SHA256Digest.of(fileListData))
-        let gzipRef = BlobRef(
-            path: RepositoryLayout.fileListGzipPath(v.id, v.version), size: Int64(gzipped.count),
-            sha256: SHA256Digest.of(gzipped))
         let builder = DeltaBuilder(
             layout: layout, target: listed, targetRef: fileListRef,
             sources: Dictionary(
@@ -267,6 +255,27 @@ extension Publisher {
             fileList: fileListRef, fileCount: fileList.files.count, totalSize: fileList.totalSize,
             objects: (objects.written, objects.reused, objects.bytes), filesGzip: gzipRef, deltas: deltas,
             deltaRefs: deltaRefs, encryption: nil)
+    }
+
+    /// Writes a clear version's file list into `staging` as `files.json` and `files.json.gz`;
+    /// returns the references the index names them by.
+    func writeFileLists(
+        _ listed: FileList, _ v: ValidatedRequest, staging: FilePath
+    ) throws(PublishError) -> (list: BlobRef, gzip: BlobRef) {
+        let fileListData = try encode(listed)
+        try io { () throws(FileSystemError) in try AtomicFile.write(fileListData, to: staging.appending("files.json")) }
+        let gzipped: Data
+        do { gzipped = try pipeline.encodeDocument(fileListData) } catch {
+            throw .compression(path: "files.json", detail: "\(error)")
+        }
+        try io { () throws(FileSystemError) in try AtomicFile.write(gzipped, to: staging.appending("files.json.gz")) }
+        let list = BlobRef(
+            path: RepositoryLayout.fileListPath(v.id, v.version), size: Int64(fileListData.count),
+            sha256: SHA256Digest.of(fileListData))
+        let gzip = BlobRef(
+            path: RepositoryLayout.fileListGzipPath(v.id, v.version), size: Int64(gzipped.count),
+            sha256: SHA256Digest.of(gzipped))
+        return (list, gzip)
     }
 
     /// Writes the tree as a bundle at `output` with `pipeline` and checks it with the device's

@@ -25,19 +25,7 @@ extension Verifier {
             entry.files.path == RepositoryLayout.fileListPath(entry.id, entry.version)
         else { return }
 
-        // The file list.
-        var fileList: FileList?
-        if let data = checkBlob(entry.files, layout: layout, problem: problem) {
-            do {
-                let list = try ManifestCoding.decode(FileList.self, from: data, document: entry.files.path)
-                if list.id != entry.id || list.version != entry.version {
-                    problem("file-list-mismatch", entry.files.path, "the file list is for \(list.id) \(list.version)")
-                }
-                fileList = list
-            } catch {
-                problem(error.code(or: "file-list-schema"), entry.files.path, error.description)
-            }
-        }
+        let fileList = checkFileList(entry, layout: layout, problem: problem)
 
         // The bundle: present, declared size and hash, strict reader, same tree as the list.
         let bundlePath = layout.resolve(entry.bundle.path)
@@ -70,6 +58,24 @@ extension Verifier {
                 report.deltasChecked += 1
                 checkDelta(ref, entry, target: list, layout: layout, problem: problem)
             }
+        }
+    }
+
+    /// The entry's file list: present with its declared size and hash, decoding, and for this
+    /// package and version; nil when it cannot be read.
+    func checkFileList(
+        _ entry: PackageEntry, layout: RepositoryLayout, problem: (String, String?, String) -> Void
+    ) -> FileList? {
+        guard let data = checkBlob(entry.files, layout: layout, problem: problem) else { return nil }
+        do {
+            let list = try ManifestCoding.decode(FileList.self, from: data, document: entry.files.path)
+            if list.id != entry.id || list.version != entry.version {
+                problem("file-list-mismatch", entry.files.path, "the file list is for \(list.id) \(list.version)")
+            }
+            return list
+        } catch {
+            problem(error.code(or: "file-list-schema"), entry.files.path, error.description)
+            return nil
         }
     }
 

@@ -79,21 +79,7 @@ public struct Verifier: Sendable {
             }
         }
         report.serial = index.serial
-        if index.serial == 0 {
-            problem(
-                "index-serial", "serial is 0; the first published index has serial 1", file: RepositoryLayout.indexName)
-        }
-        if index.expires <= now() {
-            problem(
-                "index-expired",
-                "the index expired at \(ManifestCoding.formatRFC3339(index.expires)); re-sign it (any pack or revoke does)",
-                file: RepositoryLayout.indexName)
-        }
-        for issue in IndexRules.issues(index) {
-            problem(
-                issue.code, issue.message, package: issue.package, version: issue.version,
-                file: RepositoryLayout.indexName)
-        }
+        report.problems += indexProblems(index)
         var checkedObjects: [SHA256Digest: Bool] = [:]
         for entry in index.packages {
             report.packagesChecked += 1
@@ -101,6 +87,33 @@ public struct Verifier: Sendable {
         }
         report.objectsChecked = checkedObjects.count
         return report
+    }
+
+    /// What the decoded index itself breaks: a serial of 0, an expiry passed, the index rules.
+    func indexProblems(_ index: RepositoryIndex) -> [VerifyProblem] {
+        let file = RepositoryLayout.indexName
+        var out: [VerifyProblem] = []
+        if index.serial == 0 {
+            out.append(
+                VerifyProblem(
+                    code: "index-serial", package: nil, version: nil, file: file,
+                    message: "serial is 0; the first published index has serial 1"))
+        }
+        if index.expires <= now() {
+            out.append(
+                VerifyProblem(
+                    code: "index-expired", package: nil, version: nil, file: file,
+                    message:
+                        "the index expired at \(ManifestCoding.formatRFC3339(index.expires)); re-sign it (any pack or revoke does)"
+                ))
+        }
+        for issue in IndexRules.issues(index) {
+            out.append(
+                VerifyProblem(
+                    code: issue.code, package: issue.package, version: issue.version, file: file, message: issue.message
+                ))
+        }
+        return out
     }
 
     /// The index's signature file: readable, well formed, naming these index bytes, and signed

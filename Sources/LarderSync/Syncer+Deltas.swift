@@ -95,14 +95,12 @@ extension Syncer {
         if let part = file.patch { try? SystemCalls.unlink(part) }
     }
 
-    /// Fetches the objects the failed patches fell back to; a package one of whose objects fails
-    /// too falls back to its bundle, fetched here.
-    func fetchFallbacks(
-        _ changes: inout [PlanAction], outcome: inout PatchOutcome, fetched: inout Fetched, prepared p: Prepared,
-        entries: [PackageID: PackageEntry]
-    ) async {
-        // The names of the objects an encrypted delta does not name, from the sealed list; a
-        // package whose sealed list fails falls back to its bundle.
+    /// The objects an encrypted delta's failed patches fall back to, named from the sealed list
+    /// (the delta does not name them) and added to `outcome`'s jobs; returns the packages whose
+    /// sealed list failed (they fall back to their bundle) and the bytes each list cost.
+    func nameSealedFallbacks(
+        _ outcome: inout PatchOutcome, prepared p: Prepared, entries: [PackageID: PackageEntry]
+    ) async -> (failed: Set<PackageID>, wire: [PackageID: Int64]) {
         var unnamedFailed: Set<PackageID> = []
         var listWire: [PackageID: Int64] = [:]
         for (id, contents) in outcome.unnamed {
@@ -122,6 +120,16 @@ extension Syncer {
                 unnamedFailed.insert(id)
             }
         }
+        return (unnamedFailed, listWire)
+    }
+
+    /// Fetches the objects the failed patches fell back to; a package one of whose objects fails
+    /// too falls back to its bundle, fetched here.
+    func fetchFallbacks(
+        _ changes: inout [PlanAction], outcome: inout PatchOutcome, fetched: inout Fetched, prepared p: Prepared,
+        entries: [PackageID: PackageEntry]
+    ) async {
+        let (unnamedFailed, listWire) = await nameSealedFallbacks(&outcome, prepared: p, entries: entries)
         // A separate account, so that a fallback object's failure is not yet the package's.
         var more = Fetched()
         for (id, progress) in fetched.packages { more[id].bytes = progress.bytes }

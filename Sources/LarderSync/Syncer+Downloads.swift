@@ -278,28 +278,36 @@ extension Syncer {
         } else if failure == nil, let opening, case .success = extracted {
             opened = opening.output
         } else if failure == nil, let sealed {
-            // An object opens with its content's digest (its key is derived from it).
-            let (kind, pipeline): (BlobKind, BytePipeline) =
-                switch job {
-                case .object(_, let digest, _, _, _, _): (.object, sealed.forObject(digest))
-                case .patch: (.patch, sealed)
-                case .bundle: (.bundle, sealed)
-                }
-            let out = FilePath(part.string + ".open")
-            do throws(BlobError) {
-                try pipeline.unseal(kind, part, to: out, limit: exp.limit)
-                opened = out
-            } catch {
-                try? SystemCalls.unlink(part)
-                if case .io(let e) = error {
-                    failure = .store(.io(e))
-                } else {
-                    failure = .sealed("\(u.lastPathComponent): \(error)")
-                }
+            switch unseal(job, part, with: sealed, limit: exp.limit, url: u) {
+            case .success(let out): opened = out
+            case .failure(let f): failure = f
             }
         }
         let seconds = Date().timeIntervalSince(started)
         return Transfer(job: job, failure: failure, seconds: seconds, extraction: extracted, opened: opened)
+    }
+
+    /// Opens a downloaded sealed blob beside its part (`<part>.open`), its sealed bytes already
+    /// checked by the transfer; an object opens with its content's digest (its key is derived
+    /// from it). A blob that does not open is deleted, not resumed.
+    static func unseal(
+        _ job: Job, _ part: FilePath, with sealed: BytePipeline, limit: Int64, url: URL
+    ) -> Result<FilePath, PackageFailure> {
+        let (kind, pipeline): (BlobKind, BytePipeline) =
+            switch job {
+            case .object(_, let digest, _, _, _, _): (.object, sealed.forObject(digest))
+            case .patch: (.patch, sealed)
+            case .bundle: (.bundle, sealed)
+            }
+        let out = FilePath(part.string + ".open")
+        do throws(BlobError) {
+            try pipeline.unseal(kind, part, to: out, limit: limit)
+            return .success(out)
+        } catch {
+            try? SystemCalls.unlink(part)
+            if case .io(let e) = error { return .failure(.store(.io(e))) }
+            return .failure(.sealed("\(url.lastPathComponent): \(error)"))
+        }
     }
 
     /// Files a finished transfer's outcome: the part file, or the failure and the part to resume.

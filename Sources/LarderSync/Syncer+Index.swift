@@ -238,35 +238,8 @@ extension Syncer {
         for a in plan.actions where a.skip == .fileListNeeded {
             guard let e = entries[a.id] else { continue }
             if let encryption = e.encryption {
-                // The key first: nothing of the version is fetched without it.
-                let pipeline: BytePipeline
-                switch sealedPipeline(e, encryption) {
-                case .success(let p): pipeline = p
-                case .failure(let f):
-                    out.failures[a.id] = f
-                    continue
-                }
-                if let active = sandbox.state[a.id].active, let ref = e.delta(from: active) {
-                    switch await listFromDelta(
-                        e, ref, active: active, sealed: (pipeline, encryption), transport: transport, base: base,
-                        sandbox: sandbox)
-                    {
-                    case .success(let (list, bytes, delta, wire)):
-                        out.take(a.id, list, bytes, wire: wire)
-                        out.deltas[a.id] = delta
-                        out.sealed[a.id] = pipeline
-                        continue
-                    case .failure(let why):
-                        out.deltaNotes[a.id] = why.description
-                    }
-                }
-                switch await fetchSealedList(e, encryption, pipeline: pipeline, transport: transport, base: base) {
-                case .success(let (list, bytes, wire)):
-                    out.take(a.id, list, bytes, wire: wire)
-                    out.sealed[a.id] = pipeline
-                case .failure(let failure):
-                    out.failures[a.id] = failure
-                }
+                await fetchListOfSealed(
+                    a.id, e, encryption, into: &out, transport: transport, base: base, sandbox: sandbox)
                 continue
             }
             if let active = sandbox.state[a.id].active, let ref = e.delta(from: active) {
@@ -290,6 +263,44 @@ extension Syncer {
             }
         }
         return out
+    }
+
+    /// `fetchLists` for an encrypted version: its key unwrapped first (nothing of the version is
+    /// fetched without it), then the list from a delta of the active version, else the sealed
+    /// list, with the pipeline that opens the version's blobs.
+    func fetchListOfSealed(
+        _ id: PackageID, _ e: PackageEntry, _ encryption: Encryption, into out: inout Lists, transport: any Transport,
+        base: URL, sandbox: Sandbox
+    ) async {
+        // The key first: nothing of the version is fetched without it.
+        let pipeline: BytePipeline
+        switch sealedPipeline(e, encryption) {
+        case .success(let p): pipeline = p
+        case .failure(let f):
+            out.failures[id] = f
+            return
+        }
+        if let active = sandbox.state[id].active, let ref = e.delta(from: active) {
+            switch await listFromDelta(
+                e, ref, active: active, sealed: (pipeline, encryption), transport: transport, base: base,
+                sandbox: sandbox)
+            {
+            case .success(let (list, bytes, delta, wire)):
+                out.take(id, list, bytes, wire: wire)
+                out.deltas[id] = delta
+                out.sealed[id] = pipeline
+                return
+            case .failure(let why):
+                out.deltaNotes[id] = why.description
+            }
+        }
+        switch await fetchSealedList(e, encryption, pipeline: pipeline, transport: transport, base: base) {
+        case .success(let (list, bytes, wire)):
+            out.take(id, list, bytes, wire: wire)
+            out.sealed[id] = pipeline
+        case .failure(let failure):
+            out.failures[id] = failure
+        }
     }
 
     /// The delta manifest `ref` (decoded with `pipeline`: the standard one, or an encrypted

@@ -2,6 +2,7 @@ import Foundation
 import LarderCore
 import LarderFetch
 import LarderFetchNIO
+import LarderFetchURLSession
 import LarderFileSystem
 import LarderTestSupport
 import SystemPackage
@@ -140,10 +141,21 @@ final class ProgressTotal: Sendable {
     var value: Int64 { total.withLock { $0 } }
 }
 
+/// The HTTP engine these suites test: AsyncHTTPClient (Linux's), or, with
+/// `LARDER_TEST_ENGINE=urlsession`, URLSession (Apple platforms', here through
+/// FoundationNetworking). `scripts/test` runs this target once with each: one fetch suite that
+/// both engines pass.
+let testedStack: HTTPStack = {
+    switch ProcessInfo.processInfo.environment["LARDER_TEST_ENGINE"] {
+    case "urlsession": .urlSession
+    default: .nio
+    }
+}()
+
 extension HTTPTransport {
-    /// A transport over Linux's engine (AsyncHTTPClient), the one these suites test.
-    convenience init(options: HTTPOptions) throws(FetchError) { try self.init(options: options, stack: .nio) }
+    /// A transport over the engine under test (`testedStack`).
+    convenience init(options: HTTPOptions) throws(FetchError) { try self.init(options: options, stack: testedStack) }
 }
 
-/// The transport for a repository URL, with Linux's engine for http(s).
-func transport(for url: URL) throws(FetchError) -> any Transport { try transport(for: url, stack: .nio) }
+/// The transport for a repository URL, with the engine under test for http(s).
+func transport(for url: URL) throws(FetchError) -> any Transport { try transport(for: url, stack: testedStack) }

@@ -34,10 +34,15 @@ trap 'ip netns del "$ns" 2>/dev/null || true; rm -rf "/etc/netns/$ns"; _end_work
 ip netns exec "$ns" ip link set lo up
 
 cat >origin.py <<'EOF'
-import http.server, json
+import http.server, json, sys, threading
+LOG = threading.Lock()
 class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
-        print(self.command, self.path, self.headers.get("Cookie", ""), flush=True)
+        # One whole line per request, under a lock: the server answers on several threads, and
+        # print()'s pieces from two of them interleaved ("GETGET /favicon.ico") in a run.
+        with LOG:
+            sys.stdout.write("%s %s %s\n" % (self.command, self.path, self.headers.get("Cookie", "")))
+            sys.stdout.flush()
     def reply(self, status, doc, extra=()):
         body = json.dumps(doc).encode()
         self.send_response(status)

@@ -31,8 +31,8 @@ PRODUCT = {"Larder", "LarderArchive", "LarderCore", "LarderFetch", "LarderFetchN
 # name: (limit now, the structure issue's target)
 LIMITS = {
     "public declarations in the product modules": (1116, 600),
-    "functions over 60 lines": (18, 9),
-    "files over 400 lines": (12, 6),
+    "functions over 60 lines": (9, 9),
+    "files over 400 lines": (6, 6),
     "@unchecked Sendable": (38, 15),
     "@unchecked Sendable without a reason": (0, 0),
     "lock idioms other than Mutex and Locked (NSLock, Thread, pthread_mutex, os_unfair_lock)": (0, 0),
