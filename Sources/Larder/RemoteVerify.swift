@@ -72,8 +72,8 @@ extension Larder {
         mutating func document(_ path: String, maxBytes: Int) async -> Data? {
             do throws(FetchError) {
                 let doc = try await transport.document(base.appendingPathComponent(path), etag: nil, maxBytes: maxBytes)
-                let target = scratch.appending(path)
-                try? AtomicFile.makeDirectories(target.removingLastComponent())
+                let target = scratch.joined(path)
+                try? AtomicFile.makeDirectories(target.parentPath)
                 try? AtomicFile.write(doc.data, to: target, durable: false)
                 return doc.data
             } catch {
@@ -143,7 +143,7 @@ extension Larder {
             else { return }
             // The base's list names the patches' bases; it is read here (once) to know them.
             let baseList = RepositoryLayout.fileListPath(entry.id, ref.from)
-            let cached = try? AtomicFile.read(scratch.appending(baseList), limit: maxIndex)
+            let cached = try? AtomicFile.read(scratch.joined(baseList), limit: maxIndex)
             guard
                 let baseBytes = seen.insert(baseList).inserted ? await document(baseList, maxBytes: maxIndex) : cached,
                 let base = try? ManifestCoding.decode(FileList.self, from: baseBytes, document: baseList),
@@ -169,8 +169,8 @@ extension Larder {
                 let (path, limit) = files[next]
                 next += 1
                 group.addTask {
-                    let target = scratch.appending(path)
-                    try? AtomicFile.makeDirectories(target.removingLastComponent())
+                    let target = scratch.joined(path)
+                    try? AtomicFile.makeDirectories(target.parentPath)
                     do throws(FetchError) {
                         try await transport.download(
                             base.appendingPathComponent(path), to: target,

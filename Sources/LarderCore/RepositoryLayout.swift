@@ -16,21 +16,21 @@ package struct RepositoryLayout: Sendable {
     package static let pendingSuffix = ".pending"
 
     /// The signed index, `<root>/index.json`.
-    package var index: FilePath { root.appending(Self.indexName) }
+    package var index: FilePath { root.joined(Self.indexName) }
     /// The index's signatures, `<root>/index.json.sig`.
-    package var signature: FilePath { root.appending(Self.signatureName) }
+    package var signature: FilePath { root.joined(Self.signatureName) }
     /// The next index while a publication is under way, `<root>/index.json.pending`.
-    package var pendingIndex: FilePath { root.appending(Self.indexName + Self.pendingSuffix) }
+    package var pendingIndex: FilePath { root.joined(Self.indexName + Self.pendingSuffix) }
     /// The next signatures while a publication is under way, `<root>/index.json.sig.pending`.
-    package var pendingSignature: FilePath { root.appending(Self.signatureName + Self.pendingSuffix) }
+    package var pendingSignature: FilePath { root.joined(Self.signatureName + Self.pendingSuffix) }
     /// The directory of package versions (bundles and file lists), `<root>/packages`.
-    package var packages: FilePath { root.appending("packages") }
+    package var packages: FilePath { root.joined("packages") }
     /// The objects, one gzip-compressed file per content named by its SHA-256, `<root>/objects`.
-    package var objects: FilePath { root.appending("objects") }
+    package var objects: FilePath { root.joined("objects") }
 
     /// Every published index under its SHA-256, immutable (`<root>/indexes`): the copy a
     /// device fetches when the signature it got names another index than `index.json` gave it.
-    package var indexes: FilePath { root.appending("indexes") }
+    package var indexes: FilePath { root.joined("indexes") }
 
     /// `indexes/<sha256>.json` relative to the root.
     package static func indexCopyPath(_ digest: SHA256Digest) -> String { "indexes/\(digest.hex).json" }
@@ -97,6 +97,6 @@ package struct RepositoryLayout: Sendable {
     /// A repository-relative path made absolute. The relative paths come from this layout or
     /// from a verified index; `verify` checks index paths against the layout before use.
     package func resolve(_ relative: String) -> FilePath {
-        root.appending(relative)
+        root.joined(relative)
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import LarderCore
 import SystemPackage
 
 /// Durable file operations: every replacement is write-temp → fsync → rename → fsync(directory),
@@ -39,10 +40,12 @@ package enum AtomicFile {
         durable: Bool = true, wrapping wrap: (FileSystemError) -> E,
         _ body: (FileDescriptor, FilePath) throws(E) -> Void
     ) throws(E) {
-        let parent = path.removingLastComponent()
+        let parent = path.parentPath
         let dir = parent.isEmpty ? FilePath(".") : parent
-        let name = path.lastComponent?.string ?? "file"
-        let temp = dir.appending(".\(name).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let name = path.lastNameBytes
+        let temp = dir.joined(
+            Array(".".utf8) + (name.isEmpty ? Array("file".utf8) : name)
+                + Array(".tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))".utf8))
         let options: FileDescriptor.OpenOptions = [.create, .exclusiveCreate, .truncate]
         let fd: FileDescriptor
         do { fd = try SystemCalls.open(temp, .writeOnly, options: options, permissions: permissions) } catch {
@@ -87,7 +90,7 @@ package enum AtomicFile {
         for path in paths {
             // Existing parents may be symlinks to directories (a symlinked root): they are followed.
             for dir in try SystemCalls.makeDirectories(path) {
-                let parent = dir.removingLastComponent().isEmpty ? FilePath(".") : dir.removingLastComponent()
+                let parent = dir.parentPath.isEmpty ? FilePath(".") : dir.parentPath
                 if !parents.contains(parent) { parents.append(parent) }
             }
         }

@@ -1,4 +1,5 @@
 import Foundation
+import LarderCore
 import SystemPackage
 
 /// What kind of file a path names.
@@ -79,29 +80,24 @@ package struct FileStatus: Sendable, Hashable {
 
 /// A name found in a directory (never `.` or `..`), with its bytes exactly as on disk.
 package struct DirectoryEntry: Sendable, Hashable {
-    /// The name as a path component (any bytes but `/` and NUL).
-    package var name: FilePath.Component
+    /// The name's bytes as stored (any bytes but `/` and NUL, which need not be UTF-8).
+    package var bytes: [UInt8]
 
-    /// Creates an entry.
-    package init(name: FilePath.Component) {
-        self.name = name
+    /// Creates an entry from a name's bytes.
+    package init(bytes: [UInt8]) {
+        self.bytes = bytes
     }
 
-    /// The name's bytes as stored (which need not be UTF-8).
-    package var bytes: [UInt8] {
-        name.withPlatformString { p in
-            var out: [UInt8] = []
-            var i = 0
-            while p[i] != 0 {
-                out.append(UInt8(bitPattern: p[i]))
-                i += 1
-            }
-            return out
-        }
+    /// The name as a path component. (Made on each use: a listing keeps bytes, since a
+    /// component costs swift-system a parse and its checks; see FilePath+Bytes.swift.)
+    package var name: FilePath.Component {
+        // A directory's entry names are non-empty and hold no `/`, so they are components;
+        // the fallback is never taken.
+        FilePath(bytes: bytes).lastComponent ?? "_"
     }
 
     /// The name as a string (bytes that are not UTF-8 are repaired, so it may name nothing).
-    package var string: String { name.string }
+    package var string: String { String(decoding: bytes, as: UTF8.self) }
 }
 
 /// What `flock` does.

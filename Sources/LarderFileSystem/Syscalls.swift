@@ -299,14 +299,12 @@ func system_readdir(_ stream: DirectoryStream) -> UnsafeMutablePointer<dirent>? 
 @inline(__always)
 func readdirFailed(_ entry: UnsafeMutablePointer<dirent>?) -> Bool { entry == nil && currentErrno() != 0 }
 
-/// A `dirent`'s name as a path component, its bytes kept exactly (`nil` for `.` and `..`).
-func component(of entry: UnsafeMutablePointer<dirent>) -> FilePath.Component? {
-    let name: FilePath.Component? = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-        raw.withMemoryRebound(to: CChar.self) { chars in
-            chars.firstIndex(of: 0).flatMap { end in FilePath.Component(platformString: Array(chars[...end])) }
-        }
+/// A `dirent`'s name, its bytes kept exactly (`nil` for `.` and `..`).
+func entryName(of entry: UnsafeMutablePointer<dirent>) -> [UInt8]? {
+    let name: [UInt8] = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+        Array(raw.prefix { $0 != 0 })
     }
-    guard let name, name.kind == .regular else { return nil }
+    if name.isEmpty || name == [UInt8(ascii: ".")] || name == [UInt8(ascii: "."), UInt8(ascii: ".")] { return nil }
     return name
 }
 

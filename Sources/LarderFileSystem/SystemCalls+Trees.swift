@@ -1,4 +1,5 @@
 import Foundation
+import LarderCore
 import SystemPackage
 
 extension SystemCalls {
@@ -36,7 +37,7 @@ extension SystemCalls {
         while true {
             let entry = try checked(.readdir, path, failed: readdirFailed) { system_readdir(stream) }
             guard let entry else { return entries }
-            if let name = component(of: entry) { entries.append(DirectoryEntry(name: name)) }
+            if let name = entryName(of: entry) { entries.append(DirectoryEntry(bytes: name)) }
         }
     }
 
@@ -67,7 +68,7 @@ extension SystemCalls {
     private static func removeContents(of dir: FileDescriptor, at path: FilePath) throws(FileSystemError) {
         for entry in try listDirectory(dir, path: path) {
             let name = FilePath(root: nil, [entry.name])
-            let full = path.appending(entry.name)
+            let full = path.joined(entry.name)
             let status: FileStatus
             do {
                 status = try Self.lstat(name, in: dir, directoryPath: path)
@@ -101,7 +102,7 @@ extension SystemCalls {
         var p = path
         while !p.isEmpty, (try? Self.stat(p))?.kind != .directory {
             missing.append(p)
-            let parent = p.removingLastComponent()
+            let parent = p.parentPath
             if parent == p { break }
             p = parent
         }

@@ -85,6 +85,7 @@ struct DeltaBuilder {
             guard f.size <= BinaryPatch.maxFileSize else { return nil }
             return ContentSketch(try readBase(f, basePipeline, fail))
         }
+        let names = BaseSelection.Names(base)
         for f in target.files where !held.contains(f.sha256) && seen.insert(f.sha256).inserted {
             withoutPatches += f.objectCost
             guard let position = targetAt[f.sha256] else {
@@ -101,7 +102,7 @@ struct DeltaBuilder {
             }
             guard SHA256Digest.of(content) == f.sha256 else { throw .changedWhilePacking(path: f.path.string) }
             let candidates = BaseSelection.candidates(
-                for: f, sketch: ContentSketch(content), in: base, contents: contents, index: index)
+                for: f, sketch: ContentSketch(content), in: names, contents: contents, index: index)
             guard !candidates.isEmpty else {
                 objects.append(position)
                 objectBytes += f.objectCost
@@ -160,10 +161,10 @@ struct DeltaBuilder {
         do { data = try pipeline.encodeDocument(ManifestCoding.encode(manifest)) } catch {
             throw fail("encoding the manifest: \(error)")
         }
-        let file = staging.appending("deltas").appending(
+        let file = staging.joined("deltas").joined(
             pipeline.isSealed ? "\(base.version).sealed" : "\(base.version).json.gz")
         try io { () throws(FileSystemError) in
-            try AtomicFile.makeDirectories(file.removingLastComponent())
+            try AtomicFile.makeDirectories(file.parentPath)
             try AtomicFile.write(data, to: file)
         }
         let ref = BlobRef(
@@ -215,7 +216,7 @@ struct DeltaBuilder {
         let path = layout.resolve(rel)
         if !AtomicFile.exists(path) {
             try io { () throws(FileSystemError) in
-                try AtomicFile.makeDirectories(path.removingLastComponent())
+                try AtomicFile.makeDirectories(path.parentPath)
                 try AtomicFile.write(patch, to: path)
             }
         }

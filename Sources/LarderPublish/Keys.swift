@@ -118,7 +118,7 @@ public enum PublisherKeys {
             throw .encoding("\(error)")
         }
         do {
-            let dir = out.removingLastComponent()
+            let dir = out.parentPath
             if !dir.isEmpty { try AtomicFile.makeDirectories(dir) }
             try AtomicFile.write(privateBytes, to: privatePath, permissions: [.ownerReadWrite])
             try AtomicFile.write(publicBytes, to: publicPath)

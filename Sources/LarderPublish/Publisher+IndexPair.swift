@@ -113,7 +113,7 @@ extension Publisher {
                 let path = layout.resolve(file.ref.path)
                 if AtomicFile.exists(path) { continue }
                 try io { () throws(FileSystemError) in
-                    try AtomicFile.makeDirectories(path.removingLastComponent())
+                    try AtomicFile.makeDirectories(path.parentPath)
                     try AtomicFile.write(file.bytes, to: path)
                 }
             }
@@ -143,14 +143,14 @@ extension Publisher {
     /// publications: a device that read one of those indexes may still fetch its shards). Best
     /// effort: a file left behind costs space, never correctness.
     func pruneShards(_ layout: RepositoryLayout) {
-        let dir = layout.root.appending("shards")
+        let dir = layout.root.joined("shards")
         guard let buckets = try? SystemCalls.listDirectory(dir) else { return }
         var named = Set<String>()
         guard let copies = try? SystemCalls.listDirectory(layout.indexes) else { return }
         for copy in copies where copy.name.string.hasSuffix(".json") {
             guard
                 let bytes = try? AtomicFile.read(
-                    layout.indexes.appending(copy.name), limit: ManifestCoding.maxDocumentBytes)
+                    layout.indexes.joined(copy.name), limit: ManifestCoding.maxDocumentBytes)
             else { return }
             // An inline index (no `shards` member anywhere in it) names none: not decoded.
             if bytes.range(of: Data("\"shards\"".utf8)) == nil { continue }
@@ -162,10 +162,10 @@ extension Publisher {
             }
         }
         for bucket in buckets {
-            let sub = dir.appending(bucket.name)
+            let sub = dir.joined(bucket.name)
             guard let files = try? SystemCalls.listDirectory(sub) else { continue }
             for file in files where !named.contains("shards/\(bucket.name.string)/\(file.name.string)") {
-                try? SystemCalls.unlink(sub.appending(file.name))
+                try? SystemCalls.unlink(sub.joined(file.name))
             }
             try? SystemCalls.rmdir(sub)
         }
@@ -179,7 +179,7 @@ extension Publisher {
     /// The publishers' lock of a repository (`.larder-publish.lock`): one pack, revoke or
     /// rotate-key at a time, so serials never collide and no staging directory in use is removed.
     func publishLock(_ layout: RepositoryLayout) throws(PublishError) -> FileLock {
-        do { return try FileLock(path: layout.root.appending(".larder-publish.lock"), timeout: lockTimeout) } catch {
+        do { return try FileLock(path: layout.root.joined(".larder-publish.lock"), timeout: lockTimeout) } catch {
             switch error {
             case .locked(let pid, _): throw .busy(holderPID: pid)
             case .io(let e): throw .io(e)
@@ -200,7 +200,7 @@ extension Publisher {
             try AtomicFile.write(bytes, to: copy)
         }
         guard let names = try? SystemCalls.listDirectory(layout.indexes) else { return }
-        let copies = names.filter { $0.name.string.hasSuffix(".json") }.map { layout.indexes.appending($0.name) }
+        let copies = names.filter { $0.name.string.hasSuffix(".json") }.map { layout.indexes.joined($0.name) }
         guard copies.count > Self.keptIndexCopies else { return }
         let dated = copies.map { ($0, (try? SystemCalls.stat($0))?.modificationTime ?? FileTime(seconds: 0)) }
         for (path, _) in dated.sorted(by: { $0.1 > $1.1 }).dropFirst(Self.keptIndexCopies) where path != copy {
@@ -211,7 +211,7 @@ extension Publisher {
     func removeStaleStaging(in dir: FilePath) {
         guard let entries = try? SystemCalls.listDirectory(dir) else { return }
         for entry in entries where entry.string.hasPrefix(".") && entry.string.contains(".staging-") {
-            let path = dir.appending(entry.name)
+            let path = dir.joined(entry.name)
             logger.notice("removing a staging directory left by an interrupted pack", metadata: ["path": "\(path)"])
             try? SystemCalls.removeTree(path)
         }

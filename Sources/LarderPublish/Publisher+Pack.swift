@@ -38,7 +38,7 @@ extension Publisher {
         var placed = 0
         defer { for s in staged.dropFirst(placed) { try? SystemCalls.removeTree(s.staging) } }
         // Left by an interrupted pack (ours are made below, under the lock).
-        for id in Set(valid.map(\.id.rawValue)) { removeStaleStaging(in: layout.packages.appending(id)) }
+        for id in Set(valid.map(\.id.rawValue)) { removeStaleStaging(in: layout.packages.joined(id)) }
         for (request, v) in zip(requests, valid) {
             try checkNew(v, channel: request.channel, in: index, layout)
             let previous = index.packages.first { $0.id == v.id && $0.channel == request.channel }
@@ -81,7 +81,7 @@ extension Publisher {
             }
             placed += 1
             try io { () throws(FileSystemError) in
-                try AtomicFile.syncDirectory(s.versionDir.removingLastComponent())
+                try AtomicFile.syncDirectory(s.versionDir.parentPath)
             }
         }
         let published = try publish(&index, layout, ttl: requests.map(\.timeToLive).min() ?? 30 * 24 * 3600)
@@ -212,9 +212,9 @@ extension Publisher {
     {
         let tree = try SourceTree.scan(request.source, limits: request.limits)
         guard tree.files.contains(where: { $0.path == v.entry }) else { throw .entryMissing(v.entry.string) }
-        let packageDir = layout.packages.appending(v.id.rawValue)
+        let packageDir = layout.packages.joined(v.id.rawValue)
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(packageDir) }
-        let staging = packageDir.appending(".\(v.version).staging-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        let staging = packageDir.joined(".\(v.version).staging-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(staging) }
         var finished = false
         defer { if !finished { try? SystemCalls.removeTree(staging) } }
@@ -225,7 +225,7 @@ extension Publisher {
             return s
         }
 
-        let bundleFile = staging.appending("bundle.zip")
+        let bundleFile = staging.joined("bundle.zip")
         let fileList = try writeBundle(request, v, tree, to: bundleFile, pipeline: pipeline)
         // Objects the repository lacks (content-addressed, so writing one is idempotent); the list
         // then says each object's size, for a device to weigh objects by what they cost.
@@ -263,12 +263,12 @@ extension Publisher {
         _ listed: FileList, _ v: ValidatedRequest, staging: FilePath
     ) throws(PublishError) -> (list: BlobRef, gzip: BlobRef) {
         let fileListData = try encode(listed)
-        try io { () throws(FileSystemError) in try AtomicFile.write(fileListData, to: staging.appending("files.json")) }
+        try io { () throws(FileSystemError) in try AtomicFile.write(fileListData, to: staging.joined("files.json")) }
         let gzipped: Data
         do { gzipped = try pipeline.encodeDocument(fileListData) } catch {
             throw .compression(path: "files.json", detail: "\(error)")
         }
-        try io { () throws(FileSystemError) in try AtomicFile.write(gzipped, to: staging.appending("files.json.gz")) }
+        try io { () throws(FileSystemError) in try AtomicFile.write(gzipped, to: staging.joined("files.json.gz")) }
         let list = BlobRef(
             path: RepositoryLayout.fileListPath(v.id, v.version), size: Int64(fileListData.count),
             sha256: SHA256Digest.of(fileListData))
@@ -357,7 +357,7 @@ extension Publisher {
                 packed[file.sha256] = try fileSize(objectPath)
                 continue
             }
-            try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(objectPath.removingLastComponent()) }
+            try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(objectPath.parentPath) }
             let result: EncodedBlob
             do { result = try pipeline.encodeObject(file: source, to: objectPath) } catch {
                 if case .io(let e) = error { throw .io(e) }

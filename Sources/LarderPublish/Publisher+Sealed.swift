@@ -28,7 +28,7 @@ extension Publisher {
             throw .encryption("the content key could not be wrapped: \(error)")
         }
 
-        let bundleFile = staging.appending("bundle.sealed")
+        let bundleFile = staging.joined("bundle.sealed")
         let fileList = try writeBundle(request, v, tree, to: bundleFile, pipeline: sealed)
 
         let objects = try writeSealedObjects(
@@ -55,9 +55,9 @@ extension Publisher {
             files: listRef, recipients: recipients, padding: request.pad ? Encryption.padme : nil)
         let encryptionData = try encode(encryption)
         try io { () throws(FileSystemError) in
-            try AtomicFile.write(sealedList, to: staging.appending("files.sealed"))
-            try AtomicFile.write(marker, to: staging.appending("files.json"))
-            try AtomicFile.write(encryptionData, to: staging.appending("encryption.json"))
+            try AtomicFile.write(sealedList, to: staging.joined("files.sealed"))
+            try AtomicFile.write(marker, to: staging.joined("files.json"))
+            try AtomicFile.write(encryptionData, to: staging.joined("encryption.json"))
         }
         // A delta names the list it leads to by its contents (the opened list without the
         // objects' names and sizes): a device checks the list it builds against it before using
@@ -126,7 +126,7 @@ extension Publisher {
         var bytes: Int64 = 0
         var written = 0
         var reused = 0
-        let temp = staging.appending("object.sealed")
+        let temp = staging.joined("object.sealed")
         for (file, source) in zip(fileList.files, sources) where names[file.sha256] == nil {
             let result: EncodedBlob
             do { result = try sealed.encodeObject(file: source, to: temp) } catch {
@@ -144,7 +144,7 @@ extension Publisher {
                 continue
             }
             try io { () throws(FileSystemError) in
-                try AtomicFile.makeDirectories(objectPath.removingLastComponent())
+                try AtomicFile.makeDirectories(objectPath.parentPath)
                 try SystemCalls.rename(temp, to: objectPath)
             }
             written += 1

@@ -47,7 +47,7 @@ package struct SourceTree: Sendable {
             case .success(let p): rel = p
             case .failure(let problem): throw .badName(path: display, problem: problem)
             }
-            let full = dir.appending(String(rel.lastComponent))
+            let full = dir.joined(String(rel.lastComponent))
             let status: FileStatus
             do { status = try SystemCalls.lstat(full) } catch { throw .io(error) }
             let key = rel.collisionKey

@@ -46,7 +46,7 @@ package enum UploadOrder {
         }
         var steps: [Step] = []
         for dir in immutableDirectories {
-            let path = root.appending(dir)
+            let path = root.joined(dir)
             guard AtomicFile.isDirectory(path) else { continue }
             try walk(path, relative: dir, into: &steps)
         }
@@ -55,7 +55,7 @@ package enum UploadOrder {
             (RepositoryLayout.indexName, Step.Phase.index), (RepositoryLayout.signatureName, .signature),
         ] {
             let status: FileStatus
-            do { status = try SystemCalls.stat(root.appending(name)) } catch { throw .io(error) }
+            do { status = try SystemCalls.stat(root.joined(name)) } catch { throw .io(error) }
             steps.append(Step(phase: phase, path: name, size: status.size))
         }
         return steps
@@ -69,7 +69,7 @@ package enum UploadOrder {
         for entry in entries {
             let name = entry.name.string
             if name.hasPrefix(".") { continue }
-            let path = dir.appending(entry.name)
+            let path = dir.joined(entry.name)
             let status: FileStatus
             do { status = try SystemCalls.stat(path) } catch { throw .io(error) }
             switch status.kind {
@@ -100,18 +100,18 @@ package enum UploadOrder {
         do throws(FileSystemError) {
             try AtomicFile.makeDirectories(target)
             for step in steps {
-                let destination = target.appending(step.path)
+                let destination = target.joined(step.path)
                 if step.phase == .immutable, let there = try? SystemCalls.stat(destination), there.kind == .regular,
                     there.size == step.size
                 {
                     report.skipped += 1
                     continue
                 }
-                let dir = destination.removingLastComponent()
+                let dir = destination.parentPath
                 try AtomicFile.makeDirectories(dir)
-                let temporary = dir.appending(".\(destination.lastComponent?.string ?? "file").upload-\(getpid())")
+                let temporary = dir.joined(".\(destination.lastComponent?.string ?? "file").upload-\(getpid())")
                 try? SystemCalls.unlink(temporary)
-                try SystemCalls.copyFile(root.appending(step.path), to: temporary)
+                try SystemCalls.copyFile(root.joined(step.path), to: temporary)
                 do throws(FileSystemError) {
                     let fd = try SystemCalls.open(temporary, .readOnly, options: [.noFollow])
                     defer { try? SystemCalls.close(fd, path: temporary) }

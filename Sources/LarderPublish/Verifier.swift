@@ -44,7 +44,7 @@ public struct Verifier: Sendable {
                 VerifyProblem(code: code, package: package, version: version, file: file, message: message))
         }
         for pending in [RepositoryLayout.indexName, RepositoryLayout.signatureName] {
-            if AtomicFile.exists(root.appending(pending + RepositoryLayout.pendingSuffix)) {
+            if AtomicFile.exists(root.joined(pending + RepositoryLayout.pendingSuffix)) {
                 problem(
                     "publication-interrupted",
                     "a pack or revoke was interrupted; run it again to complete or discard it",

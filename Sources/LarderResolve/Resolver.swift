@@ -131,7 +131,7 @@ public final class Resolver: Sendable {
     /// The file on disk for a local resolution.
     public func filePath(_ f: LocalFile) -> FilePath {
         // Joined as text and made a path once (every request that opens a file asks this): the
-        // same path as `layout.tree(f.package, f.version).appending(f.path.string)`, whose
+        // same path as `layout.tree(f.package, f.version).joined(f.path.string)`, whose
         // components are plain names and a relative path already checked.
         FilePath("\(packagesDirectory)/\(f.package.rawValue)/\(f.version)/\(f.path.string)")
     }

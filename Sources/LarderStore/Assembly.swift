@@ -13,8 +13,8 @@ extension StagingArea {
         list: FileList, local: [SHA256Digest: FilePath], objects: [SHA256Digest: FilePath]
     ) throws(StoreError) {
         for f in list.files {
-            let target = tree.appending(f.path.string)
-            try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(target.removingLastComponent()) }
+            let target = tree.joined(f.path.string)
+            try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(target.parentPath) }
             if let source = local[f.sha256] {
                 // A hard link shares the content; across file systems (or where links are
                 // refused) the bytes are copied.

@@ -50,7 +50,7 @@ struct Extractor: ArchiveConsumer {
         current = try SystemCalls.open(
             FilePath(s), in: rootFD, directoryPath: root, .writeOnly, options: [.create, .exclusiveCreate, .noFollow],
             permissions: [.ownerReadWrite, .groupRead, .otherRead])
-        currentPath = root.appending(s)
+        currentPath = root.joined(s)
     }
 
     mutating func write(_ chunk: UnsafeRawBufferPointer) throws {
@@ -72,7 +72,7 @@ struct Extractor: ArchiveConsumer {
     func makeDurable() throws(FileSystemError) {
         guard SystemCalls.syncsWholeFileSystem else {
             for dir in made.sorted(by: { $0.count > $1.count }) {
-                try AtomicFile.syncDirectory(dir.isEmpty ? root : root.appending(dir))
+                try AtomicFile.syncDirectory(dir.isEmpty ? root : root.joined(dir))
             }
             return
         }

@@ -57,7 +57,7 @@ enum Pins {
         let dir = layout.pinDirectory(id, version)
         try AtomicFile.makeDirectories(dir)
         let name = "\(getpid())-\(ownStart)-\(UInt32.random(in: 0...UInt32.max))"
-        let path = dir.appending(name)
+        let path = dir.joined(name)
         let fd = try SystemCalls.open(
             path, .writeOnly, options: [.create, .exclusiveCreate],
             permissions: [.ownerReadWrite, .groupRead, .otherRead])
@@ -76,7 +76,7 @@ enum Pins {
             if isAlive(pid: pid, start: start) {
                 live = true
             } else {
-                try? SystemCalls.unlink(dir.appending(name))
+                try? SystemCalls.unlink(dir.joined(name))
             }
         }
         if !live { try? SystemCalls.rmdir(dir) }

@@ -107,7 +107,7 @@ extension Sandbox {
                     let list = try? ManifestCoding.decode(FileList.self, from: data, document: "list")
                 else { continue }
                 for f in list.files where out[f.sha256] == nil {
-                    out[f.sha256] = layout.tree(id, v.version).appending(f.path.string)
+                    out[f.sha256] = layout.tree(id, v.version).joined(f.path.string)
                 }
             }
         }

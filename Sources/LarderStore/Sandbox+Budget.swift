@@ -118,8 +118,8 @@ extension Sandbox {
             report.evicted.append(id.rawValue)
             try? SystemCalls.unlink(layout.usage(id))
             // The package's own directories, now empty (a pinned version left behind keeps them).
-            try? SystemCalls.rmdir(layout.packages.appending(id.rawValue))
-            try? SystemCalls.rmdir(layout.lists.appending(id.rawValue))
+            try? SystemCalls.rmdir(layout.packages.joined(id.rawValue))
+            try? SystemCalls.rmdir(layout.lists.joined(id.rawValue))
         }
         report.after = bytesOnDisk().values.reduce(0, +)
         return report

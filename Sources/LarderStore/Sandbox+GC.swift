@@ -69,7 +69,7 @@ extension Sandbox {
         let trashed = layout.newTrashEntry(id, version)
         if AtomicFile.exists(tree) {
             try io { () throws(FileSystemError) in try SystemCalls.rename(tree, to: trashed) }
-            try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(tree.removingLastComponent()) }
+            try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(tree.parentPath) }
         }
         if !keepList { try? SystemCalls.unlink(layout.list(id, version)) }
         // Out of sight already; a failure here leaves bytes in trash/, emptied by the next open.

@@ -275,16 +275,16 @@ extension Sandbox {
         let target = layout.tree(id, version)
         // Unknown to the durable state until a state write names it.
         unsettled.insert(TreeName(id: id, version: version))
-        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(listPath.removingLastComponent()) }
+        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(listPath.parentPath) }
         if let staged = stagedLists.removeValue(forKey: "\(id)@\(version)"), AtomicFile.exists(staged) {
             // The bytes the list was decoded from, already durable under staging/.
             try io { () throws(FileSystemError) in try SystemCalls.rename(staged, to: listPath) }
-            try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(listPath.removingLastComponent()) }
+            try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(listPath.parentPath) }
         } else {
             let listData = try encoded(list, "file list")
             try io { () throws(FileSystemError) in try AtomicFile.write(listData, to: listPath) }
         }
-        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(target.removingLastComponent()) }
+        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(target.parentPath) }
         if AtomicFile.exists(target) {
             // A copy the state does not name, left by an interrupted operation and kept because a
             // session pinned it.
@@ -298,7 +298,7 @@ extension Sandbox {
             try? SystemCalls.unlink(listPath)
             throw .io(error)
         }
-        try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(target.removingLastComponent()) }
+        try io { () throws(FileSystemError) in try AtomicFile.syncDirectory(target.parentPath) }
         var pkg = state[id]
         let record = InstalledVersion(
             version: version, fileCount: list.files.count, size: list.totalSize, installedAt: now)
@@ -333,7 +333,7 @@ extension Sandbox {
         } else {
             // Elsewhere: each file, then each directory (assembled trees are small updates).
             for f in list.files {
-                let path = tree.appending(f.path.string)
+                let path = tree.joined(f.path.string)
                 guard let fd = try? SystemCalls.open(path, .readOnly) else { continue }
                 defer { try? SystemCalls.close(fd, path: path) }
                 try io { () throws(FileSystemError) in try SystemCalls.fsync(fd, path: path) }

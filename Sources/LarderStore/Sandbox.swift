@@ -315,7 +315,7 @@ public final class Sandbox {
         var out: [(PackageID, SemanticVersion)] = []
         for idName in names(layout.packages, complete: &complete).sorted() {
             guard let id = PackageID(idName) else { continue }
-            for v in names(layout.packages.appending(idName), complete: &complete).sorted() {
+            for v in names(layout.packages.joined(idName), complete: &complete).sorted() {
                 guard let version = SemanticVersion(v), version.description == v else { continue }
                 out.append((id, version))
             }
@@ -328,7 +328,7 @@ public final class Sandbox {
         var out: [(PackageID, SemanticVersion)] = []
         for idName in names(layout.lists, complete: &complete) {
             guard let id = PackageID(idName) else { continue }
-            for f in names(layout.lists.appending(idName), complete: &complete) where f.hasSuffix(".json") {
+            for f in names(layout.lists.joined(idName), complete: &complete) where f.hasSuffix(".json") {
                 if let v = SemanticVersion(String(f.dropLast(5))) { out.append((id, v)) }
             }
         }
@@ -338,7 +338,7 @@ public final class Sandbox {
     /// Removes everything inside `dir` (never following a link out of it).
     static func emptyDirectory(_ dir: FilePath) {
         for entry in (try? SystemCalls.listDirectory(dir)) ?? [] {
-            try? SystemCalls.removeTree(dir.appending(entry.name))
+            try? SystemCalls.removeTree(dir.joined(entry.name))
         }
     }
 
@@ -346,12 +346,12 @@ public final class Sandbox {
     /// file lists).
     static func removeTemporaryStateFiles(_ layout: SandboxLayout) {
         for n in names(layout.root) where n.hasPrefix(".state.json.tmp-") || n.hasPrefix(".last-sync.json.tmp-") {
-            try? SystemCalls.unlink(layout.root.appending(n))
+            try? SystemCalls.unlink(layout.root.joined(n))
         }
         for id in names(layout.lists) {
-            let dir = layout.lists.appending(id)
+            let dir = layout.lists.joined(id)
             for f in names(dir) where f.hasPrefix(".") && f.contains(".tmp-") {
-                try? SystemCalls.unlink(dir.appending(f))
+                try? SystemCalls.unlink(dir.joined(f))
             }
         }
     }

@@ -52,7 +52,7 @@ extension SandboxLayout {
         var kept = Set((shards?.files ?? []).map { "\($0.sha256.hex).json" })
         if let catalog = shards?.catalog { kept.insert("catalog-\(catalog.sha256.hex).json") }
         for entry in names where !kept.contains(entry.name.string) {
-            try? SystemCalls.unlink(indexShards.appending(entry.name))
+            try? SystemCalls.unlink(indexShards.joined(entry.name))
         }
         if shards == nil { try? SystemCalls.rmdir(indexShards) }
     }

@@ -24,7 +24,7 @@ package struct StagingArea: Sendable {
     package var pipeline: BytePipeline = .standard
 
     /// Where the version's tree is built: `<directory>/tree`.
-    package var tree: FilePath { directory.appending("tree") }
+    package var tree: FilePath { directory.joined("tree") }
 
     /// Extracts a bundle whose bytes are still arriving, as `ZipReader.read(streaming:…)` reads
     /// it, then makes the tree durable. Blocks while the source waits for bytes. Only for a

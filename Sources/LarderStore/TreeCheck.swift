@@ -10,10 +10,12 @@ package enum TreeCheck {
     /// Every problem found, as sentences naming the file; empty when the tree is exact.
     package static func problems(tree: FilePath, list: FileList) -> [String] {
         var problems: [String] = []
-        var seen: Set<String> = []
+        // Each regular file found, by its path under the tree, with its full path (made once:
+        // a FilePath costs swift-system a parse and its checks).
+        var seen: [String: FilePath] = [:]
         walk(tree, prefix: "", seen: &seen, problems: &problems)
         let listed = Set(list.files.map(\.path.string))
-        for extra in seen.subtracting(listed).sorted() { problems.append("\(extra): not in the file list") }
+        for extra in Set(seen.keys).subtracting(listed).sorted() { problems.append("\(extra): not in the file list") }
         // The files are hashed on every core at once (a verification reads the whole tree), each
         // worker with its own buffer; the problems keep the list's order.
         let files = list.files
@@ -25,8 +27,8 @@ package enum TreeCheck {
             var i = w
             while i < files.count {
                 let f = files[i]
-                if present.contains(f.path.string) {
-                    found.set(i, check(tree.appending(f.path.string), f, buffer: &buffer))
+                if let path = present[f.path.string] {
+                    found.set(i, check(path, f, buffer: &buffer))
                 } else {
                     found.set(i, "\(f.path): missing")
                 }
@@ -56,7 +58,9 @@ package enum TreeCheck {
         return nil
     }
 
-    private static func walk(_ dir: FilePath, prefix: String, seen: inout Set<String>, problems: inout [String]) {
+    private static func walk(
+        _ dir: FilePath, prefix: String, seen: inout [String: FilePath], problems: inout [String]
+    ) {
         guard let entries = try? SystemCalls.listDirectory(dir) else {
             problems.append("\(prefix.isEmpty ? "(root)" : prefix): cannot list the directory")
             return
@@ -64,11 +68,11 @@ package enum TreeCheck {
         for entry in entries {
             let name = entry.string
             let rel = prefix.isEmpty ? name : prefix + "/" + name
-            let full = dir.appending(entry.name)
+            let full = dir.joined(entry.bytes)
             guard let st = try? SystemCalls.lstat(full) else { continue }
             switch st.kind {
             case .directory: walk(full, prefix: rel, seen: &seen, problems: &problems)
-            case .regular: seen.insert(rel)
+            case .regular: seen[rel] = full
             default: problems.append("\(rel): not a regular file or directory")
             }
         }

@@ -71,7 +71,7 @@ extension Syncer {
         for entry in (try? SystemCalls.listDirectory(dir)) ?? [] {
             let n = entry.string
             let base = n.hasSuffix(".etag") ? String(n.dropLast(5)) : n
-            if !keep.contains(base) { try? SystemCalls.unlink(dir.appending(entry.name)) }
+            if !keep.contains(base) { try? SystemCalls.unlink(dir.joined(entry.name)) }
         }
     }
 

@@ -60,12 +60,12 @@ public final class ResolveEnv: @unchecked Sendable {
 
     /// The bundle of `id`@`version` in the repository.
     public func bundle(_ id: String, _ version: String) -> FilePath {
-        FilePath(repo.path).appending(RepositoryLayout.bundlePath(Self.names(id, version).0, Self.names(id, version).1))
+        FilePath(repo.path).joined(RepositoryLayout.bundlePath(Self.names(id, version).0, Self.names(id, version).1))
     }
 
     /// The file list of `id`@`version` in the repository.
     public func list(_ id: String, _ version: String) -> FilePath {
-        FilePath(repo.path).appending(
+        FilePath(repo.path).joined(
             RepositoryLayout.fileListPath(Self.names(id, version).0, Self.names(id, version).1))
     }
 

@@ -71,7 +71,7 @@ public final class SampleRepository: @unchecked Sendable {
         guard let pid = PackageID(id), let v = SemanticVersion(version) else {
             throw TestSupportError("\(id) \(version) is not a package id and version")
         }
-        return path.appending(RepositoryLayout.bundlePath(pid, v))
+        return path.joined(RepositoryLayout.bundlePath(pid, v))
     }
 
     /// `packages/<id>/<version>/files.json` in the repository.
@@ -79,6 +79,6 @@ public final class SampleRepository: @unchecked Sendable {
         guard let pid = PackageID(id), let v = SemanticVersion(version) else {
             throw TestSupportError("\(id) \(version) is not a package id and version")
         }
-        return path.appending(RepositoryLayout.fileListPath(pid, v))
+        return path.joined(RepositoryLayout.fileListPath(pid, v))
     }
 }

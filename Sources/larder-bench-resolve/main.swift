@@ -52,8 +52,8 @@ func fail(_ message: String) -> Never {
 /// Half the packages live under a shared CDN host, half on their own host.
 func base(_ p: Int) -> String { p % 2 == 0 ? "https://cdn.example.com/\(id(p))/" : "https://\(id(p)).example.com/" }
 
-let root = work.appending("sandbox")
-if !AtomicFile.exists(root.appending("state.json")) {
+let root = work.joined("sandbox")
+if !AtomicFile.exists(root.joined("state.json")) {
     try? SystemCalls.removeTree(work)
     let sandbox = try Sandbox.open(root)
     var entries: [PackageEntry] = []
@@ -64,8 +64,8 @@ if !AtomicFile.exists(root.appending("state.json")) {
         var files: [FileEntry] = []
         for path in paths(p) {
             let data = Data("\(id(p)) \(path)\n".utf8)
-            let file = staging.tree.appending(path)
-            try SystemCalls.makeDirectories(file.removingLastComponent())
+            let file = staging.tree.joined(path)
+            try SystemCalls.makeDirectories(file.parentPath)
             try SystemCalls.writeFile(data, to: file)
             guard let relative = RelativePath(path) else { fail("\(path) is not a relative path") }
             files.append(FileEntry(path: relative, size: Int64(data.count), sha256: SHA256Digest.of(data)))

@@ -104,16 +104,16 @@ func file(_ p: Int, _ j: Int) -> (String, String) {
     }
 }
 
-let sources = repo.removingLastComponent().appending("scale-src")
+let sources = repo.parentPath.joined("scale-src")
 try? SystemCalls.removeTree(sources)
 var requests: [PackRequest] = []
 for p in only.map({ [$0] }) ?? Array(0..<packages) {
-    let dir = sources.appending(id(p))
+    let dir = sources.joined(id(p))
     for j in 0..<files {
         let (rel, text) = file(p, j)
-        let path = dir.appending(rel)
+        let path = dir.joined(rel)
         do {
-            try AtomicFile.makeDirectories(path.removingLastComponent())
+            try AtomicFile.makeDirectories(path.parentPath)
             try AtomicFile.write(Data(text.utf8), to: path)
         } catch { fail("writing \(path): \(error)") }
     }

@@ -54,7 +54,7 @@ let routeTable: RouteTable = {
 }()
 
 let trusted = PrivateKey().publicKey
-let scratch = FilePath(ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp").appending(
+let scratch = FilePath(ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp").joined(
     "larder-fuzz-\(ProcessInfo.processInfo.processIdentifier).zip")
 
 func run(_ target: Target, _ data: Data) {

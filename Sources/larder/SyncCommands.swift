@@ -65,7 +65,7 @@ extension LarderCommand {
                         + "file and keep the private key with the publisher")
             }
             if let url = URL(string: repo), url.isFileURL,
-                (try? SystemCalls.stat(FilePath(url.path).appending("index.json"))) == nil
+                (try? SystemCalls.stat(FilePath(url.path).joined("index.json"))) == nil
             {
                 found.append(
                     "\(quoted(repo)) has no index.json (yet): a sync fails until a repository is published there")

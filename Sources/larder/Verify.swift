@@ -125,7 +125,7 @@ extension LarderCommand {
             do { transport = try HTTPTransport(options: options, stack: .platform) } catch {
                 throw Output.failure(command: "verify", code: error.code, message: "\(error)", json: output.json)
             }
-            let scratch = FilePath(Environment["TMPDIR"] ?? "/tmp").appending(
+            let scratch = FilePath(Environment["TMPDIR"] ?? "/tmp").joined(
                 "larder-verify-\(ProcessInfo.processInfo.processIdentifier)-\(UInt32.random(in: 0...UInt32.max))")
             do { try SystemCalls.mkdir(scratch, permissions: [.ownerReadWriteExecute]) } catch {
                 throw Output.failure(command: "verify", code: "io", message: "\(error)", json: output.json)

@@ -19,7 +19,8 @@ duration (stratified; measured with as many syncs at once as the rounds run), an
   (d) independently of larder (python3 hashlib): every active tree matches the repository's
       files.json of its version, nothing extra;
   (e) a following `larder sync` exits 0 and leaves every package on 2.0.0.
-Requires both outcomes (all on 1.0.0, all on 2.0.0) at least once. Exit 0 when every round
+Requires both outcomes (all on 1.0.0, all on 2.0.0) at least once (up to four later rounds,
+1.5x-5x the span, are added when no kill fell after the sync's end). Exit 0 when every round
 passed, 1 otherwise.
 
 Environment: LARDER_BIN (a built larder; else `swift build` here), KILL_TEST_SEED,
@@ -221,6 +222,14 @@ def body(larder, work, n, seed, jobs, packages, nfiles):
 
     with concurrent.futures.ThreadPoolExecutor(jobs) as ex:
         done = list(ex.map(lambda a: play(*a), [(i + 1, d) for i, d in enumerate(delays)]))
+    # As in kill-test.py: when the last slice's kills all fell before the sync's end (the rounds
+    # ran slower than the measurement), a few later kills show the finished sync survives too.
+    for factor in (1.5, 2, 3, 5):
+        if any(o == V2 for o, _ in done):
+            break
+        say("  no round ended with every package on %s: one more at %.1fx the span" % (V2, factor))
+        done.append(play(len(done) + 1, factor * span))
+    n = len(done)
     failed = sum(1 for _, p in done if p)
     on = {V1: sum(1 for o, _ in done if o == V1), V2: sum(1 for o, _ in done if o == V2)}
     covered = on[V1] > 0 and on[V2] > 0
@@ -228,7 +237,8 @@ def body(larder, work, n, seed, jobs, packages, nfiles):
     if not covered:
         say("kill-test-sync: FAILED: the kills did not land on both sides; the delays need adjusting")
     say("time: %.0f s" % (time.monotonic() - started))
-    say("kill-test-sync: %d passed, %d failed" % (n - failed, failed) + ("" if covered else " (outcomes not covered)"))
+    # Uncovered outcomes count as one failed check, so the summary always reads the same way.
+    say("kill-test-sync: %d passed, %d failed" % (n - failed, failed + (0 if covered else 1)))
     return failed == 0 and covered
 
 
