@@ -29,9 +29,9 @@ step() {
 }
 work=$(mktemp -d /tmp/larder-test.XXXXXX)
 swift_test_pid=
-# (The kill of a test run that has already ended fails; under set -e that would make the exit
+# (The kill of a lane that has already ended fails; under set -e that would make the exit
 # status 1 after an all-green run, hence `|| true`.)
-trap '[ -z "$swift_test_pid" ] || kill "$swift_test_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+trap '[ -z "$swift_test_pid" ] || kill -- "-$swift_test_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 echo "== scripts"
 step "scripts: each with the extension of its language (.sh, .py) but the six entry points, thin wrappers" \
@@ -58,16 +58,31 @@ echo "-- $((SECONDS - started)) s: swift build --build-tests"
 bin=$(swift_bin_dir debug)
 export LARDER_BIN="$bin/larder"
 
-# The Swift suites run in the background, beside the steps that measure no time (each on
-# scratch directories and ports of its own); the steps that measure time — deadlines, kills
-# drawn over an unloaded run, stalls, a browser's loads — run after them with the machine to
+# Two lanes side by side for the steps that measure no time (each on scratch directories and
+# ports of its own): in the background the Swift suites and then the reliability classes that
+# measure no time; in the foreground the rest. The steps that measure time — deadlines, kills
+# drawn over an unloaded run, stalls, a browser's loads — run after both, with the machine to
 # themselves.
-echo "== swift test, in the background; beside it the steps that measure no time"
-swift_test_started=$SECONDS
-# The test bundle run directly, as `swift test --skip-build` runs it: SwiftPM would hold the
-# build directory's lock for the whole run, and the steps beside it call SwiftPM.
-"$bin/LarderPackageTests.xctest" --testing-library swift-testing >"$work/swift-test.log" 2>&1 &
+echo "== in the background: swift test, then the untimed reliability classes; beside them the other steps that measure no time"
+background_started=$SECONDS
+untimed_reliability="reliability (GUARANTEES.md), the classes that measure no time: crashes at the Nth system call of 11 commands (eviction, first-use fetch, a sync onto a sharded index and an encrypted sync included), power-cut disk states, 165 runs with a failing system call and a read-only sandbox, a full disk (42 cases), 43 hostile archives on 3 paths"
+background_lane() {
+  local started=$SECONDS status=0
+  # The test bundle run directly, as `swift test --skip-build` runs it: SwiftPM would hold the
+  # build directory's lock for the whole run, and the steps beside it call SwiftPM.
+  "$bin/LarderPackageTests.xctest" --testing-library swift-testing >"$work/swift-test.log" 2>&1 || status=$?
+  echo "$status $((SECONDS - started))" >"$work/swift-test.status"
+  started=$SECONDS
+  status=0
+  env RELIABILITY_LANES=1 scripts/integration/reliability.py --untimed >"$work/reliability-untimed.log" 2>&1 || status=$?
+  echo "$status $((SECONDS - started))" >"$work/reliability-untimed.status"
+}
+# In a process group of its own (job control on for this one job), so that the EXIT trap stops
+# the lane and whatever it runs at once.
+set -m
+background_lane &
 swift_test_pid=$!
+set +m
 
 step "docs: the DocC catalog (getting started, page health) builds with no warning" scripts/tools/check-docs.sh
 step "demo runs to its end" env LARDER_DEMO_DIR="$work/demo" scripts/demo
@@ -89,26 +104,31 @@ corrupt() {
 step "verify-bundles fails a corrupted repository, naming the bundle" corrupt
 step "sync against nginx: install, one-request no-change, objects-only update, Range resume, revoke, channels, same-second republish, updates by delta with every fallback and crashes, on-demand packages and a sharded index" scripts/integration/nginx-sync.py
 step "sync against nginx over https (private CA, HTTP/2): every nginx scenario, an untrusted CA refused, 60 objects over one connection" scripts/integration/nginx-sync.py --tls
-step "reliability (GUARANTEES.md), the classes that measure no time: crashes at the Nth system call of 11 commands (eviction, first-use fetch, a sync onto a sharded index and an encrypted sync included), power-cut disk states, 165 runs with a failing system call and a read-only sandbox, a full disk (42 cases), 43 hostile archives on 3 paths" \
-  env RELIABILITY_LANES=1 scripts/integration/reliability.py --untimed
 step "fuzz targets: every committed seed and hostile archive replayed through the four libFuzzer targets" scripts/tools/fuzz.sh --replay
 step "publishing through a CDN edge (Varnish before nginx): releases published while devices sync, index and signature cached apart, no failure" scripts/integration/edge.py
 step "encrypted packages over nginx and a Varnish edge: install, update by delta, rollback, refusals with their codes, verify with and without the key, no plaintext in the repository or the edge's cache" scripts/integration/encrypted.py
 step "resolve makes no system call (strace over a pass of 1,000 resolves, with a control)" env BENCH_BIN="$bin/larder-bench-resolve" scripts/benchmarks/bench-resolve.sh --check-syscalls-only
 
-echo "== swift test (waiting for it)"
-swift_test_status=0
-wait "$swift_test_pid" || swift_test_status=$?
+echo "== the background lane (waiting for it)"
+wait "$swift_test_pid" || true
 swift_test_pid=
-if [ "$swift_test_status" -eq 0 ]; then
-  cat "$work/swift-test.log"
-  passed=$((passed + 1))
-  echo "-- $((SECONDS - swift_test_started)) s: swift test (beside the steps above)"
-else
-  cat "$work/swift-test.log"
-  echo "FAILED ($((SECONDS - swift_test_started)) s): swift test" >&2
-  failed=$((failed + 1))
-fi
+# Each background step's output, then its line, as `step` prints them.
+background_step() {
+  local name=$1 log=$2 status_file=$3 status=1 seconds=0
+  echo "-- $name"
+  cat "$log" 2>/dev/null || true
+  [ -f "$status_file" ] && read -r status seconds <"$status_file"
+  if [ "$status" -eq 0 ]; then
+    passed=$((passed + 1))
+    echo "-- $seconds s: $name (in the background lane)"
+  else
+    echo "FAILED ($seconds s): $name" >&2
+    failed=$((failed + 1))
+  fi
+}
+background_step "swift test" "$work/swift-test.log" "$work/swift-test.status"
+background_step "$untimed_reliability" "$work/reliability-untimed.log" "$work/reliability-untimed.status"
+echo "-- $((SECONDS - background_started)) s: both lanes of the steps that measure no time"
 
 echo "== the steps that measure time, one at a time"
 step "reliability (GUARANTEES.md), the classes that measure time: kill -9 of install (50) and sync (20) at random moments, 58 origin faults, 200 URLs against Chromium" \
