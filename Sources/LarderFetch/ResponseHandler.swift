@@ -38,6 +38,9 @@ package final class ResponseHandler: @unchecked Sendable {
         .tooSlow(url: url, detail: "not complete after the \(Int(options.deadline)) s deadline")
     }
 
+    /// How every engine words a connection on which no byte came within `options.stallTimeout`.
+    package static let stalled = "connection stalled: no byte within the stall timeout"
+
     /// The complete answer, once the body has ended.
     package var outcome: HTTPTransport.Outcome { .done(status: status, headers: headers, body: body) }
 

@@ -150,7 +150,7 @@ package struct NIOHTTPEngine: HTTPEngine {
     static func describe(_ error: any Error) -> String {
         if let e = error as? HTTPClientError {
             switch e {
-            case .readTimeout: return "connection stalled: no byte within the stall timeout"
+            case .readTimeout: return ResponseHandler.stalled
             case .remoteConnectionClosed: return "connection closed by the server before the response ended"
             case .deadlineExceeded: return "connection abandoned at the transfer's deadline"
             case .connectTimeout: return "connection not established within 10 s"

@@ -222,9 +222,25 @@ final class RequestDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendab
     func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: Error?) {
         guard !finished else { return }
         if let e = error {
-            finish(.failed(.connection(url: url, detail: e.localizedDescription), retryable: true))
+            finish(
+                .failed(.connection(url: url, detail: Self.describe(e, deadline: handler.deadline)), retryable: true))
         } else {
             finish(handler.outcome)
+        }
+    }
+}
+
+extension RequestDelegate {
+    /// An error of URLSession in the words the other engine uses for the same event: its
+    /// timeout is the stall timeout (`timeoutIntervalForRequest`: no byte for that long) unless
+    /// the transfer's deadline has passed.
+    static func describe(_ error: any Error, deadline: ContinuousClock.Instant) -> String {
+        guard let e = error as? URLError else { return error.localizedDescription }
+        switch e.code {
+        case .timedOut where ContinuousClock.now < deadline: return ResponseHandler.stalled
+        case .timedOut: return "connection abandoned at the transfer's deadline"
+        case .networkConnectionLost: return "connection closed by the server before the response ended"
+        default: return e.localizedDescription
         }
     }
 }

@@ -447,8 +447,15 @@ struct HTTPDownloadTests {
             let starts = log.dropFirst().compactMap { r in
                 r.range.flatMap { Int($0.dropFirst("bytes=".count).dropLast()) }
             }
-            // The download resumed at the stall (or before it), never past it.
-            #expect(starts.first.map { (1...8_000).contains($0) } == true, "\(log)")
+            // The download resumed at the stall (or before it), never past it. Over URLSession
+            // (FoundationNetworking) on a loaded machine, the bytes before the stall can still be
+            // inside it when its timeout ends the attempt (seen in 1 of 4 runs of this suite): then
+            // no byte was kept and the next attempt is a plain GET, which the checks above allow.
+            if testedStack.name == HTTPStack.urlSession.name && starts.isEmpty {
+                #expect(log[1].status == 200 && log[1].range == nil, "\(log)")
+            } else {
+                #expect(starts.first.map { (1...8_000).contains($0) } == true, "\(log)")
+            }
             #expect(
                 zip(starts, starts.dropFirst()).allSatisfy { $0 <= $1 },
                 "each resume starts where the last ended: \(log)")
@@ -468,7 +475,15 @@ struct HTTPDownloadTests {
                 try await HTTPTransport(options: fastOptions(attempts: 2, stall: 0.5)).download(
                     url, to: env.part(), expecting: exactly(data), progress: nil)
             }
-            #expect(await env.requests("bundle.zip", awaiting: 2).count == 2)
+            let count = await env.requests("bundle.zip", awaiting: 2).count
+            if testedStack.name == HTTPStack.urlSession.name {
+                // URLSession's stall timeout (`timeoutIntervalForRequest`) also runs while it
+                // connects, so on a loaded machine the second attempt can end before the origin
+                // has logged its request (seen in 1 of 13 runs of this suite).
+                #expect((1...2).contains(count), "\(count) requests")
+            } else {
+                #expect(count == 2)
+            }
         }
     }
 

@@ -152,6 +152,10 @@ let testedStack: HTTPStack = {
     }
 }()
 
+/// Whether the engine under test reads `HTTPOptions.caFiles`: AsyncHTTPClient does; URLSession
+/// trusts the system's roots only (documented at `caFiles`), so a private CA is not trusted.
+let testedEngineReadsCAFiles = testedStack.name != HTTPStack.urlSession.name
+
 extension HTTPTransport {
     /// A transport over the engine under test (`testedStack`).
     convenience init(options: HTTPOptions) throws(FetchError) { try self.init(options: options, stack: testedStack) }

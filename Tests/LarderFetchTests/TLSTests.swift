@@ -5,8 +5,10 @@ import LarderTestSupport
 import Testing
 
 /// https against the origin in its TLS mode, with a certificate made by `openssl` for the test.
-/// The CA files are read by the NIO engine (Linux); URLSession (Apple platforms) trusts what the
-/// device trusts, so these run on Linux only.
+/// The CA files are read by the NIO engine; URLSession trusts the system's roots only (Apple
+/// platforms: what the device trusts), so over URLSession each test checks that instead: the
+/// private CA is not trusted, whatever `caFiles` says. These run on Linux only (the origin's
+/// certificate is made with openssl here).
 #if os(Linux)
     @Suite("HTTPS: private CA, downgrade refused", .hangGuard)
     struct TLSTests {
@@ -22,9 +24,28 @@ import Testing
                 privateKey: env.dir.appending("origin-key.pem").path)
         }
 
+        /// A request to a server the client does not trust (no CA given, or an engine that does
+        /// not read `caFiles`): it fails in TLS, and nothing reaches the origin.
+        static func refusedInTLS(_ env: OriginEnv, _ url: URL, trusting: FaultOrigin.TLSFiles?) async {
+            let error = await failure {
+                _ = try await HTTPTransport(options: options(trusting: trusting)).document(
+                    url, etag: nil, maxBytes: 1 << 20)
+            }
+            guard case .connection(let u, let detail) = error else {
+                Issue.record("expected a connection error, got \(String(describing: error))")
+                return
+            }
+            #expect(u == url.absoluteString)
+            #expect(detail.contains("TLS") || detail.lowercased().contains("certificate"), "\(detail)")
+            #expect(env.origin.requests.isEmpty)
+        }
+
         @Test("a download over https from a server whose CA is given in caFiles")
         func trusted() async throws {
             try await withOrigin(tls: true) { env in
+                guard testedEngineReadsCAFiles else {
+                    return await Self.refusedInTLS(env, env.url("bundle.zip"), trusting: Self.files(env))
+                }
                 let data = try env.file("bundle.zip", count: 50_000)
                 env.origin.inject(.lengthLess(by: 30_000), at: "/bundle.zip")
                 let part = env.part()
@@ -40,24 +61,18 @@ import Testing
         func untrusted() async throws {
             try await withOrigin(tls: true) { env in
                 try env.file("index.json", count: 100)
-                let url = env.url("index.json")
-                let error = await failure {
-                    _ = try await HTTPTransport(options: Self.options(trusting: nil)).document(
-                        url, etag: nil, maxBytes: 1 << 20)
-                }
-                guard case .connection(let u, let detail) = error else {
-                    Issue.record("expected a connection error, got \(String(describing: error))")
-                    return
-                }
-                #expect(u == url.absoluteString)
-                #expect(detail.contains("TLS") || detail.lowercased().contains("certificate"), "\(detail)")
-                #expect(env.origin.requests.isEmpty)
+                await Self.refusedInTLS(env, env.url("index.json"), trusting: nil)
             }
         }
 
         @Test("a redirect from https to http on the same host is refused")
         func downgrade() async throws {
             try await withOrigin(tls: true) { env in
+                // URLSession: refused before any redirect (the CA is not trusted); its redirect
+                // policy is ResponseHandler.refusal, the one checked here over AsyncHTTPClient.
+                guard testedEngineReadsCAFiles else {
+                    return await Self.refusedInTLS(env, env.url("bundle.zip"), trusting: Self.files(env))
+                }
                 let data = try env.file("bundle.zip", count: 1_000)
                 env.origin.inject(.redirectToHTTP, at: "/bundle.zip", count: nil)
                 let url = env.url("bundle.zip")
@@ -76,6 +91,11 @@ import Testing
             var o = HTTPOptions()
             o.caFiles = ["/nonexistent/larder-test-ca.pem"]
             o.stallTimeout = 7.25  // a configuration no other test uses: the client is made here
+            guard testedEngineReadsCAFiles else {
+                // URLSession reads no CA file, so a missing one is no error when it is made.
+                #expect(throws: Never.self) { _ = try HTTPTransport(options: o) }
+                return
+            }
             let failure: FetchError?
             do {
                 _ = try HTTPTransport(options: o)

@@ -72,6 +72,13 @@ background_lane() {
   # build directory's lock for the whole run, and the steps beside it call SwiftPM.
   "$bin/LarderPackageTests.xctest" --testing-library swift-testing >"$work/swift-test.log" 2>&1 || status=$?
   echo "$status $((SECONDS - started))" >"$work/swift-test.status"
+  # The fetch suite once more, over the other engine (URLSession through FoundationNetworking):
+  # one suite both engines pass.
+  started=$SECONDS
+  status=0
+  LARDER_TEST_ENGINE=urlsession "$bin/LarderPackageTests.xctest" --testing-library swift-testing \
+    --filter LarderFetchTests >"$work/fetch-urlsession.log" 2>&1 || status=$?
+  echo "$status $((SECONDS - started))" >"$work/fetch-urlsession.status"
   started=$SECONDS
   status=0
   env RELIABILITY_LANES=1 scripts/integration/reliability.py --untimed --only "Nth system call" --only "I/O errors" \
@@ -131,6 +138,8 @@ background_step() {
   fi
 }
 background_step "swift test" "$work/swift-test.log" "$work/swift-test.status"
+background_step "the fetch suite (LarderFetchTests) over URLSession, the engine of Apple platforms, as over AsyncHTTPClient above" \
+  "$work/fetch-urlsession.log" "$work/fetch-urlsession.status"
 background_step "$untimed_reliability" "$work/reliability-untimed.log" "$work/reliability-untimed.status"
 echo "-- $((SECONDS - background_started)) s: both lanes of the steps that measure no time"
 
