@@ -131,8 +131,7 @@ public final class PageHealthTracker: Sendable {
 
 /// Applies page-health verdicts to the sandbox's store from a background queue, so a page's
 /// signal never waits for the writer lock. `onOutcome` hears what each verdict did.
-public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
-    // @unchecked: `confirmed` is only touched on `queue`; the rest is immutable after init.
+public final class StoreHealthRecorder: HealthRecording, Sendable {
     /// The root of the sandbox the verdicts are recorded in.
     public let root: FilePath
     let onOutcome: @Sendable (Result<PageHealthOutcome, StoreError>) -> Void
@@ -141,7 +140,8 @@ public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
     /// Activations known to be confirmed (only touched on `queue`). A confirmed activation stays
     /// confirmed until the next activation, which has another number: a healthy verdict about
     /// one of these needs neither the lock nor a read of the state (every page load sends one).
-    private var confirmed: Set<ActivationRef> = []
+    /// (Behind a lock no other thread takes, so that the compiler can check the class.)
+    private let confirmed = Locked<Set<ActivationRef>>([])
 
     /// A recorder for the sandbox at `root`; `onOutcome` hears each verdict's effect, or why it
     /// could not be recorded. Its state writes are told to `handoff` (the resolver's, when the
@@ -158,7 +158,7 @@ public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
     /// Queues the verdict and returns at once.
     public func record(_ verdict: HealthVerdict, for activation: ActivationRef) {
         queue.async { [self] in
-            if verdict == .healthy, confirmed.contains(activation) {
+            if verdict == .healthy, confirmed.withLock({ $0.contains(activation) }) {
                 onOutcome(.success(PageHealthOutcome(activation: activation, verdict: verdict, effect: .unchanged)))
                 return
             }
@@ -170,8 +170,10 @@ public final class StoreHealthRecorder: HealthRecording, @unchecked Sendable {
                 defer { sandbox.close() }
                 let outcome = try sandbox.recordPageHealth(verdict, for: activation)
                 if verdict == .healthy, outcome.effect == .confirmed || outcome.effect == .unchanged {
-                    if confirmed.count > 4096 { confirmed.removeAll() }
-                    confirmed.insert(activation)
+                    confirmed.withLock { known in
+                        if known.count > 4096 { known.removeAll() }
+                        known.insert(activation)
+                    }
                 }
                 onOutcome(.success(outcome))
             } catch {

@@ -369,8 +369,7 @@ struct OpenProblem: Error {
 /// Reports failures to the sandbox's store from a background queue, so a request never waits for
 /// the writer lock: at most one report per package version per `interval` seconds, each counted
 /// only while that version is still the active one.
-public final class StoreFailureReporter: FailureReporting, @unchecked Sendable {
-    // @unchecked: `last` is only touched on `queue`.
+public final class StoreFailureReporter: FailureReporting, Sendable {
     /// The root of the sandbox the failures are recorded in.
     public let root: FilePath
     /// The shortest time between two reports of one package version, in seconds.
@@ -378,7 +377,9 @@ public final class StoreFailureReporter: FailureReporting, @unchecked Sendable {
     let logger: Logger
     let handoff: ServingHandoff?
     private let queue = DispatchQueue(label: "larder.failure-reporter")
-    private var last: [String: Date] = [:]
+    /// When each package version was last reported (touched on `queue` only; behind a lock no
+    /// other thread takes, so that the compiler can check the class).
+    private let last = Locked<[String: Date]>([:])
 
     /// A reporter for the sandbox at `root`, recording each version at most once per `interval`
     /// seconds; its state writes are told to `handoff` (the resolver's, when the app shares one).
@@ -397,8 +398,12 @@ public final class StoreFailureReporter: FailureReporting, @unchecked Sendable {
     public func report(package: PackageID, version: SemanticVersion, reason: String) {
         queue.async { [self] in
             let key = "\(package)@\(version)"
-            if let t = last[key], Date().timeIntervalSince(t) < interval { return }
-            last[key] = Date()
+            let due = last.withLock { last in
+                if let t = last[key], Date().timeIntervalSince(t) < interval { return false }
+                last[key] = Date()
+                return true
+            }
+            guard due else { return }
             var options = Sandbox.Options()
             options.lockTimeout = 30
             options.handoff = handoff

@@ -33,7 +33,7 @@ LIMITS = {
     "public declarations in the product modules": (1116, 600),
     "functions over 60 lines": (9, 9),
     "files over 400 lines": (6, 6),
-    "@unchecked Sendable": (38, 15),
+    "@unchecked Sendable": (36, 15),
     "@unchecked Sendable without a reason": (0, 0),
     "lock idioms other than Mutex and Locked (NSLock, Thread, pthread_mutex, os_unfair_lock)": (0, 0),
     "scripts over 600 lines": (0, 0),
