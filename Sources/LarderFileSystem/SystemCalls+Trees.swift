@@ -67,8 +67,8 @@ extension SystemCalls {
     /// Empties the directory open as `dir` (at `path`) depth first, through descriptors only.
     private static func removeContents(of dir: FileDescriptor, at path: FilePath) throws(FileSystemError) {
         for entry in try listDirectory(dir, path: path) {
-            let name = FilePath(root: nil, [entry.name])
-            let full = path.joined(entry.name)
+            let name = FilePath(bytes: entry.bytes)
+            let full = path.joined(entry.bytes)
             let status: FileStatus
             do {
                 status = try Self.lstat(name, in: dir, directoryPath: path)
