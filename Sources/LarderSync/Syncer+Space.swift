@@ -9,23 +9,25 @@ import SystemPackage
 /// — with its whole dependency group — is refused with the figures (`no-space`) before any byte
 /// of it is written; smaller ones after it may still fit.
 extension Syncer {
-    /// The changes that fit, and a failed result for each one that does not.
-    func checkSpace(_ changes: [PlanAction], prepared p: Prepared) -> (fit: [PlanAction], refused: [PackageResult]) {
-        guard !changes.isEmpty, let available = options.availableSpace(p.sandbox.layout.root) else {
-            return (changes, [])
+    /// The releases that fit, and a failed result for each one that does not.
+    func checkSpace(_ releases: [Release], scope: SyncScope, local: [SHA256Digest: FilePath]) -> (
+        fit: [Release], refused: [PackageResult]
+    ) {
+        guard !releases.isEmpty, let available = options.availableSpace(scope.sandbox.layout.root) else {
+            return (releases, [])
         }
         var written: Set<SHA256Digest> = []
         var need: [PackageID: (download: Int64, write: Int64)] = [:]
-        for a in changes {
-            guard let list = p.lists[a.id] else { continue }
+        for r in releases {
+            guard let list = r.list else { continue }
             var write: Int64 = 0
-            for f in list.files where p.local[f.sha256] == nil && written.insert(f.sha256).inserted { write += f.size }
-            need[a.id] = (a.cost?.bytes ?? 0, write)
+            for f in list.files where local[f.sha256] == nil && written.insert(f.sha256).inserted { write += f.size }
+            need[r.id] = (r.action?.cost?.bytes ?? 0, write)
         }
         var total: Int64 = 0
-        var refused: Set<PackageID> = []
-        var failures: [PackageID: PackageFailure] = [:]
-        for a in changes where !refused.contains(a.id) {
+        var refused: [PackageID: PackageFailure] = [:]
+        for r in releases where refused[r.id] == nil {
+            guard let a = r.action else { continue }
             let group = a.group.isEmpty ? [a.id] : a.group
             let n = group.reduce(Int64(0)) { $0 + (need[$1].map { $0.download + $0.write } ?? 0) }
             let after = total + n
@@ -35,22 +37,21 @@ extension Syncer {
                 continue
             }
             for id in group {
-                refused.insert(id)
                 let (download, write) = need[id] ?? (0, 0)
-                failures[id] = .noSpace(
+                refused[id] = .noSpace(
                     download: download, write: write, reserve: reserve, available: available,
-                    path: p.sandbox.layout.root.string)
+                    path: scope.sandbox.layout.root.string)
             }
         }
-        guard !refused.isEmpty else { return (changes, []) }
+        guard !refused.isEmpty else { return (releases, []) }
         let started = Date()
-        let results = changes.filter { refused.contains($0.id) }.map { a in
-            let failure = failures[a.id] ?? .noSpace(download: 0, write: 0, reserve: 0, available: available, path: "")
+        let results = releases.compactMap { r -> PackageResult? in
+            guard let failure = refused[r.id], let a = r.action else { return nil }
             options.logger.notice(
                 "not enough free space; not fetched", metadata: ["id": "\(a.id)", "reason": "\(failure)"])
             return result(a, started: started, .failed, failure.description, failure: failure)
         }
-        return (changes.filter { !refused.contains($0.id) }, results)
+        return (releases.filter { refused[$0.id] == nil }, results)
     }
 }
 
@@ -58,11 +59,11 @@ extension Syncer {
     /// With a disk budget in the config: evicts on-demand packages, least recently used first,
     /// until the sandbox is within it — never one this sync installed or updated (`keep`), an
     /// eager one, or one a session pins. A failure is logged; the sync's outcome stands.
-    func enforceBudget(_ p: Prepared, entries: [PackageID: PackageEntry], keep: Set<PackageID>) -> BudgetReport? {
-        guard let budget = p.config.diskBudget else { return nil }
-        let onDemand = Set(entries.values.filter(\.isOnDemand).map(\.id))
+    func enforceBudget(_ p: Prepared, keep: Set<PackageID>) -> BudgetReport? {
+        guard let budget = p.scope.config.diskBudget else { return nil }
+        let onDemand = Set(p.index.entries(on: p.context.channel).values.filter(\.isOnDemand).map(\.id))
         do throws(StoreError) {
-            let report = try p.sandbox.enforceBudget(budget, onDemand: onDemand, keep: keep)
+            let report = try p.scope.sandbox.enforceBudget(budget, onDemand: onDemand, keep: keep)
             if !report.evicted.isEmpty {
                 options.logger.info(
                     "evicted to stay within the disk budget",

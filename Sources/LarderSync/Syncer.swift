@@ -45,37 +45,26 @@ public struct Syncer: Sendable {
             channel: options.channel ?? config.channel, wanted: Set(options.fetching), preload: options.preload)
     }
 
-    /// What both `plan` and `sync` start from: the open sandbox (the caller closes it), the
-    /// verified index, and the plan made with the file lists it needed.
+    /// What both `plan` and `sync` start from: the open sandbox (the caller closes it) in its
+    /// scope, the verified index, the plan, and the releases it sought a file list for.
     struct Prepared {
-        let config: SyncConfig
-        let sandbox: Sandbox
-        let base: URL
-        let transport: any Transport
+        let scope: SyncScope
         let index: RepositoryIndex
         let indexChanged: Bool
         let context: ClientContext
-        let lists: [PackageID: FileList]
-        let listFailures: [PackageID: PackageFailure]
-        let local: [SHA256Digest: FilePath]
         let plan: Plan
-        /// The delta manifests the lists were rebuilt from, by package.
-        var deltas: [PackageID: ResolvedDelta] = [:]
-        /// Bytes the lists (or manifests) cost on the wire, by package.
-        var metadataBytes: [PackageID: Int64] = [:]
-        /// Why an offered delta was not used, by package.
-        var deltaNotes: [PackageID: String] = [:]
-        /// The byte pipelines of encrypted versions, by package.
-        var sealed: [PackageID: BytePipeline] = [:]
+        /// The releases the plan sought a list for, by package (each install or update among them).
+        let releases: [PackageID: Release]
+        /// The contents the sandbox holds, where.
+        let local: [SHA256Digest: FilePath]
     }
 
     /// Locks and recovers the sandbox, fetches and verifies the index (recording it when
-    /// `record`), plans once to learn which file lists are needed, fetches them, and plans again.
+    /// `record`), then the plan phase.
     func prepare(record: Bool, prefetchedSignature: Data? = nil) async throws(SyncError) -> Prepared {
         let config: SyncConfig
         do { config = try SyncConfig.load(root: root) } catch { throw .config(error) }
-        let sandbox: Sandbox
-        sandbox = try await openWaiting()
+        let sandbox = try await openWaiting()
         do throws(SyncError) {
             guard let base = URL(string: config.repository) else {
                 throw SyncError.config(.invalid("bad repository URL"))
@@ -84,45 +73,12 @@ public struct Syncer: Sendable {
             let (index, changed) = try await acceptIndex(
                 sandbox: sandbox, config: config, transport: t, base: base, record: record,
                 prefetchedSignature: prefetchedSignature)
+            let scope = SyncScope(options: options, config: config, sandbox: sandbox, transport: t, base: base)
             let ctx = context(config)
-            let first = filter(Differ.plan(index: index, state: sandbox.state, context: ctx), index)
-            var fetchedLists = await fetchLists(
-                first, index: index, transport: t, base: base, channel: ctx.channel, sandbox: sandbox)
-            // The contents already held matter only to versions whose file list was fetched (to
-            // cost them, fetch what is missing and assemble); a sync with nothing new does not
-            // read every installed version's list.
-            let local = fetchedLists.lists.isEmpty ? [:] : sandbox.localContents()
-            let replan = { (lists: Lists) in
-                // Without a fetched list the second plan would have the first one's inputs.
-                lists.lists.isEmpty
-                    ? first
-                    : self.filter(
-                        Differ.plan(
-                            index: index, state: sandbox.state, context: ctx, fileLists: lists.lists,
-                            localContents: Set(local.keys), deltas: lists.deltas),
-                        index)
-            }
-            var plan = replan(fetchedLists)
-            if record {
-                // An encrypted delta names only the objects it fetches; a plan fetching others needs the sealed list.
-                let entries = Dictionary(
-                    index.packages.filter { $0.channel == ctx.channel }.map { ($0.id, $0) },
-                    uniquingKeysWith: { a, _ in a })
-                let unnamed = await nameObjects(
-                    plan, &fetchedLists, entries: entries, local: local, transport: t, base: base)
-                if !unnamed.isEmpty { plan = replan(fetchedLists) }
-                // A sync places each list as the verified bytes it was decoded from; they go to
-                // staging/ now, so that no copy is held in memory meanwhile.
-                for (id, bytes) in fetchedLists.bytes {
-                    if let list = fetchedLists.lists[id] { sandbox.provideListBytes(bytes, for: list) }
-                }
-            }
-            let (lists, failures) = (fetchedLists.lists, fetchedLists.failures)
+            let planned = await PlanPhase(scope: scope, index: index, context: ctx).run(record: record)
             return Prepared(
-                config: config, sandbox: sandbox, base: base, transport: t, index: index, indexChanged: changed,
-                context: ctx, lists: lists, listFailures: failures, local: local, plan: plan,
-                deltas: fetchedLists.deltas, metadataBytes: fetchedLists.wireBytes, deltaNotes: fetchedLists.deltaNotes,
-                sealed: fetchedLists.sealed)
+                scope: scope, index: index, indexChanged: changed, context: ctx, plan: planned.plan,
+                releases: planned.releases, local: planned.local)
         } catch {
             sandbox.close()
             throw error
@@ -154,26 +110,8 @@ public struct Syncer: Sendable {
     /// Plans without changing anything (fetches the index and file lists, records nothing).
     package func plan() async throws(SyncError) -> (Plan, RepositoryIndex) {
         let p = try await prepare(record: false)
-        p.sandbox.close()
+        p.scope.sandbox.close()
         return (p.plan, p.index)
-    }
-
-    /// Only the named packages — widened to everything they depend on (transitively, from the
-    /// index) and to their dependency groups, so that a package is never activated without the
-    /// members its plan counted on.
-    func filter(_ plan: Plan, _ index: RepositoryIndex) -> Plan {
-        guard !options.packages.isEmpty else { return plan }
-        var wanted = Set(options.packages)
-        var frontier = Array(wanted)
-        while let id = frontier.popLast() {
-            for e in index.packages where e.id == id {
-                for d in e.dependencies where wanted.insert(d.id).inserted { frontier.append(d.id) }
-            }
-        }
-        for a in plan.actions where wanted.contains(a.id) {
-            for member in a.group { wanted.insert(member) }
-        }
-        return Plan(actions: plan.actions.filter { wanted.contains($0.id) })
     }
 
     func transportFor(_ base: URL, _ config: SyncConfig) throws(SyncError) -> any Transport {
@@ -187,7 +125,8 @@ public struct Syncer: Sendable {
 
     /// Syncs: lock, recover, fetch and verify the index, plan, fetch with bounded concurrency,
     /// place and activate (as pending; dependency groups together), gc by retention. One
-    /// package's failure neither blocks nor damages another.
+    /// package's failure neither blocks nor damages another. Each install or update is one
+    /// `Release`, handed from phase to phase (docs/architecture.md).
     public func sync() async throws(SyncError) -> SyncReport {
         var prefetched: Data?
         switch try await checkNoChange() {
@@ -196,47 +135,35 @@ public struct Syncer: Sendable {
         case .notChecked: break
         }
         let p = try await prepare(record: true, prefetchedSignature: prefetched)
-        defer { p.sandbox.close() }
-        let entries = Dictionary(
-            p.index.packages.filter { $0.channel == p.context.channel }.map { ($0.id, $0) },
-            uniquingKeysWith: { a, _ in a })
+        let sandbox = p.scope.sandbox
+        defer { sandbox.close() }
         var results = applyRollbacksAndSkips(p)
-
-        // Fetch and place every install/update, then activate each dependency group whole.
-        var changes = p.plan.changes.filter { $0.kind == .install || $0.kind == .update }
-        let (fit, refused) = checkSpace(changes, prepared: p)
-        changes = fit
+        let planned = p.plan.changes.compactMap { a in
+            a.kind == .install || a.kind == .update ? p.releases[a.id] : nil
+        }
+        let (fit, refused) = checkSpace(planned, scope: p.scope, local: p.local)
+        var releases = fit
         results += refused
-        var fetched = await download(
-            changes, entries: entries, lists: p.lists, local: p.local, sandbox: p.sandbox, transport: p.transport,
-            base: p.base, concurrency: max(1, p.config.concurrency), deltas: p.deltas, sealed: p.sealed)
-        let deltaResults = await applyDeltas(&changes, fetched: &fetched, prepared: p, entries: entries)
-        let (placed, failed) = placeAndActivate(changes, entries: entries, prepared: p, fetched: fetched)
-        for a in changes {
-            let done = placed[a.id]
-            var r = PackageResult(
-                id: a.id.rawValue, action: a.kind, from: a.from?.description, to: a.to?.description,
-                method: done?.method ?? a.cost?.method, bytesFetched: done?.bytes ?? fetched[a.id].bytes,
-                bundleBytes: a.cost?.bundleBytes, seconds: done?.seconds ?? 0,
-                outcome: failed[a.id] == nil ? .done : .failed, reason: failed[a.id]?.description ?? a.reason,
-                code: failed[a.id]?.code)
-            if done?.method == .bundle { r.streamed = fetched[a.id].staged != nil }
-            r.metadataBytes = p.metadataBytes[a.id]
-            r.delta = deltaResults[a.id]
-            results.append(r)
-            options.progress?(.package(id: a.id.rawValue, outcome: r.outcome))
+        let fetch = FetchPhase(scope: p.scope, local: p.local)
+        var contents = await fetch.run(&releases)
+        await PatchPhase(fetch: fetch).run(&releases, contents: &contents)
+        placeAndActivate(&releases, prepared: p, contents: contents)
+        for r in releases {
+            guard let result = r.result() else { continue }
+            results.append(result)
+            options.progress?(.package(id: result.id, outcome: result.outcome))
         }
         // After the installs: their trees may link contents from a package that is removed.
-        results += remove(p.plan, sandbox: p.sandbox)
-        let removed = cleanUp(fetched, sandbox: p.sandbox)
-        let budget = enforceBudget(p, entries: entries, keep: Set(changes.map(\.id)))
+        results += ActivatePhase(sandbox: sandbox).remove(p.plan)
+        let removed = cleanUp(releases, contents: contents, sandbox: sandbox)
+        let budget = enforceBudget(p, keep: Set(releases.map(\.id)))
         let order = Dictionary(
             p.plan.actions.enumerated().map { ($1.id.rawValue, $0) }, uniquingKeysWith: { a, _ in a })
         results.sort { (order[$0.id] ?? 0) < (order[$1.id] ?? 0) }
         var report = SyncReport(
             serial: p.index.serial, indexChanged: p.indexChanged, packages: results, removedByGC: removed)
         report.budget = budget
-        recordSettled(report, sandbox: p.sandbox, config: p.config)
+        recordSettled(report, sandbox: sandbox, config: p.scope.config)
         return report
     }
 
@@ -261,13 +188,13 @@ public struct Syncer: Sendable {
             case .rollback:
                 guard let to = a.to else { continue }
                 do throws(StoreError) {
-                    _ = try p.sandbox.rollback(id: a.id, to: to, reason: "revoked by the repository: \(a.reason)")
+                    _ = try p.scope.sandbox.rollback(id: a.id, to: to, reason: "revoked by the repository: \(a.reason)")
                     results.append(result(a, started: started, .done, a.reason))
                 } catch {
                     results.append(result(a, started: started, .failed, error.description, failure: .store(error)))
                 }
             case .skip:
-                if let failure = p.listFailures[a.id] {
+                if let failure = p.releases[a.id]?.failure {
                     results.append(
                         result(a, started: started, .failed, "file list: \(failure.description)", failure: failure))
                 } else {
@@ -280,145 +207,28 @@ public struct Syncer: Sendable {
         return results
     }
 
-    /// What placing one version took.
-    struct Placement {
-        let bytes: Int64
-        let seconds: Double
-        let method: FetchMethod
-    }
-
-    /// Places every fetched version on disk (verified: a bundle from its staged extraction or
-    /// its complete file, objects assembled with the contents already held), then activates each
-    /// dependency group whole, or not at all when a member failed — with one durable state write
-    /// for the whole phase (see `Sandbox.batched`). Crash-consistent: the trees placed are
-    /// unknown to the durable state until that write (recovery removes them), and the write
-    /// makes every placement and activation at once, so a crash leaves each package on its old
-    /// version or its new one. A version placed whose group did not activate stays recorded as
-    /// placed, for the next sync to activate without fetching it again.
-    func placeAndActivate(
-        _ changes: [PlanAction], entries: [PackageID: PackageEntry], prepared p: Prepared, fetched: Fetched
-    ) -> ([PackageID: Placement], [PackageID: PackageFailure]) {
-        var placed: [PackageID: Placement] = [:]
-        var failed: [PackageID: PackageFailure] = [:]
+    /// The stage and activate phases in one batch: every fetched release placed on disk
+    /// (`StagePhase`), then each dependency group activated whole, or not at all when a member
+    /// failed (`ActivatePhase`) — with one durable state write for the whole batch (see
+    /// `Sandbox.batched`). Crash-consistent: the trees placed are unknown to the durable state
+    /// until that write (recovery removes them), and the write makes every placement and
+    /// activation at once, so a crash leaves each package on its old version or its new one. A
+    /// version placed whose group did not activate stays recorded as placed, for the next sync to
+    /// activate without fetching it again.
+    func placeAndActivate(_ releases: inout [Release], prepared p: Prepared, contents: FetchPhase.Contents) {
+        let sandbox = p.scope.sandbox
+        var staged = releases
         do throws(StoreError) {
-            try p.sandbox.batched {
-                placeEach(changes, entries: entries, prepared: p, fetched: fetched, &placed, &failed)
-                activateEach(changes, entries: entries, sandbox: p.sandbox, placed: placed, failed: &failed)
+            try sandbox.batched {
+                StagePhase(sandbox: sandbox, local: p.local).run(&staged, contents: contents)
+                ActivatePhase(sandbox: sandbox).run(&staged)
             }
+            releases = staged
         } catch {
-            // Nothing of the phase is durable: neither the placements nor the activations.
-            for id in placed.keys { failed[id] = .store(error) }
-            placed = [:]
-        }
-        return (placed, failed)
-    }
-
-    func placeEach(
-        _ changes: [PlanAction], entries: [PackageID: PackageEntry], prepared p: Prepared, fetched: Fetched,
-        _ placed: inout [PackageID: Placement], _ failed: inout [PackageID: PackageFailure]
-    ) {
-        // Contents made by patches are linked like the ones held.
-        let applied = fetched.applied
-        let sources = applied.isEmpty ? p.local : p.local.merging(applied) { x, _ in x }
-        let objects = fetched.objects
-        for a in changes {
-            guard let list = p.lists[a.id], let cost = a.cost, let e = entries[a.id] else { continue }
-            let started = Date()
-            if p.sandbox.state[a.id].has(e.version) {
-                // Placed by an earlier sync whose group did not activate: nothing to fetch or build.
-                placed[a.id] = Placement(bytes: 0, seconds: 0, method: .local)
-                continue
+            // Nothing of the batch is durable: neither the placements nor the activations.
+            for i in releases.indices {
+                releases[i].failure = staged[i].placement == nil ? staged[i].failure : .store(error)
             }
-            let progress = fetched[a.id]
-            if let err = progress.error {
-                failed[a.id] = err
-                continue
-            }
-            do throws(StoreError) {
-                // What was downloaded says how the version is built: from its bundle, or from
-                // contents (held, made by patches, or downloaded as objects).
-                if let part = progress.bundle {
-                    if let staged = progress.staged {
-                        _ = try p.sandbox.install(staged: staged, fileList: list, activate: false)
-                    } else {
-                        _ = try p.sandbox.install(
-                            bundle: part, id: a.id, version: e.version, fileList: list, force: false, activate: false)
-                    }
-                    try? SystemCalls.unlink(part)
-                } else if cost.method == .bundle {
-                    throw StoreError.fileList("the bundle was not downloaded")
-                } else {
-                    let area = try p.sandbox.makeStagingArea(id: list.id, version: list.version)
-                    do throws(StoreError) {
-                        try area.assemble(list: list, local: sources, objects: objects)
-                    } catch {
-                        area.discard()
-                        throw error
-                    }
-                    _ = try p.sandbox.install(assembled: area, list: list, activate: false)
-                }
-                placed[a.id] = Placement(
-                    bytes: progress.bytes, seconds: Date().timeIntervalSince(started) + progress.seconds,
-                    method: cost.method)
-            } catch {
-                failed[a.id] = .store(error)
-            }
-        }
-    }
-
-    /// Activates each dependency group whole, or not at all when a member failed; a revoked
-    /// version left behind is marked failed so it is never the fallback. Runs inside the
-    /// placement's batch.
-    func activateEach(
-        _ changes: [PlanAction], entries: [PackageID: PackageEntry], sandbox: Sandbox, placed: [PackageID: Placement],
-        failed: inout [PackageID: PackageFailure]
-    ) {
-        var activated: Set<PackageID> = []
-        let position = Dictionary(changes.enumerated().map { ($1.id, $0) }, uniquingKeysWith: { a, _ in a })
-        for a in changes where !activated.contains(a.id) {
-            let group = a.group.isEmpty ? [a.id] : a.group
-            // The group's changes, in plan order.
-            let members = group.compactMap { position[$0] }.sorted().map { changes[$0] }
-            if let bad = members.first(where: { failed[$0.id] != nil || placed[$0.id] == nil }) {
-                for m in members where failed[m.id] == nil { failed[m.id] = .dependencyGroup(member: bad.id) }
-                activated.formUnion(members.map(\.id))
-                continue
-            }
-            do throws(StoreError) {
-                try sandbox.activate(members.compactMap { m in m.to.map { (m.id, $0) } }, reason: "sync")
-                for m in members {
-                    if let from = m.from, entries[m.id]?.revoked.contains(from) == true {
-                        try sandbox.markFailed(id: m.id, version: from, reason: "revoked by the repository")
-                    }
-                }
-            } catch {
-                for m in members { failed[m.id] = .store(error) }
-            }
-            activated.formUnion(members.map(\.id))
-        }
-    }
-
-    /// Forgets the packages that left the index (their trees go like gc deletes them), with one
-    /// state write for all of them.
-    func remove(_ plan: Plan, sandbox: Sandbox) -> [PackageResult] {
-        let started = Date()
-        let removals = plan.actions.filter { $0.kind == .remove }
-        guard !removals.isEmpty else { return [] }
-        var failed: [String: StoreError] = [:]
-        do throws(StoreError) { failed = try sandbox.removePackages(removals.map(\.id)).failed } catch {
-            for a in removals { failed[a.id.rawValue] = error }
-        }
-        let seconds = Date().timeIntervalSince(started) / Double(removals.count)
-        return removals.map { a in
-            var r = PackageResult(
-                id: a.id.rawValue, action: .remove, from: a.from?.description, to: nil, method: nil, bytesFetched: 0,
-                bundleBytes: nil, seconds: seconds, outcome: .done, reason: a.reason, code: nil)
-            if let error = failed[a.id.rawValue] {
-                r.outcome = .failed
-                r.reason = error.description
-                r.code = error.code
-            }
-            return r
         }
     }
 
@@ -426,15 +236,15 @@ public struct Syncer: Sendable {
     /// bundles not placed (their version was already on disk), and partial downloads the
     /// current plan would not resume (superseded releases); then gc by retention. Returns what
     /// gc removed.
-    func cleanUp(_ fetched: Fetched, sandbox: Sandbox) -> [String] {
-        for content in fetched.contents.values {
+    func cleanUp(_ releases: [Release], contents: FetchPhase.Contents, sandbox: Sandbox) -> [String] {
+        for content in contents.byDigest.values {
             for file in [content.object, content.applied, content.patch].compactMap({ $0 }) {
                 try? SystemCalls.unlink(file)
             }
         }
-        for staged in fetched.packages.values.compactMap(\.staged) { staged.area.discard() }
+        for staged in releases.compactMap(\.download.staged) { staged.area.discard() }
         sandbox.discardStagedLists()
-        pruneDownloads(sandbox.layout.downloads, keep: fetched.resumable)
+        FetchPhase.pruneDownloads(sandbox.layout.downloads, keep: contents.resumable)
         // Retention is housekeeping: a failure here leaves more versions on disk, never fewer.
         return (try? sandbox.gc(keep: options.retention))?.removed ?? []
     }

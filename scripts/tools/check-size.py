@@ -32,7 +32,7 @@ PRODUCT = {"Larder", "LarderArchive", "LarderCore", "LarderFetch", "LarderFetchN
 LIMITS = {
     "public declarations in the product modules": (1116, 600),
     "functions over 60 lines": (9, 9),
-    "files over 400 lines": (6, 6),
+    "files over 400 lines": (4, 6),
     "@unchecked Sendable": (36, 15),
     "@unchecked Sendable without a reason": (0, 0),
     "lock idioms other than Mutex and Locked (NSLock, Thread, pthread_mutex, os_unfair_lock)": (0, 0),
