@@ -8,7 +8,8 @@ import PackageDescription
 //   LarderStore <- LarderResolve <- LarderGateway, LarderWebView <- LarderWebKit (WebKit's glue)
 //   all of them but LarderGateway <- Larder (façade: OfflinePackages) <- larder (CLI, with LarderGateway)
 // LarderFetch carries HTTP over an injected engine: LarderFetchNIO (AsyncHTTPClient) on Linux,
-// LarderFetchURLSession on Apple platforms, chosen in Sources/LarderSync/Platform.swift;
+// LarderFetchURLSession on Apple platforms, chosen in Sources/Larder/Platform.swift and injected
+// into the sync (SyncSetup.engine), which depends on LarderFetch alone;
 // LarderCore is pure values and decisions (no I/O). LarderArchive is the only module that
 // imports C libraries (libarchive for zip, zlib for gzip objects); CLarderShim is one inline
 // atomic load for LarderResolve. LarderGateway (the `serve` HTTP gateway) is the only module on
@@ -17,7 +18,7 @@ import PackageDescription
 // affected: SwiftPM applies a target's settings to that target only).
 let strict: [SwiftSetting] = [.treatAllWarnings(as: .error)]
 // The HTTP engine is URLSession on Apple platforms and AsyncHTTPClient on Linux
-// (Sources/LarderSync/Platform.swift); LARDER_URLSESSION=1 in the environment builds URLSession on
+// (Sources/Larder/Platform.swift); LARDER_URLSESSION=1 in the environment builds URLSession on
 // Linux too, for a side-by-side measurement (scripts/bench --net).
 let urlSessionEverywhere = Context.environment["LARDER_URLSESSION"] != nil
 // WebKitGTK's glue (LarderWebKitGTK) and the program that opens a package in it (larder-webview)
@@ -110,7 +111,7 @@ var package = Package(
             swiftSettings: strict
         ),
         // Transfers with resume, retries and verification over an injected engine (HTTPStack);
-        // each engine is a target of its own, chosen in one place (Sources/LarderSync/Platform.swift).
+        // each engine is a target of its own, chosen in one place (Sources/Larder/Platform.swift).
         .target(
             name: "LarderFetch",
             dependencies: [
@@ -147,12 +148,10 @@ var package = Package(
             name: "LarderSync",
             dependencies: [
                 "LarderCore", "LarderFileSystem", "LarderArchive", "LarderStore", "LarderFetch",
-                .target(name: "LarderFetchNIO", condition: .when(platforms: [.linux])),
-                .target(name: "LarderFetchURLSession", condition: urlSessionEverywhere ? nil : .when(platforms: apple)),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            swiftSettings: strict + (urlSessionEverywhere ? [.define("LARDER_URLSESSION")] : [])
+            swiftSettings: strict
         ),
         .target(name: "CLarderShim"),
         .target(
@@ -200,10 +199,13 @@ var package = Package(
             dependencies: [
                 "LarderCore", "LarderArchive", "LarderFileSystem", "LarderPublish", "LarderStore", "LarderFetch",
                 "LarderSync", "LarderResolve", "LarderWebView",
+                // The HTTP engine the façade injects (Sources/Larder/Platform.swift).
+                .target(name: "LarderFetchNIO", condition: .when(platforms: [.linux])),
+                .target(name: "LarderFetchURLSession", condition: urlSessionEverywhere ? nil : .when(platforms: apple)),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
-            swiftSettings: strict
+            swiftSettings: strict + (urlSessionEverywhere ? [.define("LARDER_URLSESSION")] : [])
         ),
         // The resolve benchmark (scripts/benchmarks/bench-resolve.sh); not a product.
         // The README's Linux quick start (scripts/integration/quickstart.sh runs it).
@@ -239,6 +241,7 @@ var package = Package(
             name: "larder-bench-scale",
             dependencies: [
                 "LarderCore", "LarderFileSystem", "LarderPublish", "LarderResolve", "LarderStore", "LarderSync",
+                "LarderFetchNIO",
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
             swiftSettings: strict
@@ -259,6 +262,8 @@ var package = Package(
             name: "LarderTestSupport",
             dependencies: [
                 "LarderArchive", "LarderCore", "LarderFetch", "LarderPublish", "LarderStore", "LarderFileSystem",
+                // The engine the suites sync over (HTTPStack.tested): either, by LARDER_TEST_ENGINE.
+                "LarderFetchNIO", "LarderFetchURLSession",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "SystemPackage", package: "swift-system"),
                 .product(name: "NIOCore", package: "swift-nio"),

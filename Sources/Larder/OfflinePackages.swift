@@ -39,8 +39,9 @@ public final class OfflinePackages: Sendable {
         public var schemes: Set<String> = []
         /// What a request no package serves does: go to the network (https), or fail.
         public var network = NetworkMode.forward(scheme: "https")
-        /// Options of each sync (HTTP policy and engine, retention, lock timeout).
-        public var syncOptions = SyncOptions()
+        /// What every sync of this app uses: the HTTP engine (the platform's, `HTTPStack.platform`)
+        /// and its policy, retention, lock timeout, recipient keys.
+        public var sync = SyncSetup(engine: .platform)
         /// The most bytes the sandbox's packages may hold: after each sync, on-demand packages
         /// are evicted, least recently used first (never eager ones, nor one an open page
         /// pins). Nil: no budget.
@@ -133,7 +134,7 @@ public final class OfflinePackages: Sendable {
         }
         resolver = try Resolver(root: c.root, schemes: c.schemes, handoff: handoff)
         loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: c.root, handoff: handoff))
-        forwarder = Forwarder(network: c.network, exchange: c.syncOptions.stack.makeExchange())
+        forwarder = Forwarder(network: c.network, exchange: c.sync.engine.makeExchange())
         let hub = self.hub
         pageHealth = PageHealthTracker(
             settings: c.pageHealth,
@@ -145,13 +146,12 @@ public final class OfflinePackages: Sendable {
             })
         if c.installOnFirstUse {
             let (root, handoff) = (c.root, self.handoff)
-            var options = c.syncOptions
-            options.handoff = handoff
-            let base = options
+            var setup = c.sync
+            setup.handoff = handoff
             firstUse = FirstUse(
                 resolver: resolver, deadline: c.firstUseDeadline,
                 onInstall: { id, outcome in hub.publish(.firstUse(id, outcome)) },
-                install: Syncer.installer(root: root, options: base))
+                install: Syncer.installer(root: root, setup: setup))
         } else {
             firstUse = nil
         }
@@ -206,10 +206,9 @@ public final class OfflinePackages: Sendable {
         defer { syncing.withLock { $0 = false } }
         hub.publish(.syncStarted)
         do {
-            var options = configuration.syncOptions
-            options.handoff = handoff
-            options.preload = preload
-            let report = try await Syncer(root: configuration.root, options: options).sync()
+            var setup = configuration.sync
+            setup.handoff = handoff
+            let report = try await Syncer(root: configuration.root, setup: setup).sync(SyncRequest(preload: preload))
             hub.publish(.synced(report))
             return report
         } catch {
@@ -251,7 +250,7 @@ public final class OfflinePackages: Sendable {
     private func countLaunch() {
         do throws(StoreError) {
             var options = Sandbox.Options()
-            options.lockTimeout = configuration.syncOptions.lockTimeout
+            options.lockTimeout = configuration.sync.lockTimeout
             options.handoff = handoff
             let sandbox = try Sandbox.open(configuration.root, options: options)
             defer { sandbox.close() }

@@ -25,7 +25,7 @@ package protocol HTTPEngine: Sendable {
 /// forwards a page's passthrough requests. Engines live in targets of their own
 /// (`LarderFetchNIO`: AsyncHTTPClient; `LarderFetchURLSession`: URLSession); which one a
 /// platform uses is chosen in one place, `HTTPStack.platform` in LarderSync, and passed to what
-/// makes transports (`SyncOptions.stack`, `HTTPTransport(options:stack:)`).
+/// makes transports (`SyncSetup.engine`, `HTTPTransport(options:stack:)`).
 public struct HTTPStack: Sendable {
     /// The engine's name, for logs and reports.
     public let name: String

@@ -39,7 +39,7 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     public var repository: String
     /// The public keys an index's signature is checked against; a verified index may rotate them.
     public var trustedKeys: [KeyFile]
-    /// The release channel this device follows (`SyncOptions.channel` overrides it).
+    /// The release channel this device follows (`SyncRequest.channel` overrides it).
     public var channel: String
     /// The app's version, compared with each release's `minClientVersion`.
     public var appVersion: SemanticVersion

@@ -22,7 +22,7 @@ import SystemPackage
 /// it wrote (by identity), so a resolver uses them only from the very file its snapshot read.
 ///
 /// No process-wide instance: an app makes one and hands it to its resolver and to its syncs
-/// (`Resolver(root:schemes:handoff:)`, `SyncOptions.handoff`); `OfflinePackages` does. Without
+/// (`Resolver(root:schemes:handoff:)`, `SyncSetup.handoff`); `OfflinePackages` does. Without
 /// one, every snapshot reads what the sync wrote from disk, as another process's write.
 public final class ServingHandoff: Sendable {
 

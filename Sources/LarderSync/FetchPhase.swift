@@ -168,7 +168,7 @@ struct FetchPhase {
     func transfer(
         _ jobs: [Job], into releases: inout [Release], contents: inout Contents, concurrency: Int? = nil
     ) async {
-        let progress = scope.options.progress
+        let progress = scope.setup.progress
         let transport = scope.transport
         let totals = Dictionary(
             releases.map { ($0.id.rawValue, $0.action?.cost?.bytes ?? 0) }, uniquingKeysWith: { a, _ in a })

@@ -19,7 +19,7 @@ public enum PackageFailure: Error, Sendable, Equatable, CustomStringConvertible 
     /// `write` are what it would fetch and place, `reserve` what must stay free besides, and
     /// `available` what is free (all bytes).
     case noSpace(download: Int64, write: Int64, reserve: Int64, available: Int64, path: String)
-    /// The version is encrypted and this device has no recipient key (`SyncOptions.recipientKeys`).
+    /// The version is encrypted and this device has no recipient key (`SyncSetup.recipientKeys`).
     case recipientKeyMissing
     /// The version is encrypted for other recipients: none of its wrapped keys names one of
     /// this device's keys (`have`).

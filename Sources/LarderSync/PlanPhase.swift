@@ -50,7 +50,7 @@ struct PlanPhase {
         }
         for a in plan.actions where a.kind == .install || a.kind == .update {
             guard let e = entries[a.id] else { continue }
-            releases[a.id, default: Release(e, encoding: .clear(scope.options.pipeline))].action = a
+            releases[a.id, default: Release(e, encoding: .clear(scope.setup.pipeline))].action = a
         }
         return Outcome(plan: plan, releases: releases, local: local)
     }
@@ -69,8 +69,8 @@ struct PlanPhase {
     /// index) and to their dependency groups, so that a package is never activated without the
     /// members its plan counted on.
     func filter(_ plan: Plan) -> Plan {
-        guard !scope.options.packages.isEmpty else { return plan }
-        var wanted = Set(scope.options.packages)
+        guard !scope.request.packages.isEmpty else { return plan }
+        var wanted = Set(scope.request.packages)
         var frontier = Array(wanted)
         while let id = frontier.popLast() {
             for e in index.packages where e.id == id {
@@ -87,8 +87,8 @@ struct PlanPhase {
     /// the active version when the index offers one and it checks out (nothing else is fetched),
     /// else fetched as the encoding names it. A key or list that fails is the release's failure.
     func seekList(_ e: PackageEntry) async -> Release {
-        var r = Release(e, encoding: .clear(scope.options.pipeline))
-        switch ReleaseEncoding.decide(e, base: scope.options.pipeline, keys: scope.options.recipientKeys) {
+        var r = Release(e, encoding: .clear(scope.setup.pipeline))
+        switch ReleaseEncoding.decide(e, base: scope.setup.pipeline, keys: scope.setup.recipientKeys) {
         case .success(let encoding): r.encoding = encoding
         case .failure(let f):
             r.failure = f

@@ -76,7 +76,7 @@ public struct DeltaResult: Sendable, Codable, Equatable {
     public var unused: String?
 
     /// Creates one.
-    public init(
+    package init(
         patchesApplied: Int, patchBytes: Int64, bytesSaved: Int64, fallbacks: [DeltaFallback], unused: String? = nil
     ) {
         self.patchesApplied = patchesApplied
@@ -104,7 +104,7 @@ public struct DeltaFallback: Sendable, Codable, Equatable {
     public var to: Source
 
     /// Creates one.
-    public init(content: SHA256Digest, reason: String, to: Source) {
+    package init(content: SHA256Digest, reason: String, to: Source) {
         self.content = content
         self.reason = reason
         self.to = to
@@ -126,56 +126,9 @@ public struct SyncReport: Sendable, Codable, Equatable {
     /// The index is the one the last sync applied in full and nothing changed since: this sync
     /// made its one request and stopped (`packages` is then empty).
     public var upToDate = false
+    /// For a dry run (`SyncRequest.dryRun`): what a sync would do, and why; nothing was applied
+    /// (`packages` is then empty).
+    package var plan: Plan?
     /// Whether some package failed while others may have been applied.
     public var hasFailures: Bool { packages.contains { $0.outcome == .failed } }
-}
-
-/// Options of one sync.
-public struct SyncOptions: Sendable {
-    /// Only these packages (all when empty).
-    public var packages: [PackageID] = []
-    /// On-demand packages to install now, with what they depend on (`larder fetch`); otherwise
-    /// a sync installs an on-demand package only once the device holds it.
-    public var fetching: [PackageID] = []
-    /// What must stay free on the sandbox's file system after a sync's downloads, as a multiple
-    /// of what they fetch and write (2: twice). A package that would leave less is not fetched
-    /// (`no-space`), and nothing of it is written.
-    public var freeSpaceReserve = 2.0
-    /// The bytes free for writing on the file system holding a path (`statvfs`); nil: unknown,
-    /// and the check is not made. Tests inject a small disk here.
-    package var availableSpace: @Sendable (FilePath) -> Int64? = { try? SystemCalls.availableSpace($0) }
-    /// A preload on this network: also install the on-demand packages whose hint allows it
-    /// (`preload: always`, or `unmetered` on an unmetered network). Nil: no preload.
-    public var preload: NetworkKind?
-    /// Overrides the config's app version (for `minClientVersion`).
-    public var appVersion: SemanticVersion?
-    /// Overrides the config's channel.
-    public var channel: String?
-    /// Retries, timeouts and rate floor of HTTP transfers.
-    public var http = HTTPOptions()
-    /// The HTTP engine: the platform's (`HTTPStack.platform`) unless a test or a measurement
-    /// gives another; `.none` syncs from `file://` repositories only.
-    public var stack = HTTPStack.platform
-    /// Told of the index and state this sync writes, for a resolver of the same process (the
-    /// one `OfflinePackages` shares with its resolver); nil: a resolver reads them from disk.
-    public var handoff: ServingHandoff?
-    /// How stored blobs are decoded (`BytePipeline.standard`: format version 1).
-    package var pipeline: BytePipeline = .standard
-    /// The device's recipient keys (`larder keygen --recipient`): an encrypted version is
-    /// installed when its content key is wrapped for one of them (manifests §16).
-    public var recipientKeys: [RecipientKey] = []
-    /// Other versions gc keeps per package after the sync.
-    public var retention = 1
-    /// How long the sync waits for another writer's sandbox lock (another sync, an install)
-    /// before it fails with `locked`, seconds.
-    public var lockTimeout = 10.0
-    /// The clock the index expiry is checked against.
-    public var clock: @Sendable () -> Date = { Date() }
-    /// Told of progress as it happens (from several transfers at once).
-    public var progress: (@Sendable (SyncEvent) -> Void)?
-    /// Where the sync logs what it decided.
-    public var logger = Logger(label: "larder.sync")
-
-    /// The defaults.
-    public init() {}
 }

@@ -4,17 +4,19 @@ import LarderFetch
 import LarderStore
 import Logging
 
-/// What every phase of one sync works in: the sync's options, the sandbox's config, the open
-/// (locked, recovered) sandbox, and the repository with the transport that reaches it.
+/// What every phase of one sync works in: the app's setup and this sync's request, the
+/// sandbox's config, the open (locked, recovered) sandbox, and the repository with the transport
+/// that reaches it.
 struct SyncScope {
-    let options: SyncOptions
+    let setup: SyncSetup
+    let request: SyncRequest
     let config: SyncConfig
     let sandbox: Sandbox
     let transport: any Transport
     let base: URL
 
     /// Where the sync logs what it decided.
-    var logger: Logger { options.logger }
+    var logger: Logger { setup.logger }
 
     /// The repository URL of a document.
     func url(_ relative: String) -> URL { base.appendingPathComponent(relative) }

@@ -37,7 +37,7 @@ extension Syncer {
             decision = try IndexAcceptance.decide(
                 IndexAcceptance.Input(
                     bytes: bytes, signature: sigBytes, notModified: notModified, trustedKeys: config.trustedKeys,
-                    trusted: trusted, accepted: sandbox.state.index, now: options.clock()))
+                    trusted: trusted, accepted: sandbox.state.index, now: setup.clock()))
         } catch { throw SyncError(refusal: error) }
         // A sharded index: the entries of the shards this device needs, read before anything is
         // recorded (a held package's settings must never be missing from what it serves with).
@@ -46,7 +46,7 @@ extension Syncer {
         let index = read.index
         if record, let keys = decision.rotatedKeys {
             do { _ = try config.withKeys(keys, root: root) } catch { throw .config(error) }
-            options.logger.notice(
+            setup.logger.notice(
                 "trusted keys rotated by the index",
                 metadata: ["keys": "\(keys.map(\.keyId))", "serial": "\(index.serial)"])
         }
@@ -55,7 +55,7 @@ extension Syncer {
                 decision, entries: index.packages, shardsFetched: read.fetched, bytes: bytes, signature: sigBytes,
                 etag: etag, sandbox: sandbox)
         }
-        options.progress?(.index(serial: index.serial, changed: decision.fresh))
+        setup.progress?(.index(serial: index.serial, changed: decision.fresh))
         return (index, decision.fresh)
     }
 
@@ -120,19 +120,19 @@ extension Syncer {
                 try AtomicFile.write(bytes, to: cacheIndex)
                 try AtomicFile.write(sigBytes, to: cacheSig)
             } catch { throw .store(.io(error)) }
-            options.handoff?.wroteIndex(entries, sandbox.layout)
+            setup.handoff?.wroteIndex(entries, sandbox.layout)
             do {
                 try sandbox.recordIndex(
                     AcceptedIndex(
                         serial: index.serial, sha256: decision.digest, expires: index.expires, etag: etag,
-                        acceptedAt: options.clock()))
+                        acceptedAt: setup.clock()))
             } catch { throw .store(error) }
             sandbox.layout.pruneShards(keeping: index.shards)
             return
         }
         if shardsFetched {
             do { try AtomicFile.write(bytes, to: cacheIndex) } catch { throw .store(.io(error)) }
-            options.handoff?.wroteIndex(entries, sandbox.layout)
+            setup.handoff?.wroteIndex(entries, sandbox.layout)
         }
         if let acc = sandbox.state.index, etag != nil, etag != acc.etag {
             var updated = acc
@@ -182,7 +182,7 @@ extension Syncer {
     private func mendTornPair(
         _ transport: any Transport, _ base: URL, named: IndexName, fetched: Data, sig: Data
     ) async throws(SyncError) -> (Data, Data) {
-        options.logger.notice(
+        setup.logger.notice(
             "the signature names another index than the one fetched; fetching the index it names",
             metadata: ["named": "\(named.sha256)", "fetched": "\(SHA256Digest.of(fetched))"])
         if named.size <= Int64(Self.maxIndexBytes) {
@@ -192,7 +192,7 @@ extension Syncer {
                 let copy = try await transport.document(copyURL, etag: nil, maxBytes: Self.maxIndexBytes)
                 if named.names(copy.data) { return (copy.data, sig) }
             } catch {
-                options.logger.notice("no copy of the named index", metadata: ["error": "\(error)"])
+                setup.logger.notice("no copy of the named index", metadata: ["error": "\(error)"])
             }
         }
         let freshSig = try await fetchSignature(transport, base, fresh: true)

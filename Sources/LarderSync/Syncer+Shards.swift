@@ -46,9 +46,9 @@ extension Syncer {
             out.fetched = true
         }
         var needed = Set(sandbox.state.packages.keys.compactMap(PackageID.init))
-        needed.formUnion(options.fetching)
-        needed.formUnion(options.packages)
-        if let network = options.preload {
+        needed.formUnion(request.fetching)
+        needed.formUnion(request.packages)
+        if let network = request.preload {
             if catalog == nil {
                 do {
                     let bytes = try AtomicFile.read(catalogPath, limit: ManifestCoding.maxDocumentBytes)
@@ -106,7 +106,7 @@ extension Syncer {
             }
         }
         for b in loaded.keys.sorted() { out.index.packages += loaded[b] ?? [] }
-        options.logger.debug(
+        setup.logger.debug(
             "read the index's shards",
             metadata: ["shards": "\(loaded.count) of \(count)", "entries": "\(out.index.packages.count)"])
         return out

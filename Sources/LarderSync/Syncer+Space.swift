@@ -13,7 +13,7 @@ extension Syncer {
     func checkSpace(_ releases: [Release], scope: SyncScope, local: [SHA256Digest: FilePath]) -> (
         fit: [Release], refused: [PackageResult]
     ) {
-        guard !releases.isEmpty, let available = options.availableSpace(scope.sandbox.layout.root) else {
+        guard !releases.isEmpty, let available = setup.availableSpace(scope.sandbox.layout.root) else {
             return (releases, [])
         }
         var written: Set<SHA256Digest> = []
@@ -31,7 +31,7 @@ extension Syncer {
             let group = a.group.isEmpty ? [a.id] : a.group
             let n = group.reduce(Int64(0)) { $0 + (need[$1].map { $0.download + $0.write } ?? 0) }
             let after = total + n
-            let reserve = Int64((Double(after) * options.freeSpaceReserve).rounded(.up))
+            let reserve = Int64((Double(after) * setup.freeSpaceReserve).rounded(.up))
             if after + reserve <= available {
                 total = after
                 continue
@@ -47,7 +47,7 @@ extension Syncer {
         let started = Date()
         let results = releases.compactMap { r -> PackageResult? in
             guard let failure = refused[r.id], let a = r.action else { return nil }
-            options.logger.notice(
+            setup.logger.notice(
                 "not enough free space; not fetched", metadata: ["id": "\(a.id)", "reason": "\(failure)"])
             return result(a, started: started, .failed, failure.description, failure: failure)
         }
@@ -65,13 +65,13 @@ extension Syncer {
         do throws(StoreError) {
             let report = try p.scope.sandbox.enforceBudget(budget, onDemand: onDemand, keep: keep)
             if !report.evicted.isEmpty {
-                options.logger.info(
+                setup.logger.info(
                     "evicted to stay within the disk budget",
                     metadata: ["evicted": "\(report.evicted)", "bytes": "\(report.after) of \(budget)"])
             }
             return report
         } catch {
-            options.logger.warning("keeping within the disk budget failed", metadata: ["error": "\(error)"])
+            setup.logger.warning("keeping within the disk budget failed", metadata: ["error": "\(error)"])
             return nil
         }
     }
@@ -81,13 +81,11 @@ extension Syncer {
     /// An install of one on-demand package now, as `larder fetch ID` does (a sync of that
     /// package and what it depends on), for fetch at first use: nil when it is installed, else
     /// why not (the failure's code and message).
-    public static func installer(root: FilePath, options: SyncOptions) -> @Sendable (PackageID) async -> String? {
+    package static func installer(root: FilePath, setup: SyncSetup) -> @Sendable (PackageID) async -> String? {
         { id in
-            var o = options
-            o.packages = [id]
-            o.fetching = [id]
             do throws(SyncError) {
-                let report = try await Syncer(root: root, options: o).sync()
+                let report = try await Syncer(root: root, setup: setup).sync(
+                    SyncRequest(packages: [id], fetching: [id]))
                 guard let r = report.packages.first(where: { $0.id == id.rawValue }) else {
                     return "\(id) is not in the index on this channel"
                 }

@@ -41,7 +41,7 @@ extension Syncer {
         // The on-demand packages asked for and a preload's network change what a plan installs.
         let wanted = ctx.wanted.map(\.rawValue).sorted().joined(separator: ",")
         let text = [
-            config.repository, ctx.channel, ctx.appVersion.description, ctx.deviceID, keys, "\(options.retention)",
+            config.repository, ctx.channel, ctx.appVersion.description, ctx.deviceID, keys, "\(setup.retention)",
             wanted, ctx.preload?.rawValue ?? "",
         ].joined(separator: "\n")
         return SHA256Digest.of(Data(text.utf8))
@@ -51,13 +51,13 @@ extension Syncer {
     /// saw. Best effort: without the record the next sync only plans again.
     func recordSettled(_ report: SyncReport, sandbox: Sandbox, config: SyncConfig) {
         let layout = sandbox.layout
-        guard options.packages.isEmpty, !report.hasFailures, let accepted = sandbox.state.index,
+        guard request.packages.isEmpty, !report.hasFailures, let accepted = sandbox.state.index,
             let state = FileIdentity(layout.state)
         else {
             try? SystemCalls.unlink(layout.lastSync)
             return
         }
-        let now = options.clock()
+        let now = setup.clock()
         let signature = (try? AtomicFile.read(layout.acceptedSignature, limit: 1 << 16)).map { SHA256Digest.of($0) }
         let marker = SyncMarker(
             serial: accepted.serial, index: accepted.sha256, etag: accepted.etag, expires: accepted.expires,
@@ -85,12 +85,12 @@ extension Syncer {
     }
 
     private func upToDate() async throws(SyncError) -> NoChangeCheck? {
-        guard options.packages.isEmpty else { return nil }
+        guard request.packages.isEmpty else { return nil }
         let layout = SandboxLayout(root: root)
         guard let data = try? AtomicFile.read(layout.lastSync, limit: 1 << 16),
             let marker = try? ManifestCoding.decode(SyncMarker.self, from: data, document: "last-sync.json"),
             let config = try? SyncConfig.load(root: root), marker.inputs == planInputs(config),
-            options.clock() < marker.expires, let base = URL(string: config.repository),
+            setup.clock() < marker.expires, let base = URL(string: config.repository),
             let lock = try? FileLock(path: layout.lock, timeout: 0)
         else { return nil }
         defer { lock.unlock() }
@@ -111,7 +111,7 @@ extension Syncer {
     /// Records that the repository was checked and found unchanged, and reports it.
     private func settled(_ marker: SyncMarker, layout: SandboxLayout) -> SyncReport {
         var checked = marker
-        checked.checkedAt = options.clock()
+        checked.checkedAt = setup.clock()
         if checked.signature == nil {
             // A record from before `signature`: the accepted index was just found unchanged, so
             // its cached signature is the one to compare next time.
@@ -123,7 +123,7 @@ extension Syncer {
         if let bytes = try? ManifestCoding.encode(checked) {
             try? AtomicFile.write(bytes, to: layout.lastSync, durable: false)
         }
-        options.progress?(.index(serial: marker.serial, changed: false))
+        setup.progress?(.index(serial: marker.serial, changed: false))
         var report = SyncReport(serial: marker.serial, indexChanged: false, packages: [], removedByGC: [])
         report.upToDate = true
         return report

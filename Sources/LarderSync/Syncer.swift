@@ -16,21 +16,23 @@ import SystemPackage
 public struct Syncer: Sendable {
     /// The sandbox directory.
     public let root: FilePath
-    /// The options of this sync.
-    public let options: SyncOptions
+    /// What the app set once: engine, limits, keys, clock, progress.
+    public let setup: SyncSetup
+    /// What the sync under way asks (set by `sync(_:)` for its call).
+    var request = SyncRequest()
     let injected: (any Transport)?
 
     /// A syncer for the sandbox at `root`, fetching over the transport the repository URL calls
-    /// for (`file://`, or http(s) over `options.stack`).
-    public init(root: FilePath, options: SyncOptions = SyncOptions()) {
-        self.init(root: root, options: options, transport: nil)
+    /// for (`file://`, or http(s) over `setup.engine`).
+    public init(root: FilePath, setup: SyncSetup) {
+        self.init(root: root, setup: setup, transport: nil)
     }
 
     /// A syncer for the sandbox at `root`; `transport` replaces the one the repository URL
     /// implies (tests inject one).
-    package init(root: FilePath, options: SyncOptions = SyncOptions(), transport: (any Transport)?) {
+    package init(root: FilePath, setup: SyncSetup, transport: (any Transport)?) {
         self.root = root
-        self.options = options
+        self.setup = setup
         self.injected = transport
     }
 
@@ -41,8 +43,8 @@ public struct Syncer: Sendable {
 
     func context(_ config: SyncConfig) -> ClientContext {
         ClientContext(
-            appVersion: options.appVersion ?? config.appVersion, deviceID: config.deviceId,
-            channel: options.channel ?? config.channel, wanted: Set(options.fetching), preload: options.preload)
+            appVersion: request.appVersion ?? config.appVersion, deviceID: config.deviceId,
+            channel: request.channel ?? config.channel, wanted: Set(request.fetching), preload: request.preload)
     }
 
     /// What both `plan` and `sync` start from: the open sandbox (the caller closes it) in its
@@ -73,7 +75,8 @@ public struct Syncer: Sendable {
             let (index, changed) = try await acceptIndex(
                 sandbox: sandbox, config: config, transport: t, base: base, record: record,
                 prefetchedSignature: prefetchedSignature)
-            let scope = SyncScope(options: options, config: config, sandbox: sandbox, transport: t, base: base)
+            let scope = SyncScope(
+                setup: setup, request: request, config: config, sandbox: sandbox, transport: t, base: base)
             let ctx = context(config)
             let planned = await PlanPhase(scope: scope, index: index, context: ctx).run(record: record)
             return Prepared(
@@ -92,14 +95,14 @@ public struct Syncer: Sendable {
     func openWaiting() async throws(SyncError) -> Sandbox {
         var o = Sandbox.Options()
         o.lockTimeout = 0
-        o.handoff = options.handoff
-        o.pipeline = options.pipeline
+        o.handoff = setup.handoff
+        o.pipeline = setup.pipeline
         let start = Date()
         while true {
             do { return try Sandbox.open(root, options: o) } catch {
                 guard case .locked(let holder, _) = error else { throw .store(error) }
                 let waited = Date().timeIntervalSince(start)
-                if waited >= options.lockTimeout {
+                if waited >= setup.lockTimeout {
                     throw .store(.locked(holderPID: holder, waitedSeconds: (waited * 10).rounded() / 10))
                 }
                 try? await Task.sleep(for: .milliseconds(20))
@@ -107,27 +110,43 @@ public struct Syncer: Sendable {
         }
     }
 
-    /// Plans without changing anything (fetches the index and file lists, records nothing).
-    package func plan() async throws(SyncError) -> (Plan, RepositoryIndex) {
-        let p = try await prepare(record: false)
+    /// Plans `request` without changing anything (fetches the index and file lists, records
+    /// nothing): what `sync` with `dryRun` reports, with each way of fetching weighed.
+    package func plan(_ request: SyncRequest = SyncRequest()) async throws(SyncError) -> (Plan, RepositoryIndex) {
+        var run = self
+        run.request = request
+        let p = try await run.prepare(record: false)
         p.scope.sandbox.close()
         return (p.plan, p.index)
     }
 
     func transportFor(_ base: URL, _ config: SyncConfig) throws(SyncError) -> any Transport {
         if let t = injected { return t }
-        var http = options.http
+        var http = setup.http
         http.allowInsecureHTTP = http.allowInsecureHTTP || config.allowInsecureHTTP
         // As many connections to the repository as transfers at once (HTTP/2 needs only one).
         http.connectionsPerHost = max(1, config.concurrency)
-        do { return try transport(for: base, options: http, stack: options.stack) } catch { throw .fetch(error) }
+        do { return try transport(for: base, options: http, stack: setup.engine) } catch { throw .fetch(error) }
     }
 
-    /// Syncs: lock, recover, fetch and verify the index, plan, fetch with bounded concurrency,
-    /// place and activate (as pending; dependency groups together), gc by retention. One
-    /// package's failure neither blocks nor damages another. Each install or update is one
-    /// `Release`, handed from phase to phase (docs/architecture.md).
-    public func sync() async throws(SyncError) -> SyncReport {
+    /// Syncs what `request` asks (by default every package): lock, recover, fetch and verify
+    /// the index, plan, fetch with bounded concurrency, place and activate (as pending;
+    /// dependency groups together), gc by retention. One package's failure neither blocks nor
+    /// damages another. With `dryRun`, only plans: the report's `plan` says what a sync would do,
+    /// and nothing is applied or recorded.
+    public func sync(_ request: SyncRequest = SyncRequest()) async throws(SyncError) -> SyncReport {
+        var run = self
+        run.request = request
+        guard request.dryRun else { return try await run.apply() }
+        let (plan, index) = try await run.plan(request)
+        var report = SyncReport(serial: index.serial, indexChanged: false, packages: [], removedByGC: [])
+        report.plan = plan
+        return report
+    }
+
+    /// The sync proper: each install or update is one `Release`, handed from phase to phase
+    /// (docs/architecture.md).
+    func apply() async throws(SyncError) -> SyncReport {
         var prefetched: Data?
         switch try await checkNoChange() {
         case .upToDate(let report): return report
@@ -151,7 +170,7 @@ public struct Syncer: Sendable {
         for r in releases {
             guard let result = r.result() else { continue }
             results.append(result)
-            options.progress?(.package(id: result.id, outcome: result.outcome))
+            setup.progress?(.package(id: result.id, outcome: result.outcome))
         }
         // After the installs: their trees may link contents from a package that is removed.
         results += ActivatePhase(sandbox: sandbox).remove(p.plan)
@@ -246,6 +265,6 @@ public struct Syncer: Sendable {
         sandbox.discardStagedLists()
         FetchPhase.pruneDownloads(sandbox.layout.downloads, keep: contents.resumable)
         // Retention is housekeeping: a failure here leaves more versions on disk, never fewer.
-        return (try? sandbox.gc(keep: options.retention))?.removed ?? []
+        return (try? sandbox.gc(keep: setup.retention))?.removed ?? []
     }
 }

@@ -15,6 +15,7 @@
 //   package); sources are written under REPO/../scale-src and removed afterwards.
 import Foundation
 import LarderCore
+import LarderFetchNIO
 import LarderFileSystem
 import LarderPublish
 import LarderResolve
@@ -48,9 +49,9 @@ if args.count == 4, args[1] == "--after-sync" {
     let cold = millis(since: start)
     let syncStart = ContinuousClock.now
     do {
-        var options = SyncOptions()
-        options.handoff = handoff
-        let report = try await Syncer(root: root, options: options).sync()
+        var setup = SyncSetup(engine: .nio)
+        setup.handoff = handoff
+        let report = try await Syncer(root: root, setup: setup).sync()
         if report.hasFailures { fail("the sync had failures") }
     } catch { fail("\(error)") }
     let syncMillis = millis(since: syncStart)

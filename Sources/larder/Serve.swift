@@ -108,7 +108,7 @@ extension LarderCommand {
         /// (`larder fetch ID`), one per package however many requests wait.
         func firstUse(_ resolver: Resolver, lines: LineBatch) throws -> FirstUse {
             let root = self.root
-            var options = SyncOptions()
+            var options = SyncSetup(engine: .platform)
             for path in recipientKeys {
                 do { options.recipientKeys.append(try PublisherKeys.loadRecipientKey(path)) } catch {
                     throw Output.failure(command: "serve", code: "key", message: "\(error)", json: false)
@@ -120,7 +120,7 @@ extension LarderCommand {
             return FirstUse(
                 resolver: resolver, deadline: .milliseconds(Int(firstUseDeadline * 1000)),
                 onInstall: { id, outcome in lines.add("first use: \(id) \(outcome)") },
-                install: Syncer.installer(root: root, options: options))
+                install: Syncer.installer(root: root, setup: options))
         }
 
         func run() async throws {

@@ -112,8 +112,9 @@ struct SyncArguments: ParsableArguments {
             valueName: "FILE"))
     var recipientKeys: [FilePath] = []
 
-    func options() throws -> SyncOptions {
-        var o = SyncOptions()
+    /// What every sync of the command uses (the platform's HTTP engine and the flags' policy).
+    func setup() throws -> SyncSetup {
+        var o = SyncSetup(engine: .platform)
         guard attempts >= 1, stallTimeout > 0, minRate >= 0, rateWindow > 0, deadline > 0, lockTimeout >= 0 else {
             throw ValidationError("--attempts must be at least 1 and the times positive")
         }
@@ -132,11 +133,11 @@ struct SyncArguments: ParsableArguments {
                 throw ValidationError("--recipient-key \(path): \(error)")
             }
         }
-        o.packages = packages
-        o.appVersion = appVersion
-        o.channel = channel
         return o
     }
+
+    /// What the command asks of one sync.
+    var request: SyncRequest { SyncRequest(packages: packages, channel: channel, appVersion: appVersion) }
 }
 
 extension LarderCommand {
@@ -156,11 +157,13 @@ extension LarderCommand {
         @OptionGroup var output: OutputOptions
 
         func run() async throws {
-            let options = try args.options()
-            let (plan, _) = try await withSync("plan", output.json) { () async throws(SyncError) in
-                try await Syncer(root: args.root, options: options).plan()
+            let setup = try args.setup()
+            var request = args.request
+            request.dryRun = true
+            let report = try await withSync("plan", output.json) { [request] () async throws(SyncError) in
+                try await Syncer(root: args.root, setup: setup).sync(request)
             }
-            try Output.emit(plan, json: output.json)
+            try Output.emit(report.plan ?? LarderCore.Plan(actions: []), json: output.json)
         }
     }
 }
@@ -192,7 +195,8 @@ extension LarderCommand {
 
         func run() async throws {
             let report = try await runSync(
-                "sync", root: args.root, options: try args.options(), progress: progress, json: output.json)
+                "sync", root: args.root, setup: try args.setup(), request: args.request, progress: progress,
+                json: output.json)
             if report.hasFailures { throw ExitStatus.partial }
         }
     }
@@ -230,12 +234,13 @@ extension LarderCommand {
         }
 
         func run() async throws {
-            var options = try args.options()
-            if !ids.isEmpty && !preload { options.packages = ids }
-            options.fetching = ids
-            if preload { options.preload = network }
+            var request = args.request
+            if !ids.isEmpty && !preload { request.packages = ids }
+            request.fetching = ids
+            if preload { request.preload = network }
             let report = try await runSync(
-                "fetch", root: args.root, options: options, progress: progress, json: output.json)
+                "fetch", root: args.root, setup: try args.setup(), request: request, progress: progress,
+                json: output.json)
             let unknown = ids.filter { id in !report.packages.contains { $0.id == id.rawValue } }
             if !unknown.isEmpty {
                 Output.diagnostic(
@@ -249,14 +254,14 @@ extension LarderCommand {
 
 /// Runs a sync with `progress` rendered on stderr and prints its report.
 func runSync(
-    _ command: String, root: FilePath, options: SyncOptions, progress: ProgressMode, json: Bool
+    _ command: String, root: FilePath, setup: SyncSetup, request: SyncRequest, progress: ProgressMode, json: Bool
 ) async throws -> SyncReport {
-    var options = options
+    var setup = setup
     let renderer = ProgressRenderer(mode: progress.resolved(isTerminal: isatty(2) != 0))
-    if renderer.mode != .none { options.progress = renderer.handle }
-    let opts = options
+    if renderer.mode != .none { setup.progress = renderer.handle }
+    let syncer = Syncer(root: root, setup: setup)
     let report = try await withSync(command, json) { () async throws(SyncError) in
-        try await Syncer(root: root, options: opts).sync()
+        try await syncer.sync(request)
     }
     renderer.finish()
     try Output.emit(report, json: json)

@@ -46,7 +46,9 @@ struct ArgumentTypesTests {
         #expect(sync.args.root == "sb")
         #expect(sync.args.packages.map(\.rawValue) == ["shared-ui", "app.v2"])
         #expect(sync.args.appVersion == SemanticVersion("3.2.0-rc.1"))
-        #expect(try sync.args.options().http.caFiles == ["ca.pem"])
+        #expect(try sync.args.setup().http.caFiles == ["ca.pem"])
+        #expect(sync.args.request.packages.map(\.rawValue) == ["shared-ui", "app.v2"])
+        #expect(sync.args.request.appVersion == SemanticVersion("3.2.0-rc.1") && !sync.args.request.dryRun)
         let serve = try #require(try LarderCommand.parseAsRoot(["serve", "--root", "sb"]) as? LarderCommand.Serve)
         #expect(serve.listen == ListenAddress(host: "127.0.0.1", port: 8080))
     }

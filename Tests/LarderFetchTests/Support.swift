@@ -141,16 +141,8 @@ final class ProgressTotal: Sendable {
     var value: Int64 { total.withLock { $0 } }
 }
 
-/// The HTTP engine these suites test: AsyncHTTPClient (Linux's), or, with
-/// `LARDER_TEST_ENGINE=urlsession`, URLSession (Apple platforms', here through
-/// FoundationNetworking). `scripts/test` runs this target once with each: one fetch suite that
-/// both engines pass.
-let testedStack: HTTPStack = {
-    switch ProcessInfo.processInfo.environment["LARDER_TEST_ENGINE"] {
-    case "urlsession": .urlSession
-    default: .nio
-    }
-}()
+/// The HTTP engine these suites test (`HTTPStack.tested`: `LARDER_TEST_ENGINE` chooses).
+let testedStack = HTTPStack.tested
 
 /// Whether the engine under test reads `HTTPOptions.caFiles`: AsyncHTTPClient does; URLSession
 /// trusts the system's roots only (documented at `caFiles`), so a private CA is not trusted.

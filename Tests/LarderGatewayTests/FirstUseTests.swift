@@ -29,7 +29,7 @@ struct FirstUseTests {
         _ = try SyncConfig.initialise(
             root: env.root, repository: env.repo.absoluteString, keys: [env.key.publicKey], channel: "stable",
             appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
-        let r = try await Syncer(root: env.root).sync()
+        let r = try await Syncer(root: env.root, setup: SyncSetup(engine: .tested)).sync()
         // Skipped; of a sharded index, not even read (its shard was not fetched).
         #expect(r.packages.first { $0.id == "od" }?.outcome == (sharded ? nil : .skipped), "\(r)")
         return env
@@ -38,10 +38,11 @@ struct FirstUseTests {
     /// `larder fetch ID` in process: a sync of that package.
     static func fetch(_ root: FilePath) -> FirstUse.Install {
         { id in
-            var o = SyncOptions()
-            o.packages = [id]
-            o.fetching = [id]
-            let report = try? await Syncer(root: root, options: o).sync()
+            let o = SyncSetup(engine: .tested)
+            var oRequest = SyncRequest()
+            oRequest.packages = [id]
+            oRequest.fetching = [id]
+            let report = try? await Syncer(root: root, setup: o).sync(oRequest)
             return report?.packages.first { $0.id == id.rawValue && $0.outcome == .done } == nil ? "not done" : nil
         }
     }

@@ -119,12 +119,12 @@ struct DeltaSyncTests {
             root: env.root, repository: origin.base + "/", keys: [env.key.publicKey], channel: "stable",
             appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: true)
         do {
-            _ = try await Syncer(root: env.root).sync()
+            _ = try await Syncer(root: env.root, setup: SyncSetup(engine: .tested)).sync()
             try publish(env, 1)
             let file = try #require(DeltaManifestFixture.read(env, to: "1.1.0", from: "1.0.0").patchFile)
             let cut = Int(file.size / 2)
             origin.inject(.truncate(after: cut), at: "/" + file.path)
-            let r = try await Syncer(root: env.root).sync()
+            let r = try await Syncer(root: env.root, setup: SyncSetup(engine: .tested)).sync()
             let p = try #require(r.packages.first)
             #expect(p.method == .delta && p.outcome == .done && p.delta?.fallbacks == [], "\(r)")
             #expect(p.delta?.patchesApplied == 3)
@@ -199,7 +199,7 @@ struct DeltaSyncTests {
         _ = try SyncConfig.initialise(
             root: other, repository: env.repo.absoluteString, keys: [env.key.publicKey], channel: "stable",
             appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
-        _ = try await Syncer(root: other).sync()
+        _ = try await Syncer(root: other, setup: SyncSetup(engine: .tested)).sync()
         for r in 1...3 { try publish(env, r) }
         // 1.3.0 has deltas from 1.2.0, 1.1.0 and 1.0.0: the first device, on 1.0.0, uses the last.
         let r = try await env.sync()
@@ -212,7 +212,7 @@ struct DeltaSyncTests {
             RepositoryIndex.self, from: AtomicFile.read(FilePath(env.repo.appendingPathComponent("index.json").path)),
             document: "index")
         #expect(index.packages.first?.deltas?.map(\.from.description) == ["1.3.0", "1.2.0", "1.1.0"])
-        let r2 = try await Syncer(root: other).sync()
+        let r2 = try await Syncer(root: other, setup: SyncSetup(engine: .tested)).sync()
         let p = try #require(r2.packages.first)
         #expect(p.outcome == .done && (p.method == .objects || p.method == .bundle), "\(r2)")
         #expect(try SandboxReader(root: other).state().packages["sample-app"]?.active == SemanticVersion("1.4.0"))

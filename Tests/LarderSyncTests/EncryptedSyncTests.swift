@@ -34,11 +34,11 @@ struct EncryptedSyncTests {
     }
 
     func sync(_ env: SyncEnv, keys: [RecipientKey]) async throws(SyncError) -> SyncReport {
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
         let now = env.clock
         o.clock = { now }
         o.recipientKeys = keys
-        return try await Syncer(root: env.root, options: o).sync()
+        return try await Syncer(root: env.root, setup: o).sync()
     }
 
     /// Edits the repository's index and signs it again with a higher serial.
@@ -114,11 +114,11 @@ struct EncryptedSyncTests {
         _ = try SyncConfig.initialise(
             root: secondRoot, repository: env.repo.absoluteString, keys: [env.key.publicKey], channel: "stable",
             appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
         let now = env.clock
         o.clock = { now }
         o.recipientKeys = [other]
-        let r = try await Syncer(root: secondRoot, options: o).sync()
+        let r = try await Syncer(root: secondRoot, setup: o).sync()
         #expect(r.packages.first?.outcome == .done, "\(r)")
         #expect(try SandboxReader(root: secondRoot).state().packages["sample-app"]?.active?.description == "1.1.0")
 
@@ -503,9 +503,9 @@ struct EncryptedSyncTests {
             let bundle = try #require(index.packages.first?.bundle)
             let cut = Int(bundle.size / 2)
             origin.inject(.truncate(after: cut), at: "/" + bundle.path)
-            var o = SyncOptions()
+            var o = SyncSetup(engine: .tested)
             o.recipientKeys = [device]
-            let again = try await Syncer(root: env.root, options: o).sync()
+            let again = try await Syncer(root: env.root, setup: o).sync()
             let p = try #require(again.packages.first)
             #expect(p.outcome == .done && p.method == .bundle, "\(again)")
             let asked = origin.requests(under: "/" + bundle.path)

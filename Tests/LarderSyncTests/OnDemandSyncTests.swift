@@ -21,13 +21,14 @@ struct OnDemandSyncTests {
     func sync(_ env: SyncEnv, fetching: [String] = [], preload: NetworkKind? = nil, transport: (any Transport)? = nil)
         async throws -> SyncReport
     {
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
+        var oRequest = SyncRequest()
         let now = env.clock
         o.clock = { now }
-        o.fetching = fetching.map { PackageID($0)! }
-        o.packages = preload == nil ? o.fetching : []
-        o.preload = preload
-        return try await Syncer(root: env.root, options: o, transport: transport).sync()
+        oRequest.fetching = fetching.map { PackageID($0)! }
+        oRequest.packages = preload == nil ? oRequest.fetching : []
+        oRequest.preload = preload
+        return try await Syncer(root: env.root, setup: o, transport: transport).sync(oRequest)
     }
 
     static let onDemand = InstallPolicy(mode: .onDemand)
@@ -87,12 +88,12 @@ struct FreeSpaceTests {
         defer { env.cleanup() }
         try env.publish("1.0.0")
         try env.initialise()
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
         let now = env.clock
         o.clock = { now }
         o.availableSpace = { _ in 20_000 }
         let recording = RecordingTransport()
-        let r = try await Syncer(root: env.root, options: o, transport: recording).sync()
+        let r = try await Syncer(root: env.root, setup: o, transport: recording).sync()
         let p = try #require(r.packages.first)
         #expect(p.outcome == .failed && p.code == "no-space", "\(r)")
         #expect(p.reason.contains("to download") && p.reason.contains("are free on"), "\(p.reason)")
@@ -104,7 +105,7 @@ struct FreeSpaceTests {
 
         // With room (and the default reserve of twice the download), the same sync installs it.
         o.availableSpace = { _ in 10 << 20 }
-        let again = try await Syncer(root: env.root, options: o).sync()
+        let again = try await Syncer(root: env.root, setup: o).sync()
         #expect(again.packages.first?.outcome == .done, "\(again)")
         #expect(try env.active() == "1.0.0")
     }
@@ -115,11 +116,11 @@ struct FreeSpaceTests {
         defer { env.cleanup() }
         try env.publish("1.0.0")
         try env.initialise()
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
         let now = env.clock
         o.clock = { now }
         // The need: what the plan downloads and the distinct contents it writes; the reserve twice that.
-        let (plan, _) = try await Syncer(root: env.root, options: o).plan()
+        let (plan, _) = try await Syncer(root: env.root, setup: o).plan()
         let download = try #require(plan.actions.first { $0.kind == .install }?.cost?.bytes)
         let list = try ManifestCoding.decode(
             FileList.self, from: AtomicFile.read(env.repository.fileList("sample-app", "1.0.0")), document: "list")
@@ -127,10 +128,10 @@ struct FreeSpaceTests {
             .reduce(0, +)
         let need = download + write
         o.availableSpace = { _ in 3 * need - 1 }
-        let short = try await Syncer(root: env.root, options: o).sync()
+        let short = try await Syncer(root: env.root, setup: o).sync()
         #expect(short.packages.first?.code == "no-space", "\(short)")
         o.availableSpace = { _ in 3 * need }
-        let fits = try await Syncer(root: env.root, options: o).sync()
+        let fits = try await Syncer(root: env.root, setup: o).sync()
         #expect(fits.packages.first?.outcome == .done, "\(fits)")
     }
 }
@@ -145,12 +146,13 @@ struct DiskBudgetTests {
     }
 
     func fetch(_ env: SyncEnv, _ ids: String...) async throws -> SyncReport {
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
+        var oRequest = SyncRequest()
         let now = env.clock
         o.clock = { now }
-        o.fetching = ids.map { PackageID($0)! }
-        o.packages = o.fetching
-        return try await Syncer(root: env.root, options: o).sync()
+        oRequest.fetching = ids.map { PackageID($0)! }
+        oRequest.packages = oRequest.fetching
+        return try await Syncer(root: env.root, setup: o).sync(oRequest)
     }
 
     func size(_ env: SyncEnv, _ id: String) throws -> Int64 {
@@ -206,9 +208,10 @@ struct DiskBudgetTests {
         // A page holds "open" (a session's pin).
         let lease = try SandboxReader(root: env.root).pin(id: "open")
         defer { lease.release() }
-        var o = SyncOptions()
-        o.fetching = [PackageID("next")!]
-        let r = try await Syncer(root: env.root, options: o).sync()
+        let o = SyncSetup(engine: .tested)
+        var oRequest = SyncRequest()
+        oRequest.fetching = [PackageID("next")!]
+        let r = try await Syncer(root: env.root, setup: o).sync(oRequest)
         #expect(r.packages.allSatisfy { $0.outcome == .done || $0.outcome == .skipped }, "\(r)")
         #expect(r.budget?.evicted == [] && r.budget?.keptPinned == ["open"], "\(String(describing: r.budget))")
         #expect(try env.state().packages.keys.sorted() == ["next", "open", "shell"])
@@ -294,12 +297,13 @@ struct ShardedIndexSyncTests {
     static func sync(_ env: SyncEnv, fetching: [String] = [], transport: (any Transport)? = nil) async throws
         -> SyncReport
     {
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
+        var oRequest = SyncRequest()
         let now = env.clock
         o.clock = { now }
-        o.fetching = fetching.map { PackageID($0)! }
-        o.packages = o.fetching
-        return try await Syncer(root: env.root, options: o, transport: transport).sync()
+        oRequest.fetching = fetching.map { PackageID($0)! }
+        oRequest.packages = oRequest.fetching
+        return try await Syncer(root: env.root, setup: o, transport: transport).sync(oRequest)
     }
 
     @Test("a device reads the catalog and the shards of what it holds, and no others")
@@ -349,12 +353,13 @@ struct ShardedIndexSyncTests {
         try Self.publishMany(env, count: 40, preload: [2, 30])
         try env.initialise()
         _ = try await Self.sync(env)
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
+        var oRequest = SyncRequest()
         let now = env.clock
         o.clock = { now }
-        o.preload = .unmetered
+        oRequest.preload = .unmetered
         let recording = RecordingTransport()
-        _ = try await Syncer(root: env.root, options: o, transport: recording).sync()
+        _ = try await Syncer(root: env.root, setup: o, transport: recording).sync(oRequest)
         #expect(try env.active("mini-2") == "1.0.0" && env.active("mini-30") == "1.0.0")
         #expect(try env.active("mini-3") == nil)
         let shards = Self.paths(recording).filter { $0.contains("/shards/") }

@@ -24,11 +24,14 @@ struct PhaseTests {
     }
 
     func prepared(_ env: SyncEnv, packages: [String] = [], record: Bool = false) async throws -> Syncer.Prepared {
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
+        var oRequest = SyncRequest()
         let now = env.clock
         o.clock = { now }
-        o.packages = packages.compactMap { PackageID($0) }
-        return try await Syncer(root: env.root, options: o).prepare(record: record)
+        oRequest.packages = packages.compactMap { PackageID($0) }
+        var syncer = Syncer(root: env.root, setup: o)
+        syncer.request = oRequest
+        return try await syncer.prepare(record: record)
     }
 
     @Test("the plan phase makes one release per install, with its entry, list, action and encoding")
@@ -162,5 +165,22 @@ struct PhaseTests {
         let appAfter = try #require(releases.first { $0.id.rawValue == "app" })
         #expect(appAfter.failure == .dependencyGroup(member: PackageID("lib")!))
         #expect(p.scope.sandbox.state[PackageID("app")!].active == nil)
+    }
+
+    @Test("a dry run plans what a sync would do and applies, records and downloads nothing")
+    func dryRun() async throws {
+        let env = try threePackages()
+        defer { env.cleanup() }
+        let syncer = Syncer(root: env.root, setup: SyncSetup(engine: .tested))
+        let dry = try await syncer.sync(SyncRequest(packages: [PackageID("app")!], dryRun: true))
+        #expect(dry.packages.isEmpty)
+        #expect(Set(dry.plan?.actions.map(\.id.rawValue) ?? []) == ["app", "lib"])
+        #expect(dry.plan?.actions.allSatisfy { $0.kind == .install } == true)
+        #expect(try env.state().packages.isEmpty)
+        #expect(try env.state().index == nil)
+        // The same request, applied.
+        let real = try await syncer.sync(SyncRequest(packages: [PackageID("app")!]))
+        #expect(real.plan == nil && real.packages.count == 2 && !real.hasFailures)
+        #expect(try env.active("app") == "1.0.0" && env.active("other") == nil)
     }
 }

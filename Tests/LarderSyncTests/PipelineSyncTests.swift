@@ -24,11 +24,11 @@ struct PipelineSyncTests {
     }
 
     func sync(_ env: SyncEnv, _ pipeline: BytePipeline) async throws(SyncError) -> SyncReport {
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
         let now = env.clock
         o.clock = { now }
         o.pipeline = pipeline
-        return try await Syncer(root: env.root, options: o).sync()
+        return try await Syncer(root: env.root, setup: o).sync()
     }
 
     /// Every file the repository serves, with the bytes it holds.

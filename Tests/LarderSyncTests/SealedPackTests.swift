@@ -28,11 +28,11 @@ struct SealedPackTests {
     }
 
     func sync(_ env: SyncEnv) async throws(SyncError) -> SyncReport {
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
         let now = env.clock
         o.clock = { now }
         o.recipientKeys = [device]
-        return try await Syncer(root: env.root, options: o).sync()
+        return try await Syncer(root: env.root, setup: o).sync()
     }
 
     func index(_ env: SyncEnv) throws -> RepositoryIndex {

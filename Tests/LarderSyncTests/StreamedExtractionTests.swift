@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -127,10 +128,10 @@ struct StreamedExtractionTests {
     }
 
     func sync(_ env: SyncEnv, _ transport: any Transport) async throws(SyncError) -> SyncReport {
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
         let now = env.clock
         o.clock = { now }
-        return try await Syncer(root: env.root, options: o, transport: transport).sync()
+        return try await Syncer(root: env.root, setup: o, transport: transport).sync()
     }
 
     func stagingIsEmpty(_ env: SyncEnv) -> Bool {

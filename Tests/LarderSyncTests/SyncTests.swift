@@ -53,11 +53,11 @@ final class SyncEnv: @unchecked Sendable {
     func sync(transport: (any Transport)? = nil, handoff: ServingHandoff? = nil) async throws(SyncError)
         -> SyncReport
     {
-        var o = SyncOptions()
+        var o = SyncSetup(engine: .tested)
         let now = clock
         o.clock = { now }
         o.handoff = handoff
-        return try await Syncer(root: root, options: o, transport: transport).sync()
+        return try await Syncer(root: root, setup: o, transport: transport).sync()
     }
 
     func state() throws -> SandboxState { try SandboxReader(root: root).state() }
@@ -428,9 +428,10 @@ struct SyncTests {
         try env.publish("1.0.0", id: "app", deps: ["ui@^1.0.0"])
         try env.publish("1.0.0", id: "other")
         try env.initialise()
-        var o = SyncOptions()
-        o.packages = [PackageID("app")!]
-        let r = try await Syncer(root: env.root, options: o).sync()
+        let o = SyncSetup(engine: .tested)
+        var oRequest = SyncRequest()
+        oRequest.packages = [PackageID("app")!]
+        let r = try await Syncer(root: env.root, setup: o).sync(oRequest)
         #expect(r.hasFailures == false)
         #expect(try env.active("app") == "1.0.0" && env.active("ui") == "1.0.0")
         #expect(try env.active("other") == nil)
@@ -513,23 +514,23 @@ struct TwoSyncsTests {
         let first = Task { try await env.sync(transport: gate) }
         while !gate.reached { try await Task.sleep(for: .milliseconds(10)) }
 
-        var impatient = SyncOptions()
+        var impatient = SyncSetup(engine: .tested)
         impatient.lockTimeout = 0
         do {
-            let r = try await Syncer(root: env.root, options: impatient).sync()
+            let r = try await Syncer(root: env.root, setup: impatient).sync()
             Issue.record("a sync got in while another held the lock: \(r)")
         } catch {
             #expect(error.code == "locked")
             #expect("\(error)".contains("\(getpid())"), "the message names the holder: \(error)")
         }
 
-        var patient = SyncOptions()
+        var patient = SyncSetup(engine: .tested)
         // Long: under ThreadSanitizer, with the other suites running beside it on two cores, the
         // first sync took over a minute to finish after its release (scripts/integration/tsan-test.sh).
         patient.lockTimeout = 900
         let opts = patient
         let started = Date()
-        let second = Task { try await Syncer(root: env.root, options: opts).sync() }
+        let second = Task { try await Syncer(root: env.root, setup: opts).sync() }
         try await Task.sleep(for: .milliseconds(300))
         gate.release()
         let a = try await first.value
