@@ -9,7 +9,7 @@ public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The archive's structure is malformed or admits more than one reading (see
     /// `ZipStructure`): truncated, leading or trailing data, several end records, headers that
     /// disagree, overlapping entries.
-    case structure(code: String, message: String)
+    case structure(code: ReasonCode, message: String)
     /// libarchive reported a problem (any warning is treated as an error).
     case libarchive(entry: String?, message: String)
     /// An entry that is neither a regular file nor a directory (symlink, device, FIFO, socket).
@@ -48,7 +48,7 @@ public enum ArchiveError: Error, Sendable, Equatable, CustomStringConvertible {
     case sink(entry: String, detail: String)
 
     /// A stable machine-readable code.
-    public var code: String {
+    public var code: ReasonCode {
         switch self {
         case .unreadable: "archive-unreadable"
         case .structure(let code, _): code

@@ -20,7 +20,7 @@ enum ZipStructure {
     /// What the structure check found wrong (a stable code and a sentence), or the read that
     /// failed (`io`: the archive could not be read, which says nothing about its structure).
     struct Problem: Error, Equatable {
-        let code: String
+        let code: ReasonCode
         let message: String
         var io: FileSystemError? = nil
         /// The entry refused for itself rather than for the archive's structure (its name or its

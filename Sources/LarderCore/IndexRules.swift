@@ -1,7 +1,7 @@
 /// One problem found in an index's contents (after its signature and schema were accepted).
 public struct IndexIssue: Sendable, Equatable, CustomStringConvertible {
     /// A stable code (`duplicate-entry`, `route-conflict`, …).
-    public let code: String
+    public let code: ReasonCode
     /// The package concerned.
     public let package: String?
     /// The version concerned.
@@ -26,7 +26,7 @@ package enum IndexRules {
         for p in index.packages {
             let id = p.id.rawValue
             let v = p.version.description
-            func add(_ code: String, _ message: String) {
+            func add(_ code: ReasonCode, _ message: String) {
                 out.append(IndexIssue(code: code, package: id, version: v, message: "\(id) \(v): \(message)"))
             }
             if !seen.insert("\(id)\u{0}\(p.channel)").inserted {
@@ -65,7 +65,7 @@ package enum IndexRules {
 
     /// `p`'s documents where the repository layout puts them (`packages/<id>/<version>/…`), and
     /// an encrypted version's scheme, with no file list in the clear.
-    private static func checkLayout(_ p: PackageEntry, _ add: (String, String) -> Void) {
+    private static func checkLayout(_ p: PackageEntry, _ add: (ReasonCode, String) -> Void) {
         let id = p.id.rawValue
         let v = p.version.description
         let bundleName = p.encryption == nil ? "bundle.zip" : "bundle.sealed"
@@ -92,7 +92,7 @@ package enum IndexRules {
 
     /// `p`'s `corsOrigins` and `networkHosts` well formed, at most `PackageAccess.maxEntries`
     /// each, and no `corsOrigins` on an encrypted version (it is never readable across origins).
-    private static func checkAccess(_ p: PackageEntry, _ add: (String, String) -> Void) {
+    private static func checkAccess(_ p: PackageEntry, _ add: (ReasonCode, String) -> Void) {
         for (field, list) in [("corsOrigins", p.corsOrigins), ("networkHosts", p.networkHosts)] {
             if let list, list.count > PackageAccess.maxEntries {
                 add("bad-access", "\(field) has \(list.count) entries, more than \(PackageAccess.maxEntries)")
@@ -112,7 +112,7 @@ package enum IndexRules {
     /// Each route of `p` well formed, written as pack normalises it, and claimed by no other
     /// package (`owners`: the first claimant of each prefix).
     private static func checkRoutes(
-        _ p: PackageEntry, owners routeOwner: inout [RoutePrefix: PackageID], _ add: (String, String) -> Void
+        _ p: PackageEntry, owners routeOwner: inout [RoutePrefix: PackageID], _ add: (ReasonCode, String) -> Void
     ) {
         for r in p.routes {
             guard let prefix = RoutePrefix(r) else {

@@ -14,7 +14,7 @@ public enum ManifestError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// `duplicate-key` for a duplicate key, whatever the document; else `fallback`, the code the
     /// caller gives this document's other errors (`index-schema`, `file-list-schema`, …).
-    package func code(or fallback: String) -> String {
+    package func code(or fallback: ReasonCode) -> ReasonCode {
         if case .duplicateKey = self { return "duplicate-key" }
         return fallback
     }

@@ -30,7 +30,7 @@ public enum PathProblem: Error, Sendable, Equatable, CustomStringConvertible {
     case tooDeep(depth: Int, limit: Int)
 
     /// A stable machine-readable code.
-    public var code: String {
+    public var code: ReasonCode {
         switch self {
         case .notUTF8: "path-not-utf8"
         case .empty: "path-empty"

@@ -31,7 +31,7 @@ public enum FetchError: Error, Sendable, Equatable, CustomStringConvertible {
     case io(String)
 
     /// A stable machine-readable code.
-    public var code: String {
+    public var code: ReasonCode {
         switch self {
         case .status: "http-status"
         case .connection: "connection"

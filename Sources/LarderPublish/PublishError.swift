@@ -77,7 +77,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     case padWithoutEncryption
 
     /// A stable machine-readable code.
-    public var code: String {
+    public var code: ReasonCode {
         switch self {
         case .notADirectory: "not-a-directory"
         case .symlink: "symlink"

@@ -9,7 +9,7 @@ import SystemPackage
 extension Verifier {
     /// The gzipped list: its size and hash, and it inflates to the list's exact bytes.
     func checkGzippedList(
-        _ gz: BlobRef, _ entry: PackageEntry, layout: RepositoryLayout, problem: (String, String?, String) -> Void
+        _ gz: BlobRef, _ entry: PackageEntry, layout: RepositoryLayout, problem: (ReasonCode, String?, String) -> Void
     ) {
         guard gz.path == RepositoryLayout.fileListGzipPath(entry.id, entry.version) else {
             problem(
@@ -32,7 +32,7 @@ extension Verifier {
     /// base gives its target.
     func checkDelta(
         _ ref: DeltaRef, _ entry: PackageEntry, target: FileList, layout: RepositoryLayout,
-        problem: (String, String?, String) -> Void
+        problem: (ReasonCode, String?, String) -> Void
     ) {
         let path = ref.manifest.path
         guard path == RepositoryLayout.deltaPath(entry.id, from: ref.from, to: entry.version) else {

@@ -13,7 +13,7 @@ extension Verifier {
     ) {
         let id = entry.id.rawValue
         let v = entry.version.description
-        func problem(_ code: String, _ file: String?, _ message: String) {
+        func problem(_ code: ReasonCode, _ file: String?, _ message: String) {
             report.problems.append(VerifyProblem(code: code, package: id, version: v, file: file, message: message))
         }
         if let encryption = entry.encryption {
@@ -64,7 +64,7 @@ extension Verifier {
     /// The entry's file list: present with its declared size and hash, decoding, and for this
     /// package and version; nil when it cannot be read.
     func checkFileList(
-        _ entry: PackageEntry, layout: RepositoryLayout, problem: (String, String?, String) -> Void
+        _ entry: PackageEntry, layout: RepositoryLayout, problem: (ReasonCode, String?, String) -> Void
     ) -> FileList? {
         guard let data = checkBlob(entry.files, layout: layout, problem: problem) else { return nil }
         do {
@@ -85,7 +85,7 @@ extension Verifier {
     /// the list's `sealed` and `packed`) and opened with its `pipeline`.
     func checkObjects(
         _ list: FileList, pipeline: BytePipeline, layout: RepositoryLayout, objects: inout [SHA256Digest: Bool],
-        problem: (String, String?, String) -> Void
+        problem: (ReasonCode, String?, String) -> Void
     ) {
         for file in list.files {
             let objectRel = RepositoryLayout.objectPath(file.objectName)
@@ -127,7 +127,7 @@ extension Verifier {
     }
 
     /// Reads a small document named by the index and checks its size and hash.
-    func checkBlob(_ ref: BlobRef, layout: RepositoryLayout, problem: (String, String?, String) -> Void)
+    func checkBlob(_ ref: BlobRef, layout: RepositoryLayout, problem: (ReasonCode, String?, String) -> Void)
         -> Data?
     {
         guard let data = try? AtomicFile.read(layout.resolve(ref.path), limit: ManifestCoding.maxDocumentBytes) else {
@@ -147,7 +147,7 @@ extension Verifier {
     }
 
     /// Checks a large file's size and hash by streaming it.
-    func checkBlobOnDisk(_ ref: BlobRef, layout: RepositoryLayout, problem: (String, String?, String) -> Void)
+    func checkBlobOnDisk(_ ref: BlobRef, layout: RepositoryLayout, problem: (ReasonCode, String?, String) -> Void)
         -> Bool
     {
         let path = layout.resolve(ref.path)
@@ -167,7 +167,7 @@ extension Verifier {
     }
 
     func compare(
-        _ actual: [FileEntry], _ list: FileList, bundle: String, problem: (String, String?, String) -> Void
+        _ actual: [FileEntry], _ list: FileList, bundle: String, problem: (ReasonCode, String?, String) -> Void
     ) {
         for d in list.differences(from: actual) {
             switch d {
@@ -186,7 +186,7 @@ extension Verifier {
 
     func checkLinks(
         _ texts: [(RelativePath, String)], files: [FileEntry], entryName: String,
-        problem: (String, String?, String) -> Void
+        problem: (ReasonCode, String?, String) -> Void
     ) {
         let paths = Set(files.map(\.path.string))
         var directories: Set<String> = [""]

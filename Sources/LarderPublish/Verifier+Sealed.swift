@@ -16,7 +16,7 @@ extension Verifier {
     ) {
         let id = entry.id.rawValue
         let v = entry.version.description
-        func problem(_ code: String, _ file: String?, _ message: String) {
+        func problem(_ code: ReasonCode, _ file: String?, _ message: String) {
             report.problems.append(VerifyProblem(code: code, package: id, version: v, file: file, message: message))
         }
         report.encryptedChecked += 1
@@ -131,7 +131,7 @@ extension Verifier {
     /// A sealed blob's header: the magic, version 1 or 2, a segment size in range, known flags;
     /// padded exactly when the version's `padding` says so (`sealed-padding`).
     func checkHeader(
-        _ header: Data, _ path: String, padded: Bool, _ problem: (String, String?, String) -> Void
+        _ header: Data, _ path: String, padded: Bool, _ problem: (ReasonCode, String?, String) -> Void
     ) {
         let parsed: SealHeader
         do { parsed = try SealHeader(parsing: [UInt8](header)) } catch {
@@ -154,7 +154,7 @@ extension Verifier {
 
 extension SealError {
     /// The code a verify problem or a sync failure gives this error.
-    package var code: String {
+    package var code: ReasonCode {
         switch self {
         case .noRecipient: "not-a-recipient"
         case .wrongKey: "recipient-key-wrong"

@@ -38,7 +38,7 @@ public struct Verifier: Sendable {
         let layout = RepositoryLayout(root: root)
         var report = VerifyReport(kind: "repository", path: root.string)
         func problem(
-            _ code: String, _ message: String, package: String? = nil, version: String? = nil, file: String? = nil
+            _ code: ReasonCode, _ message: String, package: String? = nil, version: String? = nil, file: String? = nil
         ) {
             report.problems.append(
                 VerifyProblem(code: code, package: package, version: version, file: file, message: message))
@@ -119,7 +119,7 @@ public struct Verifier: Sendable {
     /// The index's signature file: readable, well formed, naming these index bytes, and signed
     /// by a trusted key; returns the key id that signed it (nil when it is not).
     func checkIndexSignature(
-        _ indexBytes: Data, layout: RepositoryLayout, problem: (String, String, String) -> Void
+        _ indexBytes: Data, layout: RepositoryLayout, problem: (ReasonCode, String, String) -> Void
     ) -> String? {
         do {
             let sigBytes = try AtomicFile.read(layout.signature, limit: 1 << 20)
@@ -128,7 +128,7 @@ public struct Verifier: Sendable {
             checkIndexName(sig.index, indexBytes, layout: layout) { problem($0, $1, $2) }
             return try IndexSignature.verify(indexBytes, signatures: sig, trusted: trustedKeys)
         } catch let e as SigningError {
-            let code = if case .invalidSignature = e { "signature-invalid" } else { "signature-untrusted" }
+            let code: ReasonCode = if case .invalidSignature = e { "signature-invalid" } else { "signature-untrusted" }
             problem(code, e.description, RepositoryLayout.signatureName)
         } catch let e as ManifestError {
             problem(e.code(or: "signature-malformed"), e.description, RepositoryLayout.signatureName)
@@ -147,7 +147,7 @@ public struct Verifier: Sendable {
     /// back on. A signature file from before `index` names nothing and is not a problem.
     func checkIndexName(
         _ named: IndexName?, _ indexBytes: Data, layout: RepositoryLayout,
-        problem: (String, String, String) -> Void
+        problem: (ReasonCode, String, String) -> Void
     ) {
         guard let named else { return }
         if !named.names(indexBytes) {
@@ -178,7 +178,7 @@ public struct Verifier: Sendable {
         -> VerifyReport
     {
         var report = VerifyReport(kind: "bundle", path: path.string)
-        func problem(_ code: String, _ file: String?, _ message: String) {
+        func problem(_ code: ReasonCode, _ file: String?, _ message: String) {
             report.problems.append(VerifyProblem(code: code, file: file, message: message))
         }
         var collector = TextCollector()

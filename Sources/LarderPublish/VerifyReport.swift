@@ -7,7 +7,7 @@ import SystemPackage
 /// One problem `verify` found. `code` is stable; `package`, `version` and `file` locate it.
 public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertible {
     /// A stable machine-readable code, like `index-serial` or the archive reader's code.
-    public var code: String
+    public var code: ReasonCode
     /// The package id concerned, if any.
     public var package: String?
     /// The version concerned (of `package`), if any.
@@ -18,7 +18,8 @@ public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertib
     public var message: String
 
     /// Creates a problem.
-    public init(code: String, package: String? = nil, version: String? = nil, file: String? = nil, message: String) {
+    public init(code: ReasonCode, package: String? = nil, version: String? = nil, file: String? = nil, message: String)
+    {
         self.code = code
         self.package = package
         self.version = version

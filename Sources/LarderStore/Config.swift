@@ -12,7 +12,7 @@ public enum ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
     case invalid(String)
 
     /// A stable machine-readable code.
-    public var code: String {
+    public var code: ReasonCode {
         switch self {
         case .notInitialised: "not-initialised"
         case .invalid: "config"

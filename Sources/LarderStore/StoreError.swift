@@ -44,7 +44,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case encoding(document: String, detail: String)
 
     /// A stable machine-readable code.
-    public var code: String {
+    public var code: ReasonCode {
         switch self {
         case .locked: "locked"
         case .corruptState: "state-corrupt"

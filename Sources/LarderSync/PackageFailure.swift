@@ -33,7 +33,7 @@ public enum PackageFailure: Error, Sendable, Equatable, CustomStringConvertible 
     case sealed(String)
 
     /// A stable machine-readable code.
-    public var code: String {
+    public var code: ReasonCode {
         switch self {
         case .fetch(let e): e.code
         case .store(let e): e.code

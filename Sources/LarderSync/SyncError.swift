@@ -30,7 +30,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     case store(StoreError)
 
     /// A stable machine-readable code.
-    public var code: String {
+    public var code: ReasonCode {
         switch self {
         case .config(let e): e.code
         case .fetch(let e): e.code

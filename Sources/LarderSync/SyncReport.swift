@@ -50,13 +50,13 @@ public struct PackageResult: Sendable, Codable, Equatable {
     /// Why: the plan's reason, or the failure's message.
     public var reason: String
     /// For a failure: a stable code (`hash-mismatch`, `too-large`, `redirect`, `verification-failed`, …).
-    public var code: String?
+    public var code: ReasonCode?
     /// For a bundle placed: `true` when it was extracted while it downloaded, `false` when the
     /// complete file had to be read again (the download started over, or the streamed read
     /// refused what the complete file's reader then judged).
-    public var streamed: Bool? = nil
+    package var streamed: Bool? = nil
     /// Bytes of metadata fetched for the package (its file list, gzipped list or delta manifest).
-    public var metadataBytes: Int64? = nil
+    package var metadataBytes: Int64? = nil
     /// For an update by delta (or one the index offered a delta for): what the delta did.
     public var delta: DeltaResult? = nil
 }

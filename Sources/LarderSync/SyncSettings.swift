@@ -34,7 +34,7 @@ public struct SyncSetup: Sendable {
     public var recipientKeys: [RecipientKey] = []
     /// Told of the index and state a sync writes, for a resolver of the same process (the one
     /// `OfflinePackages` shares with its resolver); nil: a resolver reads them from disk.
-    public var handoff: ServingHandoff?
+    package var handoff: ServingHandoff?
     /// The clock the index expiry is checked against.
     public var clock: @Sendable () -> Date = { Date() }
     /// Told of progress as it happens (from several transfers at once).

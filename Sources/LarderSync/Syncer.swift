@@ -15,9 +15,9 @@ import SystemPackage
 /// whole, remove what left the index, and clean up.
 public struct Syncer: Sendable {
     /// The sandbox directory.
-    public let root: FilePath
+    package let root: FilePath
     /// What the app set once: engine, limits, keys, clock, progress.
-    public let setup: SyncSetup
+    package let setup: SyncSetup
     /// What the sync under way asks (set by `sync(_:)` for its call).
     var request = SyncRequest()
     let injected: (any Transport)?

@@ -108,14 +108,14 @@ enum Output {
 
     /// Reports a failed command on stderr (and as JSON on stdout with --json) and returns the
     /// exit code to throw.
-    static func failure(command: String, code: String, message: String, json: Bool) -> ExitCode {
+    static func failure(command: String, code: ReasonCode, message: String, json: Bool) -> ExitCode {
         diagnostic("larder \(command): error [\(code)]: \(message)")
         if json {
             struct Failure: Encodable {
                 let ok = false
                 let error: Detail
                 struct Detail: Encodable {
-                    let code: String
+                    let code: ReasonCode
                     let message: String
                 }
             }
@@ -133,7 +133,7 @@ enum Output {
 /// Runs a library call whose typed error carries a code and a message, turning a failure into
 /// the command's error report and exit code 1.
 func reporting<T, E: Error & CustomStringConvertible>(
-    _ command: String, json: Bool, code: (E) -> String, _ body: () throws(E) -> T
+    _ command: String, json: Bool, code: (E) -> ReasonCode, _ body: () throws(E) -> T
 ) throws -> T {
     do {
         return try body()
@@ -144,7 +144,7 @@ func reporting<T, E: Error & CustomStringConvertible>(
 
 /// The async form of `reporting`.
 func reporting<T, E: Error & CustomStringConvertible>(
-    _ command: String, json: Bool, code: (E) -> String, _ body: () async throws(E) -> T
+    _ command: String, json: Bool, code: (E) -> ReasonCode, _ body: () async throws(E) -> T
 ) async throws -> T {
     do {
         return try await body()

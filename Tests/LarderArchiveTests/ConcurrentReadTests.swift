@@ -104,7 +104,7 @@ struct ConcurrentReadTests {
                 let got = Self.expectAgreement(path, checkCRC: crc, "\(name), CRC \(crc)")
                 switch got {
                 case .success: #expect(expected == "ok", "\(name) accepted")
-                case .failure(let error): #expect(error.code == expected, "\(name): \(error)")
+                case .failure(let error): #expect(error.code.rawValue == expected, "\(name): \(error)")
                 }
             }
         }
@@ -126,7 +126,7 @@ struct ConcurrentReadTests {
                 }
                 try Data(bytes).write(to: target)
                 let got = Self.expectAgreement(FilePath(target.path), "a mutation of \(name)")
-                if case .failure(let error) = got { codes.insert(error.code) }
+                if case .failure(let error) = got { codes.insert(error.code.rawValue) }
             }
         }
         #expect(codes.count > 3, "\(codes)")

@@ -16,7 +16,7 @@ struct RelativePathTests {
         ("c:x", "path-drive-letter"),
         ("a\u{1}b", "path-control-character"), ("cafe\u{301}.txt", "path-not-nfc"),
     ])
-    func refused(_ s: String, _ code: String) {
+    func refused(_ s: String, _ code: ReasonCode) {
         switch RelativePath.validate(s) {
         case .success: Issue.record("\(s) should be refused")
         case .failure(let p): #expect(p.code == code)

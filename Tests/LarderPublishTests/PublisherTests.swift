@@ -349,7 +349,7 @@ struct VerifierTests {
         return ws
     }
 
-    func codes(_ r: VerifyReport) -> [String] { r.problems.map(\.code) }
+    func codes(_ r: VerifyReport) -> [String] { r.problems.map(\.code.rawValue) }
 
     @Test func flippedByteInBundle() throws {
         let ws = try published()

@@ -64,7 +64,7 @@ struct ConcurrentExtractionTests {
                         #expect(expected == "ok", "\(name) accepted")
                         #expect(extracted.tree.values.contains { if case .file = $0 { true } else { false } })
                     case .failure(let error):
-                        #expect(error.code == expected, "\(name): \(error)")
+                        #expect(error.code.rawValue == expected, "\(name): \(error)")
                     }
                 }
             }
@@ -112,7 +112,7 @@ struct ConcurrentExtractionTests {
                     defer { scope.remove() }
                     switch Self.extract(sandbox, zip, parallelism) {
                     case .success: Issue.record("\(kind) \(n) did not fail the extraction")
-                    case .failure(let error): codes.append(error.code)
+                    case .failure(let error): codes.append(error.code.rawValue)
                     }
                 }
                 #expect(Set(codes).count == 1, "\(kind) \(n): \(codes)")

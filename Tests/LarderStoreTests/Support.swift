@@ -336,7 +336,7 @@ func fields(_ o: HealthOutcome) -> [String?] { [o.id, o.active, o.health.rawValu
 /// Runs `body`, expecting a `StoreError` with `code`; returns the error.
 @discardableResult
 func expectStoreError(
-    _ code: String, _ comment: Comment? = nil, sourceLocation: SourceLocation = #_sourceLocation,
+    _ code: ReasonCode, _ comment: Comment? = nil, sourceLocation: SourceLocation = #_sourceLocation,
     _ body: () throws -> Void
 ) -> StoreError? {
     let error = #expect(throws: StoreError.self, comment, sourceLocation: sourceLocation) { try body() }
