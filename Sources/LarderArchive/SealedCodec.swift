@@ -245,8 +245,27 @@ extension BytePipeline {
         return p
     }
 
-    /// Whether this is an encrypted version's pipeline.
-    package var isSealed: Bool { bundle is SealedCodec }
+    /// Whether this is an encrypted version's pipeline (asked here only: the rest of the code
+    /// asks the pipeline what differs, below).
+    var isSealed: Bool { bundle is SealedCodec }
+
+    /// Whether a delta manifest made with this pipeline names contents rather than whole entries:
+    /// an encrypted version's names each content without its object's name and size, but for the
+    /// objects a device fetches (manifests §16); any other names every entry whole.
+    package var deltaNamesContentsOnly: Bool { isSealed }
+
+    /// Where the delta manifest of `id` from `from` to `to` made with this pipeline is published:
+    /// sealed (`.sealed`) for an encrypted version, else gzipped.
+    package func deltaManifestPath(_ id: PackageID, from: SemanticVersion, to: SemanticVersion) -> String {
+        isSealed
+            ? RepositoryLayout.sealedDeltaPath(id, from: from, to: to)
+            : RepositoryLayout.deltaPath(id, from: from, to: to)
+    }
+
+    /// The delta manifest's file name in the new version's staging `deltas/` directory.
+    package func deltaManifestName(from: SemanticVersion) -> String {
+        isSealed ? "\(from).sealed" : "\(from).json.gz"
+    }
 
     /// Opens the seal of the stored `kind` blob at `stored` into `output` (replaced atomically),
     /// leaving the inner encoding (a zip, a gzip object, a zstd patch file): after a download

@@ -65,7 +65,7 @@ struct DeltaBuilder {
         let base = base.list
         let fail = { (detail: String) in PublishError.delta(from: base.version.description, detail: detail) }
         let held = Set(base.files.map(\.sha256))
-        let (remove, changed) = DeltaManifest.changes(from: base, to: target, sealed: pipeline.isSealed)
+        let (remove, changed) = DeltaManifest.changes(from: base, to: target, sealed: pipeline.deltaNamesContentsOnly)
         var upsert = changed
         // Contents are named by position: in `upsert` (targets, objects) and in the base's list.
         let targetAt = Dictionary(upsert.enumerated().map { ($1.sha256, $0) }, uniquingKeysWith: { a, _ in a })
@@ -139,8 +139,8 @@ struct DeltaBuilder {
             patchBytes += Int64(patch.count)
             rules[winner.rule.rawValue, default: 0] += 1
         }
-        if pipeline.isSealed {
-            // Encrypted: only the objects the device fetches are named (their sealed digests and sizes).
+        if pipeline.deltaNamesContentsOnly {
+            // Only the objects the device fetches are named (their sealed digests and sizes).
             let named = Dictionary(target.files.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
             for o in objects { upsert[o] = named[upsert[o].path] ?? upsert[o] }
         }
@@ -161,16 +161,13 @@ struct DeltaBuilder {
         do { data = try pipeline.encodeDocument(ManifestCoding.encode(manifest)) } catch {
             throw fail("encoding the manifest: \(error)")
         }
-        let file = staging.joined("deltas").joined(
-            pipeline.isSealed ? "\(base.version).sealed" : "\(base.version).json.gz")
+        let file = staging.joined("deltas").joined(pipeline.deltaManifestName(from: base.version))
         try io { () throws(FileSystemError) in
             try AtomicFile.makeDirectories(file.parentPath)
             try AtomicFile.write(data, to: file)
         }
         let ref = BlobRef(
-            path: pipeline.isSealed
-                ? RepositoryLayout.sealedDeltaPath(target.id, from: base.version, to: target.version)
-                : RepositoryLayout.deltaPath(target.id, from: base.version, to: target.version),
+            path: pipeline.deltaManifestPath(target.id, from: base.version, to: target.version),
             size: Int64(data.count), sha256: SHA256Digest.of(data))
         let linked = Set(target.files.map(\.sha256)).intersection(held).count
         let report = DeltaReport(
