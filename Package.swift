@@ -246,7 +246,7 @@ var package = Package(
         .executableTarget(
             name: "larder",
             dependencies: [
-                "Larder", "LarderFileSystem", "LarderGateway",
+                "Larder", "LarderFetch", "LarderFileSystem", "LarderGateway", "LarderPublish",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -348,7 +348,7 @@ var package = Package(
         .testTarget(
             name: "LarderCLITests",
             dependencies: [
-                "LarderCore", "Larder", "larder", "LarderTestSupport",
+                "LarderCore", "LarderPublish", "Larder", "larder", "LarderTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],

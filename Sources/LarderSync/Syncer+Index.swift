@@ -230,7 +230,7 @@ extension Syncer {
     /// manifest, and checked against the signed list's size and SHA-256: nothing else is
     /// fetched. Otherwise the gzipped list when the index names one, else the list itself.
     func fetchLists(
-        _ plan: Plan, index: RepositoryIndex, transport: any Transport, base: URL, channel: String, sandbox: Sandbox
+        _ plan: Plan, index: RepositoryIndex, transport: any Transport, base: URL, channel: Channel, sandbox: Sandbox
     ) async -> Lists {
         var out = Lists()
         let entries = Dictionary(

@@ -42,7 +42,8 @@ public struct Syncer: Sendable {
     func context(_ config: SyncConfig) -> ClientContext {
         ClientContext(
             appVersion: options.appVersion ?? config.appVersion, deviceID: config.deviceId,
-            channel: options.channel ?? config.channel, wanted: Set(options.fetching), preload: options.preload)
+            channel: options.channel.map(Channel.init(rawValue:)) ?? config.channel, wanted: Set(options.fetching),
+            preload: options.preload)
     }
 
     /// What both `plan` and `sync` start from: the open sandbox (the caller closes it), the

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Larder
 import LarderFileSystem
+import LarderPublish
 import SystemPackage
 
 extension LarderCommand {
@@ -46,7 +47,8 @@ extension LarderCommand {
             let config: SyncConfig
             do {
                 config = try SyncConfig.initialise(
-                    root: root, repository: repo, keys: keys, channel: channel, appVersion: appVersion,
+                    root: root, repository: repo, keys: keys, channel: Channel(rawValue: channel),
+                    appVersion: appVersion,
                     allowInsecureHTTP: allowHttp, diskBudget: diskBudget?.bytes)
             } catch {
                 throw Output.failure(command: "init", code: error.code, message: error.description, json: output.json)

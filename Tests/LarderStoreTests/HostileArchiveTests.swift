@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -46,7 +47,9 @@ struct HostileArchiveTests {
         for list in [nil, try env.list("1.0.0")] as [FileList?] {
             let relabelled = list.map { FileList(id: $0.id, version: ver("2.0.0"), files: $0.files) }
             let error = expectStoreError(expected, "\(name) with\(list == nil ? "out" : "") a file list") {
-                _ = try sandbox.install(bundle: zip, id: sampleID, version: "2.0.0", fileList: relabelled)
+                _ = try sandbox.install(
+                    bundle: zip, id: try packageID(sampleID), version: try semanticVersion("2.0.0"),
+                    fileList: relabelled)
             }
             #expect(error.map { !$0.description.isEmpty } == true)
 

@@ -204,7 +204,7 @@ struct DiskBudgetTests {
         try initialise(env, budget: 1)
         _ = try await fetch(env, "open")
         // A page holds "open" (a session's pin).
-        let lease = try SandboxReader(root: env.root).pin(id: "open")
+        let lease = try SandboxReader(root: env.root).pin(id: try packageID("open"))
         defer { lease.release() }
         var o = SyncOptions()
         o.fetching = [PackageID("next")!]
