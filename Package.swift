@@ -249,7 +249,7 @@ var package = Package(
         .executableTarget(
             name: "larder",
             dependencies: [
-                "Larder", "LarderFileSystem", "LarderGateway",
+                "Larder", "LarderFetch", "LarderFileSystem", "LarderGateway", "LarderPublish",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -353,7 +353,7 @@ var package = Package(
         .testTarget(
             name: "LarderCLITests",
             dependencies: [
-                "LarderCore", "Larder", "larder", "LarderTestSupport",
+                "LarderCore", "LarderPublish", "Larder", "larder", "LarderTestSupport",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],

@@ -155,7 +155,9 @@ package enum Differ {
             let e = firstEntry[id]
             return PlanAction(
                 kind: .skip, id: id, from: nil, to: e?.version, cost: nil, skip: .otherChannel,
-                reason: "published on channel \(e?.channel ?? "?"), this device follows \(context.channel)", group: [id]
+                reason:
+                    "published on channel \(e.map { "\($0.channel)" } ?? "?"), this device follows \(context.channel)",
+                group: [id]
             )
         }
     }

@@ -5,26 +5,26 @@ import Foundation
 /// each recipient, seals its bundle, objects and file list in 64 KiB ChaCha20-Poly1305 segments.
 /// The index names every sealed blob by the SHA-256 of its sealed bytes, so a device checks what
 /// it downloaded before it opens anything.
-public struct Encryption: Codable, Sendable, Equatable {
+package struct Encryption: Codable, Sendable, Equatable {
     /// The one scheme this build knows: HPKE (X25519, HKDF-SHA256, ChaCha20-Poly1305) for the
     /// content key, `SegmentedSeal` (ChaCha20-Poly1305, STREAM nonces) for the blobs.
-    public static let scheme = "larder-seal-1"
+    package static let scheme = "larder-seal-1"
 
     /// The scheme; a device refuses a version whose scheme it does not know.
-    public var scheme: String
+    package var scheme: String
     /// The sealed file list (`files.sealed`: the list, gzipped, then sealed).
-    public var files: BlobRef
+    package var files: BlobRef
     /// The content key, wrapped for each recipient.
-    public var recipients: [WrappedKey]
+    package var recipients: [WrappedKey]
     /// `"padme"` when every sealed blob of the version is padded to a Padmé size
     /// (`pack --pad`); nil when none is.
-    public var padding: String?
+    package var padding: String?
 
     /// The one padding this build writes: Padmé (`padding`).
-    public static let padme = "padme"
+    package static let padme = "padme"
 
     /// Creates one.
-    public init(scheme: String = Encryption.scheme, files: BlobRef, recipients: [WrappedKey], padding: String? = nil) {
+    package init(scheme: String = Encryption.scheme, files: BlobRef, recipients: [WrappedKey], padding: String? = nil) {
         self.scheme = scheme
         self.files = files
         self.recipients = recipients
@@ -34,7 +34,7 @@ public struct Encryption: Codable, Sendable, Equatable {
     enum CodingKeys: String, CodingKey { case scheme, files, recipients, padding }
 
     /// Decodes one, refusing an empty or oversized recipient list.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         scheme = try c.decode(String.self, forKey: .scheme)
         files = try c.decode(BlobRef.self, forKey: .files)
@@ -80,7 +80,7 @@ public struct Encryption: Codable, Sendable, Equatable {
 }
 
 /// A recipient's public key (X25519): what `pack --encrypt-to` wraps content keys for.
-public typealias RecipientPublicKey = Curve25519.KeyAgreement.PublicKey
+package typealias RecipientPublicKey = Curve25519.KeyAgreement.PublicKey
 
 /// A device's recipient key (the private half of an X25519 pair from `larder keygen --recipient`):
 /// it opens the content keys of versions encrypted to its public half.
@@ -112,34 +112,34 @@ public struct RecipientKey: Sendable {
 
 /// A recipient's X25519 key pair, as `larder keygen --recipient` writes it: the app holds the
 /// private half, a publisher encrypts to the public one.
-public struct RecipientKeyFile: Codable, Sendable, Equatable {
+package struct RecipientKeyFile: Codable, Sendable, Equatable {
     /// `type` of a file holding a private key.
-    public static let privateType = "x25519-recipient-private"
+    package static let privateType = "x25519-recipient-private"
     /// `type` of a file holding a public key.
-    public static let publicType = "x25519-recipient-public"
+    package static let publicType = "x25519-recipient-public"
     /// One of the two types.
-    public var type: String
+    package var type: String
     /// The key id (first 16 hex digits of the public key's SHA-256).
-    public var keyId: String
+    package var keyId: String
     /// The raw key, base64.
-    public var key: String
+    package var key: String
 
     /// The file for a public key.
-    public init(public key: Curve25519.KeyAgreement.PublicKey) {
+    package init(public key: Curve25519.KeyAgreement.PublicKey) {
         type = Self.publicType
         keyId = ContentKeys.keyID(key)
         self.key = key.rawRepresentation.base64EncodedString()
     }
 
     /// The file for a private key (it names its public key's id).
-    public init(private key: Curve25519.KeyAgreement.PrivateKey) {
+    package init(private key: Curve25519.KeyAgreement.PrivateKey) {
         type = Self.privateType
         keyId = ContentKeys.keyID(key.publicKey)
         self.key = key.rawRepresentation.base64EncodedString()
     }
 
     /// The private key a file holds.
-    public static func privateKey(from data: Data, path: String) throws(SigningError)
+    package static func privateKey(from data: Data, path: String) throws(SigningError)
         -> Curve25519.KeyAgreement.PrivateKey
     {
         let file = try parse(data, path: path)
@@ -155,7 +155,7 @@ public struct RecipientKeyFile: Codable, Sendable, Equatable {
     }
 
     /// The public key a file holds (a private key file gives its public half).
-    public static func publicKey(from data: Data, path: String) throws(SigningError)
+    package static func publicKey(from data: Data, path: String) throws(SigningError)
         -> Curve25519.KeyAgreement.PublicKey
     {
         let file = try parse(data, path: path)

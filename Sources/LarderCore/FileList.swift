@@ -1,24 +1,24 @@
 import Foundation
 
 /// One file of a package version.
-public struct FileEntry: Codable, Sendable, Equatable {
+package struct FileEntry: Codable, Sendable, Equatable {
     /// The file's path inside the package.
-    public var path: RelativePath
+    package var path: RelativePath
     /// The file's exact length in bytes.
-    public var size: Int64
+    package var size: Int64
     /// SHA-256 of the file's bytes.
-    public var sha256: SHA256Digest
+    package var sha256: SHA256Digest
     /// Optional MIME type overriding the resolver's table.
-    public var mime: String?
+    package var mime: String?
     /// The size of this content's object (gzip) in the repository, for a device to weigh
     /// objects against the bundle by what they really cost; absent in older lists.
-    public var packed: Int64?
+    package var packed: Int64?
     /// In the list of an encrypted version: the SHA-256 of this content's sealed object, which
     /// is its name in the repository (`objects/<aa>/<sealed>`, `packed` bytes). Absent otherwise.
-    public var sealed: SHA256Digest?
+    package var sealed: SHA256Digest?
 
     /// Creates an entry.
-    public init(
+    package init(
         path: RelativePath, size: Int64, sha256: SHA256Digest, mime: String? = nil, packed: Int64? = nil,
         sealed: SHA256Digest? = nil
     ) {
@@ -34,20 +34,20 @@ public struct FileEntry: Codable, Sendable, Equatable {
 
     /// The digest the object of this content is named by: its sealed form's in an encrypted
     /// version, else the content's own.
-    public var objectName: SHA256Digest { sealed ?? sha256 }
+    package var objectName: SHA256Digest { sealed ?? sha256 }
 
     /// What fetching this content as an object costs in bytes: its object's size when the list
     /// says it, else its own size (an upper bound for all but incompressible contents).
-    public var objectCost: Int64 { packed ?? size }
+    package var objectCost: Int64 { packed ?? size }
 
     /// The entry without its object's name and size (`sealed`, `packed`): what a delta of an
     /// encrypted version checks the list it builds by (manifests §16), the rest being the
     /// content itself.
-    public var contentOnly: FileEntry { FileEntry(path: path, size: size, sha256: sha256, mime: mime) }
+    package var contentOnly: FileEntry { FileEntry(path: path, size: size, sha256: sha256, mime: mime) }
 
     /// Decodes an entry, refusing a size outside `0...maxDeclaredSize` and a `mime` that is not a
     /// media type.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         path = try c.decode(RelativePath.self, forKey: .path)
         size = try c.decode(Int64.self, forKey: .size)
@@ -98,18 +98,18 @@ public struct FileEntry: Codable, Sendable, Equatable {
 }
 
 /// `packages/<id>/<version>/files.json`: every file of a version, sorted by path bytes.
-public struct FileList: Codable, Sendable, Equatable, RepositoryDocument {
+package struct FileList: Codable, Sendable, Equatable, RepositoryDocument {
     /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// The package this list belongs to.
-    public var id: PackageID
+    package var id: PackageID
     /// The version whose files this lists.
-    public var version: SemanticVersion
+    package var version: SemanticVersion
     /// Every file of the version, sorted by path in UTF-8 byte order.
-    public var files: [FileEntry]
+    package var files: [FileEntry]
 
     /// Creates a file list; `files` is sorted by path.
-    public init(schemaVersion: Int = currentSchemaVersion, id: PackageID, version: SemanticVersion, files: [FileEntry])
+    package init(schemaVersion: Int = currentSchemaVersion, id: PackageID, version: SemanticVersion, files: [FileEntry])
     {
         self.schemaVersion = schemaVersion
         self.id = id
@@ -120,7 +120,7 @@ public struct FileList: Codable, Sendable, Equatable, RepositoryDocument {
     enum CodingKeys: String, CodingKey { case schemaVersion, id, version, files }
 
     /// The list with every entry's object name and size left out (`FileEntry.contentOnly`).
-    public var contentOnly: FileList {
+    package var contentOnly: FileList {
         var list = self
         list.files = files.map(\.contentOnly)
         return list
@@ -128,7 +128,7 @@ public struct FileList: Codable, Sendable, Equatable, RepositoryDocument {
 
     /// Decodes a list and checks it as a whole: paths strictly increasing in byte order (so no
     /// duplicates), and no two that a case- or normalisation-insensitive file system would merge.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
         id = try c.decode(PackageID.self, forKey: .id)
@@ -164,10 +164,10 @@ public struct FileList: Codable, Sendable, Equatable, RepositoryDocument {
     }
 
     /// Sum of the file sizes.
-    public var totalSize: Int64 { files.reduce(0) { $0 + $1.size } }
+    package var totalSize: Int64 { files.reduce(0) { $0 + $1.size } }
 
     /// How a tree (as listed by reading it) differs from this list, in list order then extras.
-    public func differences(from actual: [FileEntry]) -> [FileDifference] {
+    package func differences(from actual: [FileEntry]) -> [FileDifference] {
         let have = Dictionary(actual.map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
         let want = Set(files.map(\.path))
         var out: [FileDifference] = []
@@ -184,7 +184,7 @@ public struct FileList: Codable, Sendable, Equatable, RepositoryDocument {
 }
 
 /// One way a tree differs from its file list.
-public enum FileDifference: Sendable, Equatable {
+package enum FileDifference: Sendable, Equatable {
     /// Listed but absent.
     case missing(FileEntry)
     /// Present but not listed.
@@ -193,7 +193,7 @@ public enum FileDifference: Sendable, Equatable {
     case differs(listed: FileEntry, actual: FileEntry)
 
     /// The path concerned.
-    public var path: RelativePath {
+    package var path: RelativePath {
         switch self {
         case .missing(let f), .extra(let f): f.path
         case .differs(let l, _): l.path

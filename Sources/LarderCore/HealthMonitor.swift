@@ -43,7 +43,7 @@ public struct PageHealthSettings: Sendable, Equatable {
 }
 
 /// What a container observes about a page.
-public enum PageSignal: Sendable, Equatable {
+package enum PageSignal: Sendable, Equatable {
     /// The main document finished loading (the page's `load` event, WebKit's `didFinish`).
     case documentLoaded
     /// The page called `larder.ready()`.
@@ -84,9 +84,9 @@ public enum HealthVerdict: Sendable, Equatable, CustomStringConvertible {
 ///   last script error seen.
 /// - In both: the `maxScriptErrors`-th uncaught error, a load failure or a terminated content
 ///   process → failed at once.
-public struct HealthMonitor: Sendable, Equatable {
+package struct HealthMonitor: Sendable, Equatable {
     /// Where the page is in its life.
-    public enum Phase: Sendable, Equatable {
+    package enum Phase: Sendable, Equatable {
         /// The main document is loading; the page must finish loading by the deadline.
         case loading(deadline: TimeInterval)
         /// Loaded; the page must signal ready by the deadline.
@@ -96,31 +96,31 @@ public struct HealthMonitor: Sendable, Equatable {
     }
 
     /// The activation the page was loaded from.
-    public let activation: ActivationRef
+    package let activation: ActivationRef
     /// The deadline and error limit.
-    public let settings: PageHealthSettings
+    package let settings: PageHealthSettings
     /// The current phase.
-    public private(set) var phase: Phase
+    package private(set) var phase: Phase
     /// Uncaught script errors seen, as text (`message (source:line)`); the last few only.
-    public private(set) var scriptErrors: [String] = []
+    package private(set) var scriptErrors: [String] = []
     /// How many uncaught script errors were seen in all.
-    public private(set) var scriptErrorCount = 0
+    package private(set) var scriptErrorCount = 0
 
     /// A monitor for a page of `activation` whose load began at `now`.
-    public init(activation: ActivationRef, settings: PageHealthSettings = .standard, startedAt now: TimeInterval) {
+    package init(activation: ActivationRef, settings: PageHealthSettings = .standard, startedAt now: TimeInterval) {
         self.activation = activation
         self.settings = settings
         phase = .loading(deadline: now + settings.readyDeadline)
     }
 
     /// The verdict, once reached.
-    public var verdict: HealthVerdict? {
+    package var verdict: HealthVerdict? {
         if case .decided(let v) = phase { return v }
         return nil
     }
 
     /// When the monitor next decides on its own if no signal comes (nil once decided).
-    public var deadline: TimeInterval? {
+    package var deadline: TimeInterval? {
         switch phase {
         case .loading(let d), .waiting(let d): d
         case .decided: nil
@@ -130,7 +130,7 @@ public struct HealthMonitor: Sendable, Equatable {
     /// Applies `signal` observed at `now`; returns the verdict when this call reached it. A
     /// deadline that passed before `now` is applied first, so a ready signal after the deadline
     /// does not rescue the page.
-    public mutating func handle(_ signal: PageSignal, at now: TimeInterval) -> HealthVerdict? {
+    package mutating func handle(_ signal: PageSignal, at now: TimeInterval) -> HealthVerdict? {
         if let v = tick(at: now) { return v }
         guard verdict == nil else { return nil }
         switch signal {
@@ -156,7 +156,7 @@ public struct HealthMonitor: Sendable, Equatable {
 
     /// Applies the clock: returns the verdict when a deadline passed at `now` (and this call
     /// reached it).
-    public mutating func tick(at now: TimeInterval) -> HealthVerdict? {
+    package mutating func tick(at now: TimeInterval) -> HealthVerdict? {
         switch phase {
         case .decided:
             return nil
@@ -207,7 +207,7 @@ public struct HealthMonitor: Sendable, Equatable {
 extension PageSignal {
     /// Decodes a message the page-health script posts: `{"event": "ready" | "loaded" | "error",
     /// "message", "source", "line"}`. Returns why not when the message is not one of those.
-    public static func decode(_ data: Data) -> Result<PageSignal, PageSignalError> {
+    package static func decode(_ data: Data) -> Result<PageSignal, PageSignalError> {
         guard data.count <= 64 << 10 else { return .failure(PageSignalError("the message is larger than 64 KiB")) }
         guard let object = try? JSONSerialization.jsonObject(with: data), let fields = object as? [String: Any] else {
             return .failure(PageSignalError("the message is not a JSON object"))

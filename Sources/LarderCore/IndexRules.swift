@@ -1,16 +1,16 @@
 /// One problem found in an index's contents (after its signature and schema were accepted).
-public struct IndexIssue: Sendable, Equatable, CustomStringConvertible {
+package struct IndexIssue: Sendable, Equatable, CustomStringConvertible {
     /// A stable code (`duplicate-entry`, `route-conflict`, …).
-    public let code: ReasonCode
+    package let code: ReasonCode
     /// The package concerned.
-    public let package: String?
+    package let package: String?
     /// The version concerned.
-    public let version: String?
+    package let version: String?
     /// What is wrong, for a person.
-    public let message: String
+    package let message: String
 
     /// The `message`, which starts with `<id> <version>: `.
-    public var description: String { message }
+    package var description: String { message }
 }
 
 /// The rules an index must follow beyond its JSON schema. Pure; used by `pack` before it signs
@@ -32,8 +32,8 @@ package enum IndexRules {
             if !seen.insert("\(id)\u{0}\(p.channel)").inserted {
                 add("duplicate-entry", "a second entry for channel \(p.channel) (one entry per package and channel)")
             }
-            if !Channel.isValid(p.channel) {
-                add("bad-channel", "channel \(quoted(p.channel)) is not a valid channel name")
+            if !p.channel.isValid {
+                add("bad-channel", "channel \(quoted(p.channel.rawValue)) is not a valid channel name")
             }
             if !(0...100).contains(p.rollout.percent) {
                 add("bad-rollout", "rollout percent \(p.rollout.percent) is outside 0...100")

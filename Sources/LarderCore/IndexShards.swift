@@ -7,27 +7,27 @@ import Foundation
 /// An index with `shards` has `schemaVersion` 2: a device that cannot read shards refuses the
 /// index whole (and keeps what it has) rather than reading it as an index that dropped its
 /// on-demand packages, which it would remove.
-public struct IndexShards: Codable, Sendable, Equatable {
+package struct IndexShards: Codable, Sendable, Equatable {
     /// The shards, in order: shard `i` holds the entries (every channel) of each sharded package
     /// whose id falls in bucket `i` (`bucket(of:count:)` with `count` = `files.count`).
-    public var files: [BlobRef]
+    package var files: [BlobRef]
     /// Every sharded entry's serving settings and install policy: what a device needs to know
     /// which package a URL belongs to before it holds it, and what it may preload.
-    public var catalog: BlobRef
+    package var catalog: BlobRef
 
     /// Creates the reference part of a sharded index.
-    public init(files: [BlobRef], catalog: BlobRef) {
+    package init(files: [BlobRef], catalog: BlobRef) {
         self.files = files
         self.catalog = catalog
     }
 
     /// The most shards an index may name.
-    public static let maxShards = 1 << 16
+    package static let maxShards = 1 << 16
 
     enum CodingKeys: String, CodingKey { case files, catalog }
 
     /// Decodes the references, refusing no shard or more than `maxShards`.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         files = try c.decode([BlobRef].self, forKey: .files)
         catalog = try c.decode(BlobRef.self, forKey: .catalog)
@@ -39,30 +39,30 @@ public struct IndexShards: Codable, Sendable, Equatable {
 
     /// The bucket of a package id among `count` shards: the first four bytes of the SHA-256 of
     /// its UTF-8 text, big-endian, modulo `count`.
-    public static func bucket(of id: PackageID, count: Int) -> Int {
+    package static func bucket(of id: PackageID, count: Int) -> Int {
         let d = SHA256Digest.of(Data(id.rawValue.utf8)).bytes
         let n = UInt32(d[0]) << 24 | UInt32(d[1]) << 16 | UInt32(d[2]) << 8 | UInt32(d[3])
         return Int(n % UInt32(max(1, count)))
     }
 
     /// The shard files' path for bytes of digest `d`: `shards/<aa>/<sha256>.json`.
-    public static func path(_ d: SHA256Digest) -> String {
+    package static func path(_ d: SHA256Digest) -> String {
         let hex = d.hex
         return "shards/\(hex.prefix(2))/\(hex).json"
     }
 }
 
 /// One shard of a sharded index: the entries of its bucket's packages.
-public struct IndexShard: Codable, Sendable, Equatable, RepositoryDocument, SchemaVersioned {
+package struct IndexShard: Codable, Sendable, Equatable, RepositoryDocument, SchemaVersioned {
     /// The document's format version (1).
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// Its position in the index's `shards.files`.
-    public var shard: Int
+    package var shard: Int
     /// The entries, as an index lists them.
-    public var packages: [PackageEntry]
+    package var packages: [PackageEntry]
 
     /// Creates one.
-    public init(schemaVersion: Int = currentSchemaVersion, shard: Int, packages: [PackageEntry]) {
+    package init(schemaVersion: Int = currentSchemaVersion, shard: Int, packages: [PackageEntry]) {
         self.schemaVersion = schemaVersion
         self.shard = shard
         self.packages = packages
@@ -71,7 +71,7 @@ public struct IndexShard: Codable, Sendable, Equatable, RepositoryDocument, Sche
     enum CodingKeys: String, CodingKey { case schemaVersion, shard, packages }
 
     /// Decodes a shard, refusing a position outside `0..<IndexShards.maxShards`.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
         shard = try c.decode(Int.self, forKey: .shard)
@@ -84,31 +84,31 @@ public struct IndexShard: Codable, Sendable, Equatable, RepositoryDocument, Sche
 }
 
 /// A sharded entry's row in the catalog: where it answers and how it installs.
-public struct CatalogEntry: Codable, Sendable, Equatable {
+package struct CatalogEntry: Codable, Sendable, Equatable {
     /// The package.
-    public var id: PackageID
+    package var id: PackageID
     /// The entry's channel.
-    public var channel: String
+    package var channel: Channel
     /// Its routes, as the entry spells them.
-    public var routes: [String]
+    package var routes: [String]
     /// Its entry file.
-    public var entry: String
+    package var entry: String
     /// Its SPA fallback.
-    public var spaFallback: Bool
+    package var spaFallback: Bool
     /// Its policy for a path with no file.
-    public var policy: Policy
+    package var policy: Policy
     /// Its install policy.
-    public var install: InstallPolicy
+    package var install: InstallPolicy
 
     enum CodingKeys: String, CodingKey { case id, channel, routes, entry, spaFallback, policy, install }
 
     /// Decodes a row, refusing a route that is not one, or not written as pack normalises it
     /// (the index rules' check of an entry's routes, for the rows whose entries a device has
     /// not read).
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         id = try c.decode(PackageID.self, forKey: .id)
-        channel = try c.decode(String.self, forKey: .channel)
+        channel = try c.decode(Channel.self, forKey: .channel)
         routes = try c.decode([String].self, forKey: .routes)
         entry = try c.decode(String.self, forKey: .entry)
         spaFallback = try c.decode(Bool.self, forKey: .spaFallback)
@@ -122,7 +122,7 @@ public struct CatalogEntry: Codable, Sendable, Equatable {
     }
 
     /// The row of an entry.
-    public init(_ e: PackageEntry) {
+    package init(_ e: PackageEntry) {
         id = e.id
         channel = e.channel
         routes = e.routes
@@ -134,26 +134,26 @@ public struct CatalogEntry: Codable, Sendable, Equatable {
 }
 
 /// The catalog of a sharded index: one row per sharded entry, sorted as the index sorts entries.
-public struct IndexCatalog: Codable, Sendable, Equatable, RepositoryDocument, SchemaVersioned {
+package struct IndexCatalog: Codable, Sendable, Equatable, RepositoryDocument, SchemaVersioned {
     /// The document's format version (1).
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// The rows.
-    public var packages: [CatalogEntry]
+    package var packages: [CatalogEntry]
 
     /// Creates one.
-    public init(schemaVersion: Int = currentSchemaVersion, packages: [CatalogEntry]) {
+    package init(schemaVersion: Int = currentSchemaVersion, packages: [CatalogEntry]) {
         self.schemaVersion = schemaVersion
         self.packages = packages
     }
 }
 
 /// Why a shard or the catalog of a sharded index was refused.
-public struct ShardError: Error, Sendable, Equatable, CustomStringConvertible {
+package struct ShardError: Error, Sendable, Equatable, CustomStringConvertible {
     /// What was wrong, naming the file.
-    public let description: String
+    package let description: String
 
     /// An error saying `description`.
-    public init(_ description: String) { self.description = description }
+    package init(_ description: String) { self.description = description }
 }
 
 /// Splitting a whole index into a signed root and its shards (publishers), and checking shards

@@ -2,27 +2,27 @@ import Foundation
 
 /// The largest size any document may declare for a file or blob (1 TiB): far above every limit,
 /// low enough that sums over any index or file list cannot overflow.
-public let maxDeclaredSize: Int64 = 1 << 40
+package let maxDeclaredSize: Int64 = 1 << 40
 
 /// This build's version (the `larder version` output, the User-Agent, and what `minClientVersion`
 /// is compared with when no app version is configured).
-public let larderVersion = "0.1.0"
+package let larderVersion = "0.1.0"
 
 /// The schema version this build writes and the major version it reads. Readers accept any
 /// document whose `schemaVersion` equals this and ignore fields they do not know.
-public let currentSchemaVersion = 1
+package let currentSchemaVersion = 1
 
 /// A reference to an immutable file in the repository: where it is, how long, what hash.
-public struct BlobRef: Codable, Sendable, Equatable {
+package struct BlobRef: Codable, Sendable, Equatable {
     /// Path relative to the repository root (`packages/<id>/<version>/bundle.zip`).
-    public var path: String
+    package var path: String
     /// Exact length in bytes.
-    public var size: Int64
+    package var size: Int64
     /// SHA-256 of the exact bytes.
-    public var sha256: SHA256Digest
+    package var sha256: SHA256Digest
 
     /// Creates a reference.
-    public init(path: String, size: Int64, sha256: SHA256Digest) {
+    package init(path: String, size: Int64, sha256: SHA256Digest) {
         self.path = path
         self.size = size
         self.sha256 = sha256
@@ -31,7 +31,7 @@ public struct BlobRef: Codable, Sendable, Equatable {
     enum CodingKeys: String, CodingKey { case path, size, sha256 }
 
     /// Decodes a reference, refusing a size outside `0...maxDeclaredSize`.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         path = try c.decode(String.self, forKey: .path)
         size = try c.decode(Int64.self, forKey: .size)
@@ -44,7 +44,7 @@ public struct BlobRef: Codable, Sendable, Equatable {
 }
 
 /// What the resolver does when a URL inside a package's routes has no local file.
-public enum PolicyMode: String, Codable, Sendable, Equatable, CaseIterable {
+package enum PolicyMode: String, Codable, Sendable, Equatable, CaseIterable {
     /// Offline-first: answer not found.
     case localOnly = "local-only"
     /// Default: pass the request through to the network.
@@ -52,14 +52,14 @@ public enum PolicyMode: String, Codable, Sendable, Equatable, CaseIterable {
 }
 
 /// A package's serving policy.
-public struct Policy: Codable, Sendable, Equatable {
+package struct Policy: Codable, Sendable, Equatable {
     /// What happens when a file is missing locally.
-    public var mode: PolicyMode
+    package var mode: PolicyMode
     /// Path prefixes (relative to a route, e.g. `/api/`) that always pass through to the network.
-    public var bypass: [String]
+    package var bypass: [String]
 
     /// Creates a policy.
-    public init(mode: PolicyMode = .localThenNetwork, bypass: [String] = []) {
+    package init(mode: PolicyMode = .localThenNetwork, bypass: [String] = []) {
         self.mode = mode
         self.bypass = bypass
     }
@@ -67,7 +67,7 @@ public struct Policy: Codable, Sendable, Equatable {
     enum CodingKeys: String, CodingKey { case mode, bypass }
 
     /// Decodes a policy; a missing `mode` is `localThenNetwork`, a missing `bypass` is empty.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         mode = try c.decodeIfPresent(PolicyMode.self, forKey: .mode) ?? .localThenNetwork
         bypass = try c.decodeIfPresent([String].self, forKey: .bypass) ?? []
@@ -76,14 +76,14 @@ public struct Policy: Codable, Sendable, Equatable {
 
 /// Staged rollout: a device installs a release when its stable bucket (0..<100, a hash of device
 /// id, package, version and salt) is below `percent`.
-public struct Rollout: Codable, Sendable, Equatable {
+package struct Rollout: Codable, Sendable, Equatable {
     /// Share of devices, 0...100.
-    public var percent: Int
+    package var percent: Int
     /// Mixed into the bucket hash so that each release draws its own devices.
-    public var salt: String
+    package var salt: String
 
     /// Creates a rollout.
-    public init(percent: Int, salt: String) {
+    package init(percent: Int, salt: String) {
         self.percent = percent
         self.salt = salt
     }
@@ -92,9 +92,9 @@ public struct Rollout: Codable, Sendable, Equatable {
 /// When a device installs a package: at every sync (`eager`, the default), or only once it is
 /// used or asked for (`on-demand`), with a hint for fetching it ahead of use. Set at pack time;
 /// a device that does not know it installs every package, as before.
-public struct InstallPolicy: Codable, Sendable, Equatable {
+package struct InstallPolicy: Codable, Sendable, Equatable {
     /// The two ways a package gets onto a device.
-    public enum Mode: String, Codable, Sendable, CaseIterable {
+    package enum Mode: String, Codable, Sendable, CaseIterable {
         /// Installed and updated by every sync.
         case eager
         /// Installed at first use (or by `larder fetch`); updated by syncs once held.
@@ -102,7 +102,7 @@ public struct InstallPolicy: Codable, Sendable, Equatable {
     }
 
     /// When an on-demand package may be fetched ahead of use (`larder fetch --preload`).
-    public enum Preload: String, Codable, Sendable, CaseIterable {
+    package enum Preload: String, Codable, Sendable, CaseIterable {
         /// Only at first use or when asked for by name.
         case never
         /// Ahead of use on an unmetered network (Wi-Fi, Ethernet), when the app allows it.
@@ -112,24 +112,24 @@ public struct InstallPolicy: Codable, Sendable, Equatable {
     }
 
     /// Eager or on demand.
-    public var mode: Mode
+    package var mode: Mode
     /// The preload hint (on-demand packages only).
-    public var preload: Preload
+    package var preload: Preload
     /// Higher first when several packages are preloaded (0 by default).
-    public var priority: Int
+    package var priority: Int
 
     /// Creates one.
-    public init(mode: Mode = .eager, preload: Preload = .never, priority: Int = 0) {
+    package init(mode: Mode = .eager, preload: Preload = .never, priority: Int = 0) {
         self.mode = mode
         self.preload = preload
         self.priority = priority
     }
 
     /// Every sync installs it.
-    public static let eager = InstallPolicy()
+    package static let eager = InstallPolicy()
 
     /// Whether its hint lets a preload on `network` fetch it (an on-demand package only).
-    public func allowsPreload(on network: NetworkKind) -> Bool {
+    package func allowsPreload(on network: NetworkKind) -> Bool {
         mode == .onDemand && (preload == .always || (preload == .unmetered && network == .unmetered))
     }
 
@@ -137,7 +137,7 @@ public struct InstallPolicy: Codable, Sendable, Equatable {
 
     /// Decodes one; `preload` and `priority` default to `never` and 0, and a priority is an
     /// integer in -1000...1000.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         mode = try c.decode(Mode.self, forKey: .mode)
         preload = try c.decodeIfPresent(Preload.self, forKey: .preload) ?? .never
@@ -158,78 +158,78 @@ public enum NetworkKind: String, Codable, Sendable, CaseIterable {
 }
 
 /// A package that must be present at a version within `range`.
-public struct Dependency: Codable, Sendable, Equatable {
+package struct Dependency: Codable, Sendable, Equatable {
     /// The required package.
-    public var id: PackageID
+    package var id: PackageID
     /// The accepted versions.
-    public var range: VersionRange
+    package var range: VersionRange
 
     /// Creates a dependency.
-    public init(id: PackageID, range: VersionRange) {
+    package init(id: PackageID, range: VersionRange) {
         self.id = id
         self.range = range
     }
 }
 
 /// One package release as the index publishes it.
-public struct PackageEntry: Codable, Sendable, Equatable {
+package struct PackageEntry: Codable, Sendable, Equatable {
     /// The package this release belongs to.
-    public var id: PackageID
+    package var id: PackageID
     /// The version this entry publishes.
-    public var version: SemanticVersion
+    package var version: SemanticVersion
     /// URL prefixes served by this package besides the implied `larder://<id>/`.
-    public var routes: [String]
+    package var routes: [String]
     /// File served for a directory URL (default `index.html`).
-    public var entry: String
+    package var entry: String
     /// Whether extension-less paths fall back to the entry file (single-page apps).
-    public var spaFallback: Bool
+    package var spaFallback: Bool
     /// What a URL under the routes does with no local file, and which prefixes always pass through.
-    public var policy: Policy
+    package var policy: Policy
     /// The full bundle (zip).
-    public var bundle: BlobRef
+    package var bundle: BlobRef
     /// The file list (files.json) of this version.
-    public var files: BlobRef
+    package var files: BlobRef
     /// Lowest app version that may install this release.
-    public var minClientVersion: SemanticVersion?
+    package var minClientVersion: SemanticVersion?
     /// Release channel (default `stable`).
-    public var channel: String
+    package var channel: Channel
     /// The share of devices that install this release (default: every device, empty salt).
-    public var rollout: Rollout
+    package var rollout: Rollout
     /// Whether the app should apply this release before showing the package.
-    public var mandatory: Bool
+    package var mandatory: Bool
     /// Published versions that clients must not run (they roll back off them).
-    public var revoked: [SemanticVersion]
+    package var revoked: [SemanticVersion]
     /// Packages this release needs, each within its version range; the differ skips the release when
     /// one of them will not be available.
-    public var dependencies: [Dependency]
+    package var dependencies: [Dependency]
     /// The file list gzip-compressed (`files.json.gz`): what a device fetches instead of `files`,
     /// checking the decompressed bytes against `files`. Absent in older indexes.
-    public var filesGzip: BlobRef?
+    package var filesGzip: BlobRef?
     /// Delta manifests to this version from earlier ones (newest base first); absent when none.
-    public var deltas: [DeltaRef]?
+    package var deltas: [DeltaRef]?
     /// When devices install it; absent: eager (every sync), as in indexes before it.
-    public var install: InstallPolicy?
+    package var install: InstallPolicy?
     /// How this version is encrypted, when it is (manifests §16): its bundle, objects and file
     /// list are sealed with a content key wrapped for each recipient; `files` then names a marker
     /// that devices without encryption refuse. Absent: in the clear.
-    public var encryption: Encryption?
+    package var encryption: Encryption?
     /// Origins (`scheme://host[:port]`, or `*`) whose pages may read this package's files across
     /// origins: a request with such an `Origin` is answered with `Access-Control-Allow-Origin`.
     /// Absent: none may (manifests §17). Never applied to an encrypted version.
-    public var corsOrigins: [String]?
+    package var corsOrigins: [String]?
     /// Hosts (`api.example.com`, `*.example.com`) this package's pages may reach through its
     /// passthrough and bypass routes, besides its own routes' hosts; a request to another is
     /// refused (403). Absent: any host, as before the field (manifests §17).
-    public var networkHosts: [String]?
+    package var networkHosts: [String]?
 
     /// Whether a device installs this package only at first use or when asked for.
-    public var isOnDemand: Bool { install?.mode == .onDemand }
+    package var isOnDemand: Bool { install?.mode == .onDemand }
 
     /// Creates an entry with the format's defaults for everything optional.
-    public init(
+    package init(
         id: PackageID, version: SemanticVersion, routes: [String] = [], entry: String = "index.html",
         spaFallback: Bool = false, policy: Policy = Policy(), bundle: BlobRef, files: BlobRef,
-        minClientVersion: SemanticVersion? = nil, channel: String = "stable",
+        minClientVersion: SemanticVersion? = nil, channel: Channel = .default,
         rollout: Rollout = Rollout(percent: 100, salt: ""), mandatory: Bool = false,
         revoked: [SemanticVersion] = [], dependencies: [Dependency] = []
     ) {
@@ -261,12 +261,12 @@ public struct PackageEntry: Codable, Sendable, Equatable {
     }
 
     /// The delta manifest from `version`, when the index has one.
-    public func delta(from version: SemanticVersion) -> DeltaRef? {
+    package func delta(from version: SemanticVersion) -> DeltaRef? {
         deltas?.first { $0.from == version }
     }
 
     /// Decodes an entry, giving every absent optional field the format's default.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         id = try c.decode(PackageID.self, forKey: .id)
         version = try c.decode(SemanticVersion.self, forKey: .version)
@@ -277,7 +277,7 @@ public struct PackageEntry: Codable, Sendable, Equatable {
         bundle = try c.decode(BlobRef.self, forKey: .bundle)
         files = try c.decode(BlobRef.self, forKey: .files)
         minClientVersion = try c.decodeIfPresent(SemanticVersion.self, forKey: .minClientVersion)
-        channel = try c.decodeIfPresent(String.self, forKey: .channel) ?? "stable"
+        channel = try c.decodeIfPresent(Channel.self, forKey: .channel) ?? .default
         rollout = try c.decodeIfPresent(Rollout.self, forKey: .rollout) ?? Rollout(percent: 100, salt: "")
         mandatory = try c.decodeIfPresent(Bool.self, forKey: .mandatory) ?? false
         revoked = try c.decodeIfPresent([SemanticVersion].self, forKey: .revoked) ?? []
@@ -297,38 +297,38 @@ public struct PackageEntry: Codable, Sendable, Equatable {
 
 /// An index's reference to a delta manifest: the version it starts from and the manifest's
 /// place, size and SHA-256 (so the index's signature covers it).
-public struct DeltaRef: Codable, Sendable, Equatable {
+package struct DeltaRef: Codable, Sendable, Equatable {
     /// The version the delta starts from.
-    public var from: SemanticVersion
+    package var from: SemanticVersion
     /// The delta manifest, gzipped (`packages/<id>/<to>/deltas/<from>.json.gz`); size and SHA-256
     /// are the gzip's.
-    public var manifest: BlobRef
+    package var manifest: BlobRef
 
     /// Creates a reference.
-    public init(from: SemanticVersion, manifest: BlobRef) {
+    package init(from: SemanticVersion, manifest: BlobRef) {
         self.from = from
         self.manifest = manifest
     }
 }
 
 /// The repository index (`index.json`): what every device polls.
-public struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument {
+package struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument {
     /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// Grows with every publication; devices refuse a lower one (rollback attack).
-    public var serial: UInt64
+    package var serial: UInt64
     /// After this instant devices install nothing new from this index.
-    public var expires: Date
+    package var expires: Date
     /// One entry per package and channel.
-    public var packages: [PackageEntry]
+    package var packages: [PackageEntry]
     /// Key rotation: the public keys devices trust from this index on. A device adopts them only
     /// when the index is signed by a key it already trusts.
-    public var keys: [KeyFile]?
+    package var keys: [KeyFile]?
     /// A sharded index's on-demand entries, in files it names (schema version 2 only).
-    public var shards: IndexShards?
+    package var shards: IndexShards?
 
     /// Creates an index.
-    public init(
+    package init(
         schemaVersion: Int = currentSchemaVersion, serial: UInt64, expires: Date, packages: [PackageEntry],
         keys: [KeyFile]? = nil, shards: IndexShards? = nil
     ) {
@@ -343,7 +343,7 @@ public struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument 
     enum CodingKeys: String, CodingKey { case schemaVersion, serial, expires, packages, keys, shards }
 
     /// Decodes an index, refusing `shards` in schema version 1 and its absence in 2.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
         serial = try c.decode(UInt64.self, forKey: .serial)

@@ -13,7 +13,7 @@ public struct PackageID: Hashable, Sendable, Comparable, Codable, CustomStringCo
     }
 
     /// Whether `text` matches `[a-z0-9][a-z0-9._-]{0,63}`.
-    public static func isValid(_ text: String) -> Bool {
+    package static func isValid(_ text: String) -> Bool {
         let u = Array(text.utf8)
         guard (1...64).contains(u.count) else { return false }
         func lowerOrDigit(_ c: UInt8) -> Bool { (c >= 0x61 && c <= 0x7A) || (c >= 0x30 && c <= 0x39) }

@@ -2,18 +2,18 @@ import Foundation
 import HTTPTypes
 
 /// A request on its way to the network: what a front-end received, as the forwarder passes it on.
-public struct ForwardRequest: Sendable {
+package struct ForwardRequest: Sendable {
     /// The HTTP method, as received (any RFC 9110 token, not only the standard ones).
-    public var method: HTTPRequest.Method
+    package var method: HTTPRequest.Method
     /// The absolute http(s) URL to send it to.
-    public var url: String
+    package var url: String
     /// Header fields in order (hop-by-hop fields already removed).
-    public var headers: [(String, String)]
+    package var headers: [(String, String)]
     /// The request body, if any.
-    public var body: Data?
+    package var body: Data?
 
     /// Creates one.
-    public init(method: HTTPRequest.Method, url: String, headers: [(String, String)], body: Data?) {
+    package init(method: HTTPRequest.Method, url: String, headers: [(String, String)], body: Data?) {
         self.method = method
         self.url = url
         self.headers = headers
@@ -22,18 +22,18 @@ public struct ForwardRequest: Sendable {
 }
 
 /// The network's answer: status, header fields, and the body as it arrives.
-public struct ForwardResponse: Sendable {
+package struct ForwardResponse: Sendable {
     /// The HTTP status.
-    public var status: Int
+    package var status: Int
     /// Header fields in order, consistent with the body as delivered (an engine that decodes a
     /// `Content-Encoding` removes it and the length).
-    public var headers: [(String, String)]
+    package var headers: [(String, String)]
     /// The body in chunks as the reader asks for them (the network is read no faster), ending
     /// with an error if the connection failed mid-way or the body passed the limit.
-    public var body: ForwardBody
+    package var body: ForwardBody
 
     /// Creates one.
-    public init(status: Int, headers: [(String, String)], body: ForwardBody) {
+    package init(status: Int, headers: [(String, String)], body: ForwardBody) {
         self.status = status
         self.headers = headers
         self.body = body
@@ -45,23 +45,23 @@ public struct ForwardResponse: Sendable {
 /// relays it to the browser; the web-view driver follows it itself, with cookies) — except through
 /// URLSession's exchange, which still follows redirects; the body is streamed; a body longer than
 /// `maxBytes` ends its stream with an error.
-public protocol NetworkExchange: Sendable {
+package protocol NetworkExchange: Sendable {
     /// Sends `request`; returns when the response head arrived.
     func send(_ request: ForwardRequest, maxBytes: Int) async throws -> ForwardResponse
 }
 
 /// A forwarded body, pulled chunk by chunk: each `next()` reads from the network only then, so a
 /// slow reader holds back the sender (back-pressure) and memory stays at one chunk.
-public struct ForwardBody: AsyncSequence, Sendable {
+package struct ForwardBody: AsyncSequence, Sendable {
     /// Chunks of the body.
-    public typealias Element = Data
+    package typealias Element = Data
     let pull: @Sendable () async throws -> Data?
 
     /// A body whose chunks `pull` returns, nil at its end.
-    public init(pull: @escaping @Sendable () async throws -> Data?) { self.pull = pull }
+    package init(pull: @escaping @Sendable () async throws -> Data?) { self.pull = pull }
 
     /// A body of these bytes, in one chunk (empty: none).
-    public static func bytes(_ data: Data) -> ForwardBody {
+    package static func bytes(_ data: Data) -> ForwardBody {
         let left = Locked<Data?>(data.isEmpty ? nil : data)
         return ForwardBody {
             left.withLock { d in
@@ -72,27 +72,27 @@ public struct ForwardBody: AsyncSequence, Sendable {
     }
 
     /// The next chunk, or nil at the end.
-    public func next() async throws -> Data? { try await pull() }
+    package func next() async throws -> Data? { try await pull() }
 
     /// Iterates the chunks.
-    public struct AsyncIterator: AsyncIteratorProtocol {
+    package struct AsyncIterator: AsyncIteratorProtocol {
         let pull: @Sendable () async throws -> Data?
         /// The next chunk, or nil at the end.
-        public mutating func next() async throws -> Data? { try await pull() }
+        package mutating func next() async throws -> Data? { try await pull() }
     }
 
     /// An iterator over the chunks (one reader at a time).
-    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(pull: pull) }
+    package func makeAsyncIterator() -> AsyncIterator { AsyncIterator(pull: pull) }
 }
 
 /// A forwarded body longer than the limit.
-public struct ForwardTooLarge: Error, Sendable, CustomStringConvertible {
+package struct ForwardTooLarge: Error, Sendable, CustomStringConvertible {
     /// The limit, in bytes.
-    public let limit: Int
+    package let limit: Int
     /// Creates one.
-    public init(limit: Int) { self.limit = limit }
+    package init(limit: Int) { self.limit = limit }
     /// What happened.
-    public var description: String { "the answer is larger than \(limit) bytes" }
+    package var description: String { "the answer is larger than \(limit) bytes" }
 }
 
 /// `Set-Cookie` fields as an HTTP stack may hand them over.

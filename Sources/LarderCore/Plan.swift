@@ -7,7 +7,7 @@ package struct ClientContext: Sendable, Equatable {
     /// A random id made once per sandbox; it decides rollout buckets.
     package var deviceID: String
     /// The release channel this device follows.
-    package var channel: String
+    package var channel: Channel
     /// On-demand packages to install now (first use, `larder fetch`); the others are installed
     /// only once held.
     package var wanted: Set<PackageID>
@@ -16,7 +16,7 @@ package struct ClientContext: Sendable, Equatable {
 
     /// Creates a context.
     package init(
-        appVersion: SemanticVersion, deviceID: String, channel: String = Channel.default, wanted: Set<PackageID> = [],
+        appVersion: SemanticVersion, deviceID: String, channel: Channel = .default, wanted: Set<PackageID> = [],
         preload: NetworkKind? = nil
     ) {
         self.appVersion = appVersion

@@ -127,14 +127,14 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
 
     /// The key under which two names collide on a case-insensitive, normalisation-insensitive
     /// file system (APFS, HFS+): NFC of the lower-cased NFC form.
-    public var collisionKey: String {
+    package var collisionKey: String {
         Self.collisionKey(string)
     }
 
     /// NFC, then lower case, then NFC again: names equal under this key would be merged by a
     /// case-insensitive, normalisation-insensitive file system. ASCII names (nearly all) take a
     /// fast path with the same result: ASCII is already NFC and lower-cases byte by byte.
-    public static func collisionKey(_ s: String) -> String {
+    package static func collisionKey(_ s: String) -> String {
         // ASCII with no upper case is its own key: the same string (and storage) is returned.
         if s.utf8.allSatisfy({ $0 < 0x80 && !($0 >= 0x41 && $0 <= 0x5A) }) { return s }
         var ascii = true
@@ -152,13 +152,13 @@ public struct RelativePath: Hashable, Sendable, Comparable, CustomStringConverti
     }
 
     /// The path's components.
-    public var components: [Substring] { string.split(separator: "/") }
+    package var components: [Substring] { string.split(separator: "/") }
 
     /// The last component.
-    public var lastComponent: Substring { string.split(separator: "/").last ?? Substring(string) }
+    package var lastComponent: Substring { string.split(separator: "/").last ?? Substring(string) }
 
     /// The file extension in lower case, without the dot ("" when none).
-    public var pathExtension: String {
+    package var pathExtension: String {
         let last = lastComponent
         guard let dot = last.lastIndex(of: "."), dot != last.startIndex else { return "" }
         return last[last.index(after: dot)...].lowercased()

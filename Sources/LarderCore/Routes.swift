@@ -4,18 +4,18 @@ import Foundation
 /// `myapp://host/path/`. Normalised so that equal prefixes compare equal: scheme and host lower
 /// case, an internationalised host in its ASCII (IDNA, `xn--`) form, default ports (80 for http,
 /// 443 for https) dropped, path ending in `/`.
-public struct RoutePrefix: Hashable, Sendable, CustomStringConvertible {
+package struct RoutePrefix: Hashable, Sendable, CustomStringConvertible {
     /// Lower-case scheme.
-    public let scheme: String
+    package let scheme: String
     /// Lower-case host (may be empty for custom schemes written `myapp:///`).
-    public let host: String
+    package let host: String
     /// Port when not the scheme's default.
-    public let port: Int?
+    package let port: Int?
     /// Path, starting and ending with `/`.
-    public let path: String
+    package let path: String
 
     /// Why a route text is refused, or `nil` when it is fine.
-    public static func problem(_ text: String) -> String? {
+    package static func problem(_ text: String) -> String? {
         switch parse(text) {
         case .success: nil
         case .failure(let reason): reason.message
@@ -23,7 +23,7 @@ public struct RoutePrefix: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Parses and normalises a route.
-    public init?(_ text: String) {
+    package init?(_ text: String) {
         guard case .success(let r) = Self.parse(text) else { return nil }
         self = r
     }
@@ -67,15 +67,55 @@ public struct RoutePrefix: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// The normalised route, `scheme://host[:port]/path/`, as `init?(_:)` accepts it back.
-    public var description: String {
+    package var description: String {
         "\(scheme)://\(host)\(port.map { ":\($0)" } ?? "")\(path)"
     }
 }
 
-/// Release channel names: `[a-z0-9][a-z0-9._-]{0,31}`.
-public enum Channel {
-    /// The channel a package is published to when none is named.
-    public static let `default` = "stable"
+/// A release channel: a device follows one (`stable` unless told), a publisher packs each version
+/// to one. A valid name is `[a-z0-9][a-z0-9._-]{0,31}`; text entering Larder (a config, a command
+/// line) is checked with `init?(_:)`, while a channel decoded from a document keeps its text as
+/// it is (encoded as that one string) for the index rules to judge with `isValid`.
+public struct Channel: RawRepresentable, Codable, Hashable, Comparable, Sendable, ExpressibleByStringLiteral,
+    CustomStringConvertible
+{
+    /// The channel a package is published to, and a device follows, when none is named: `stable`.
+    public static let `default`: Channel = "stable"
+
+    /// The name, as written.
+    public let rawValue: String
+
+    /// The channel `name` names, or nil when it is not a valid channel name.
+    public init?(_ name: String) {
+        guard Self.isValid(name) else { return nil }
+        rawValue = name
+    }
+
+    /// The channel spelled `rawValue`, unchecked (as a document spells it; see `isValid`).
+    public init(rawValue: String) { self.rawValue = rawValue }
+
+    /// A channel written in code, such as `"beta"`.
+    public init(stringLiteral value: String) { rawValue = value }
+
+    /// Decodes the single string a document spells, unchecked (the index rules check it).
+    public init(from decoder: Decoder) throws {
+        rawValue = try decoder.singleValueContainer().decode(String.self)
+    }
+
+    /// Encodes the name as a single string.
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(rawValue)
+    }
+
+    /// Whether the name is a valid channel name.
+    public var isValid: Bool { Self.isValid(rawValue) }
+
+    /// The name.
+    public var description: String { rawValue }
+
+    /// Channels in the order of their names.
+    public static func < (a: Channel, b: Channel) -> Bool { a.rawValue < b.rawValue }
 
     /// Whether `name` is a valid channel name.
     public static func isValid(_ name: String) -> Bool {

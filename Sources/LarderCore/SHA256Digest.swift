@@ -116,28 +116,28 @@ public struct SHA256Digest: Hashable, Sendable, Codable, CustomStringConvertible
 }
 
 /// Incremental SHA-256 for streams: feed bytes as they pass, then `finish()`.
-public struct SHA256Stream: Sendable {
+package struct SHA256Stream: Sendable {
     private var hasher = SHA256()
     /// Bytes fed so far.
-    public private(set) var count: Int64 = 0
+    package private(set) var count: Int64 = 0
 
     /// A fresh hasher.
-    public init() {}
+    package init() {}
 
     /// Feeds a buffer.
-    public mutating func update(_ buffer: UnsafeRawBufferPointer) {
+    package mutating func update(_ buffer: UnsafeRawBufferPointer) {
         hasher.update(bufferPointer: buffer)
         count += Int64(buffer.count)
     }
 
     /// Feeds bytes.
-    public mutating func update<D: DataProtocol>(_ data: D) {
+    package mutating func update<D: DataProtocol>(_ data: D) {
         hasher.update(data: data)
         count += Int64(data.count)
     }
 
     /// The digest of everything fed.
-    public func finish() -> SHA256Digest {
+    package func finish() -> SHA256Digest {
         SHA256Digest(finished: hasher.finalize())
     }
 }

@@ -10,7 +10,7 @@ public enum Health: String, Codable, Sendable, Equatable, CaseIterable {
 
 /// What a history entry records. The raw values are what state.json stores and `status` prints;
 /// `manifests/README.md` ("Sandbox state") lists them, and a test pins the two together.
-public enum HistoryEvent: String, Codable, Sendable, Equatable, CaseIterable {
+package enum HistoryEvent: String, Codable, Sendable, Equatable, CaseIterable {
     /// A verified tree was placed under `packages/` (not yet active).
     case install
     /// A version on disk became the active one (pending until confirmed).
@@ -34,20 +34,20 @@ public enum HistoryEvent: String, Codable, Sendable, Equatable, CaseIterable {
 }
 
 /// One line of a package's history: what happened, to which version, and why.
-public struct HistoryEntry: Codable, Sendable, Equatable {
+package struct HistoryEntry: Codable, Sendable, Equatable {
     /// What happened.
-    public var event: HistoryEvent
+    package var event: HistoryEvent
     /// The version the event concerns; nil when there is none (every event Larder records names one).
-    public var version: SemanticVersion?
+    package var version: SemanticVersion?
     /// The version that was active before, for activations and rollbacks.
-    public var from: SemanticVersion?
+    package var from: SemanticVersion?
     /// Why, for a person (a failure's message, `installed with --force`, …); nil when none was given.
-    public var reason: String?
+    package var reason: String?
     /// When it happened, by the sandbox's clock in whole seconds.
-    public var at: Date
+    package var at: Date
 
     /// Creates an entry.
-    public init(
+    package init(
         event: HistoryEvent, version: SemanticVersion?, from: SemanticVersion? = nil, reason: String? = nil, at: Date
     ) {
         self.event = event
@@ -80,16 +80,16 @@ package struct InstalledVersion: Codable, Sendable, Equatable {
 }
 
 /// A version that was rolled back off; it is never installed again automatically.
-public struct FailedVersion: Codable, Sendable, Equatable {
+package struct FailedVersion: Codable, Sendable, Equatable {
     /// The version rolled back off, or revoked by the repository while not active.
-    public var version: SemanticVersion
+    package var version: SemanticVersion
     /// Why, for a person: the rollback's or the revocation's reason.
-    public var reason: String
+    package var reason: String
     /// When it was recorded as failed.
-    public var at: Date
+    package var at: Date
 
     /// Creates a record.
-    public init(version: SemanticVersion, reason: String, at: Date) {
+    package init(version: SemanticVersion, reason: String, at: Date) {
         self.version = version
         self.reason = reason
         self.at = at
@@ -97,17 +97,17 @@ public struct FailedVersion: Codable, Sendable, Equatable {
 }
 
 /// The thresholds of the automatic rollback.
-public struct HealthPolicy: Sendable, Equatable, Codable {
+package struct HealthPolicy: Sendable, Equatable, Codable {
     /// Failures reported against a pending version before it is rolled back.
-    public var maxFailures: Int
+    package var maxFailures: Int
     /// Launches a pending version may go unconfirmed; the next launch rolls it back.
-    public var maxUnconfirmedLaunches: Int
+    package var maxUnconfirmedLaunches: Int
 
     /// The defaults: 3 and 3.
-    public static let standard = HealthPolicy(maxFailures: 3, maxUnconfirmedLaunches: 3)
+    package static let standard = HealthPolicy(maxFailures: 3, maxUnconfirmedLaunches: 3)
 
     /// Creates a policy.
-    public init(maxFailures: Int, maxUnconfirmedLaunches: Int) {
+    package init(maxFailures: Int, maxUnconfirmedLaunches: Int) {
         self.maxFailures = maxFailures
         self.maxUnconfirmedLaunches = maxUnconfirmedLaunches
     }

@@ -332,16 +332,16 @@ package enum SegmentedSeal {
 
 /// A content key wrapped for one recipient with HPKE (RFC 9180: X25519, HKDF-SHA256,
 /// ChaCha20-Poly1305, base mode).
-public struct WrappedKey: Codable, Sendable, Equatable {
+package struct WrappedKey: Codable, Sendable, Equatable {
     /// The recipient's key id: the first 16 hex digits of the SHA-256 of its raw public key.
-    public var keyId: String
+    package var keyId: String
     /// HPKE's encapsulated key, base64.
-    public var enc: String
+    package var enc: String
     /// The content key sealed to the recipient, base64.
-    public var key: String
+    package var key: String
 
     /// Creates one.
-    public init(keyId: String, enc: String, key: String) {
+    package init(keyId: String, enc: String, key: String) {
         self.keyId = keyId
         self.enc = enc
         self.key = key

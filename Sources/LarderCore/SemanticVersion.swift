@@ -143,11 +143,11 @@ extension Character {
 /// A version range for dependencies: space-separated comparators that must all hold, e.g.
 /// `>=1.2.0 <2.0.0`, `^1.2.0` (same major, at least 1.2.0), `~1.2.0` (same minor), `1.2.3` (exact),
 /// or `*` (any release).
-public struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible {
+package struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible {
     enum Op: Sendable, Hashable { case eq, gt, ge, lt, le }
     private let terms: [Term]
     /// The text as written.
-    public let description: String
+    package let description: String
 
     struct Term: Sendable, Hashable {
         let op: Op
@@ -155,7 +155,7 @@ public struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible
     }
 
     /// Parses a range; `nil` when a comparator is not understood.
-    public init?(_ text: String) {
+    package init?(_ text: String) {
         let parts = text.split(separator: " ", omittingEmptySubsequences: true)
         guard !parts.isEmpty else { return nil }
         var terms: [Term] = []
@@ -206,7 +206,7 @@ public struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible
     }
 
     /// Whether `version` satisfies every comparator.
-    public func contains(_ version: SemanticVersion) -> Bool {
+    package func contains(_ version: SemanticVersion) -> Bool {
         terms.allSatisfy { t in
             switch t.op {
             case .eq: return version == t.version
@@ -219,12 +219,12 @@ public struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible
     }
 
     /// Equal when the texts (single-spaced) are; equivalent ranges written differently are not equal.
-    public static func == (lhs: VersionRange, rhs: VersionRange) -> Bool { lhs.description == rhs.description }
+    package static func == (lhs: VersionRange, rhs: VersionRange) -> Bool { lhs.description == rhs.description }
     /// Hashes the text, as `==` compares it.
-    public func hash(into hasher: inout Hasher) { hasher.combine(description) }
+    package func hash(into hasher: inout Hasher) { hasher.combine(description) }
 
     /// Decodes a range from a JSON string, refusing one with a comparator it does not understand.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let container = try decoder.singleValueContainer()
         let text = try container.decode(String.self)
         guard let r = VersionRange(text) else {
@@ -236,7 +236,7 @@ public struct VersionRange: Sendable, Hashable, Codable, CustomStringConvertible
     }
 
     /// Encodes the range as its text, a JSON string.
-    public func encode(to encoder: Encoder) throws {
+    package func encode(to encoder: Encoder) throws {
         var container = encoder.singleValueContainer()
         try container.encode(description)
     }

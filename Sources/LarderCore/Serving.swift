@@ -8,7 +8,7 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
     /// The package.
     package var id: PackageID
     /// The channel of the entry (a device serves with its own channel's entries).
-    package var channel: String
+    package var channel: Channel
     /// URL prefixes the package serves, as the index spells them.
     package var routes: [String]
     /// The file served for directory URLs.
@@ -49,7 +49,7 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
 
     /// Settings as given; the defaults are those of a package the index does not describe.
     package init(
-        id: PackageID, channel: String = Channel.default, routes: [String] = [], entry: String = "index.html",
+        id: PackageID, channel: Channel = .default, routes: [String] = [], entry: String = "index.html",
         spaFallback: Bool = false, policy: Policy = Policy()
     ) {
         self.id = id
@@ -65,7 +65,7 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
     }
 
     /// The settings of `channel`'s entries, by package id text (the last entry of an id wins).
-    package static func byID(_ entries: [ServingSettings], channel: String) -> [String: ServingSettings] {
+    package static func byID(_ entries: [ServingSettings], channel: Channel) -> [String: ServingSettings] {
         var out: [String: ServingSettings] = [:]
         for e in entries where e.channel == channel { out[e.id.rawValue] = e }
         return out
@@ -75,7 +75,7 @@ package struct ServingSettings: Decodable, Sendable, Equatable {
     package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         id = try c.decode(PackageID.self, forKey: .id)
-        channel = try c.decodeIfPresent(String.self, forKey: .channel) ?? Channel.default
+        channel = try c.decodeIfPresent(Channel.self, forKey: .channel) ?? .default
         routes = try c.decodeIfPresent([String].self, forKey: .routes) ?? []
         entry = try c.decodeIfPresent(String.self, forKey: .entry) ?? "index.html"
         spaFallback = try c.decodeIfPresent(Bool.self, forKey: .spaFallback) ?? false

@@ -1,13 +1,13 @@
 import Foundation
 
 /// One signature in `index.json.sig`.
-public struct SignatureEntry: Codable, Sendable, Equatable {
+package struct SignatureEntry: Codable, Sendable, Equatable {
     /// The signing key's id (see `PublicKey.keyID`).
-    public var keyID: String
+    package var keyID: String
     /// Always `ed25519` in schema 1.
-    public var algorithm: String
+    package var algorithm: String
     /// The 64-byte signature, base64.
-    public var signature: String
+    package var signature: String
 
     enum CodingKeys: String, CodingKey {
         case keyID = "keyId"
@@ -15,14 +15,14 @@ public struct SignatureEntry: Codable, Sendable, Equatable {
     }
 
     /// Creates an entry.
-    public init(keyID: String, algorithm: String = "ed25519", signature: String) {
+    package init(keyID: String, algorithm: String = "ed25519", signature: String) {
         self.keyID = keyID
         self.algorithm = algorithm
         self.signature = signature
     }
 
     /// Decodes an entry, refusing a key id that is not 16 lowercase hex digits.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         keyID = try c.decode(String.self, forKey: .keyID)
         algorithm = try c.decode(String.self, forKey: .algorithm)
@@ -42,16 +42,16 @@ public struct SignatureEntry: Codable, Sendable, Equatable {
 /// tell a signature and an index from two different publications (a CDN edge caches each on its
 /// own schedule) from a bad signature, and fetch the index the signature names. It is a name, not
 /// a proof: only the signatures are trusted. Absent in files written before it existed.
-public struct SignatureFile: Codable, Sendable, Equatable, RepositoryDocument {
+package struct SignatureFile: Codable, Sendable, Equatable, RepositoryDocument {
     /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// The index the signatures are over; nil in signature files from before it existed.
-    public var index: IndexName?
+    package var index: IndexName?
     /// One signature per signing key over the same bytes; never empty once decoded.
-    public var signatures: [SignatureEntry]
+    package var signatures: [SignatureEntry]
 
     /// Creates a signature file.
-    public init(schemaVersion: Int = currentSchemaVersion, index: IndexName? = nil, signatures: [SignatureEntry]) {
+    package init(schemaVersion: Int = currentSchemaVersion, index: IndexName? = nil, signatures: [SignatureEntry]) {
         self.schemaVersion = schemaVersion
         self.index = index
         self.signatures = signatures
@@ -60,7 +60,7 @@ public struct SignatureFile: Codable, Sendable, Equatable, RepositoryDocument {
     enum CodingKeys: String, CodingKey { case schemaVersion, index, signatures }
 
     /// Decodes a signature file, refusing one with no signatures.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
         index = try c.decodeIfPresent(IndexName.self, forKey: .index)
@@ -72,18 +72,18 @@ public struct SignatureFile: Codable, Sendable, Equatable, RepositoryDocument {
 }
 
 /// The exact bytes of one `index.json`: its size and SHA-256 (`index.json.sig`'s `index`).
-public struct IndexName: Codable, Sendable, Equatable {
+package struct IndexName: Codable, Sendable, Equatable {
     /// Length in bytes.
-    public var size: Int64
+    package var size: Int64
     /// SHA-256 of the bytes.
-    public var sha256: SHA256Digest
+    package var sha256: SHA256Digest
 
     /// The name of `bytes`.
-    public init(of bytes: Data) {
+    package init(of bytes: Data) {
         size = Int64(bytes.count)
         sha256 = SHA256Digest.of(bytes)
     }
 
     /// Whether `bytes` are the index this names.
-    public func names(_ bytes: Data) -> Bool { Int64(bytes.count) == size && SHA256Digest.of(bytes) == sha256 }
+    package func names(_ bytes: Data) -> Bool { Int64(bytes.count) == size && SHA256Digest.of(bytes) == sha256 }
 }

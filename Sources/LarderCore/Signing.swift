@@ -50,7 +50,7 @@ public struct PublicKey: Sendable, Equatable, Hashable {
 
     /// Whether `signature` is a valid Ed25519 signature of `message` by this key. Any error
     /// counts as "not valid".
-    public func isValidSignature(_ signature: Data, for message: Data) -> Bool {
+    package func isValidSignature(_ signature: Data, for message: Data) -> Bool {
         guard signature.count == 64, let key = try? Curve25519.Signing.PublicKey(rawRepresentation: rawRepresentation)
         else { return false }
         return key.isValidSignature(signature, for: message)
@@ -58,58 +58,58 @@ public struct PublicKey: Sendable, Equatable, Hashable {
 }
 
 /// An Ed25519 private key that signs repository indexes.
-public struct PrivateKey: Sendable {
+package struct PrivateKey: Sendable {
     private let key: Curve25519.Signing.PrivateKey
 
     /// A new random key.
-    public init() { key = Curve25519.Signing.PrivateKey() }
+    package init() { key = Curve25519.Signing.PrivateKey() }
 
     /// Wraps a 32-byte seed.
-    public init(rawRepresentation: Data) throws {
+    package init(rawRepresentation: Data) throws {
         key = try Curve25519.Signing.PrivateKey(rawRepresentation: rawRepresentation)
     }
 
     /// The 32-byte seed.
-    public var rawRepresentation: Data { key.rawRepresentation }
+    package var rawRepresentation: Data { key.rawRepresentation }
 
     /// The matching public key.
-    public var publicKey: PublicKey { PublicKey(key.publicKey) }
+    package var publicKey: PublicKey { PublicKey(key.publicKey) }
 
     /// Signs `message`.
-    public func signature(for message: Data) throws -> Data {
+    package func signature(for message: Data) throws -> Data {
         try key.signature(for: message)
     }
 }
 
 /// The on-disk form of key files: `{"type": "ed25519-private" | "ed25519-public", "keyId": …, "key": base64}`.
-public struct KeyFile: Codable, Sendable, Equatable, RepositoryDocument {
+package struct KeyFile: Codable, Sendable, Equatable, RepositoryDocument {
     /// `type` of a file holding a private key's 32-byte seed.
-    public static let privateType = "ed25519-private"
+    package static let privateType = "ed25519-private"
     /// `type` of a file holding a public key's 32 raw bytes.
-    public static let publicType = "ed25519-public"
+    package static let publicType = "ed25519-public"
     /// `ed25519-private` or `ed25519-public`.
-    public var type: String
+    package var type: String
     /// The key id (first 16 hex digits of the public key's SHA-256), for both kinds of file.
-    public var keyId: String
+    package var keyId: String
     /// The key bytes, base64: the seed for a private key, the raw key for a public one.
-    public var key: String
+    package var key: String
 
     /// The file for a public key.
-    public init(public key: PublicKey) {
+    package init(public key: PublicKey) {
         type = Self.publicType
         keyId = key.keyID
         self.key = key.base64
     }
 
     /// The file for a private key (it also names the public key's id).
-    public init(private key: PrivateKey) {
+    package init(private key: PrivateKey) {
         type = Self.privateType
         keyId = key.publicKey.keyID
         self.key = key.rawRepresentation.base64EncodedString()
     }
 
     /// Reads a public key file; a private key file is also accepted (its public half is used).
-    public static func publicKey(from data: Data, path: String) throws(SigningError) -> PublicKey {
+    package static func publicKey(from data: Data, path: String) throws(SigningError) -> PublicKey {
         let file = try parse(data, path: path)
         guard let raw = Data(base64Encoded: file.key) else {
             throw .badKeyFile(path: path, detail: "\"key\" is not base64")
@@ -128,7 +128,7 @@ public struct KeyFile: Codable, Sendable, Equatable, RepositoryDocument {
     }
 
     /// Reads a private key file.
-    public static func privateKey(from data: Data, path: String) throws(SigningError) -> PrivateKey {
+    package static func privateKey(from data: Data, path: String) throws(SigningError) -> PrivateKey {
         let file = try parse(data, path: path)
         guard file.type == privateType else {
             throw .badKeyFile(
@@ -151,9 +151,9 @@ public struct KeyFile: Codable, Sendable, Equatable, RepositoryDocument {
 }
 
 /// Signing and checking `index.json`.
-public enum IndexSignature {
+package enum IndexSignature {
     /// A signature file with one signature per key over `indexBytes`, naming them.
-    public static func sign(_ indexBytes: Data, with keys: [PrivateKey]) throws -> SignatureFile {
+    package static func sign(_ indexBytes: Data, with keys: [PrivateKey]) throws -> SignatureFile {
         SignatureFile(
             index: IndexName(of: indexBytes),
             signatures: try keys.map { key in
@@ -166,7 +166,7 @@ public enum IndexSignature {
     /// trusted key is valid; returns the id of the key that verified. A signature by an untrusted
     /// key is ignored (it may belong to a rotation in progress).
     @discardableResult
-    public static func verify(_ indexBytes: Data, signatures: SignatureFile, trusted: [PublicKey]) throws(SigningError)
+    package static func verify(_ indexBytes: Data, signatures: SignatureFile, trusted: [PublicKey]) throws(SigningError)
         -> String
     {
         let byID = Dictionary(trusted.map { ($0.keyID, $0) }, uniquingKeysWith: { a, _ in a })

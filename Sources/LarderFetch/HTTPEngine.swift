@@ -47,7 +47,7 @@ public struct HTTPStack: Sendable {
     package func makeEngine(_ options: HTTPOptions) throws(FetchError) -> any HTTPEngine { try engine(options) }
 
     /// What forwards passthrough requests, each allowed `timeout` seconds to its response head.
-    public func makeExchange(timeout: TimeInterval = 60) -> any NetworkExchange { exchange(timeout) }
+    package func makeExchange(timeout: TimeInterval = 60) -> any NetworkExchange { exchange(timeout) }
 
     /// No HTTP at all: `file://` repositories only. A transport for an http(s) URL fails with
     /// `FetchError.unsupportedScheme`, and passthrough answers as if offline.

@@ -5,29 +5,29 @@ import LarderFileSystem
 import SystemPackage
 
 /// What making one delta did (`pack --json` lists one per base version).
-public struct DeltaReport: Sendable, Codable, Equatable {
+package struct DeltaReport: Sendable, Codable, Equatable {
     /// The base version.
-    public var from: String
+    package var from: String
     /// The manifest written.
-    public var manifest: BlobRef
+    package var manifest: BlobRef
     /// Contents of the new version the base holds (linked on the device).
-    public var linked: Int
+    package var linked: Int
     /// Contents made by a patch, and the patches' bytes.
-    public var patches: Int
+    package var patches: Int
     /// The patches' total size.
-    public var patchBytes: Int64
+    package var patchBytes: Int64
     /// Contents left to fetch as objects, and their objects' bytes.
-    public var objects: Int
+    package var objects: Int
     /// The objects' total (compressed) size.
-    public var objectBytes: Int64
+    package var objectBytes: Int64
     /// What the same contents would cost as objects (compressed): the patches' saving is the difference.
-    public var objectBytesWithoutPatches: Int64
+    package var objectBytesWithoutPatches: Int64
     /// For each base-selection rule, how many patches it found (the smallest of the candidates tried).
-    public var rules: [String: Int]
+    package var rules: [String: Int]
     /// Candidate patches made while choosing.
-    public var tried: Int
+    package var tried: Int
     /// Seconds spent.
-    public var seconds: Double
+    package var seconds: Double
 }
 
 /// Makes the delta from one earlier version to the version being packed: every base content is

@@ -6,19 +6,19 @@ import SystemPackage
 import enum Crypto.Curve25519
 
 /// What `keygen` wrote.
-public struct KeygenReport: Sendable, Codable, Equatable {
+package struct KeygenReport: Sendable, Codable, Equatable {
     /// The key id (the first 16 hex digits of the public key's SHA-256).
-    public var keyId: String
+    package var keyId: String
     /// The public key, base64.
-    public var publicKey: String
+    package var publicKey: String
     /// Where the private key was written (mode 0600).
-    public var privateKeyFile: String
+    package var privateKeyFile: String
     /// Where the public key was written.
-    public var publicKeyFile: String
+    package var publicKeyFile: String
 }
 
 /// Errors of `keygen`.
-public enum KeygenError: Error, Sendable, Equatable, CustomStringConvertible {
+package enum KeygenError: Error, Sendable, Equatable, CustomStringConvertible {
     /// One of the files exists; keys are never overwritten.
     case exists(String)
     /// Writing a key file failed.
@@ -27,7 +27,7 @@ public enum KeygenError: Error, Sendable, Equatable, CustomStringConvertible {
     case encoding(String)
 
     /// What was wrong, and what to do.
-    public var description: String {
+    package var description: String {
         switch self {
         case .exists(let p): "\(p) already exists; keys are never overwritten (choose another --out)"
         case .io(let e): e.description
@@ -55,7 +55,7 @@ public enum KeyLoadError: Error, Sendable, Equatable, CustomStringConvertible {
 /// The publisher's key files: make a pair, load either half.
 public enum PublisherKeys {
     /// Makes a new Ed25519 key pair: `<out>.key` (private, mode 0600) and `<out>.pub`.
-    public static func generate(out: FilePath) throws(KeygenError) -> KeygenReport {
+    package static func generate(out: FilePath) throws(KeygenError) -> KeygenReport {
         let key = PrivateKey()
         let (privatePath, publicPath) = try writePair(
             out: out, { try ManifestCoding.encode(KeyFile(private: key)) },
@@ -66,7 +66,7 @@ public enum PublisherKeys {
     }
 
     /// Reads a private key file.
-    public static func loadPrivateKey(_ path: FilePath) throws(KeyLoadError) -> PrivateKey {
+    package static func loadPrivateKey(_ path: FilePath) throws(KeyLoadError) -> PrivateKey {
         let data = try Self.read(path)
         do { return try KeyFile.privateKey(from: data, path: path.string) } catch { throw .key(error) }
     }
@@ -80,7 +80,7 @@ public enum PublisherKeys {
     /// Makes a new X25519 recipient key pair for encrypted packages (manifests §16):
     /// `<out>.key` (private, mode 0600: the app holds it) and `<out>.pub` (for
     /// `pack --encrypt-to`).
-    public static func generateRecipient(out: FilePath) throws(KeygenError) -> KeygenReport {
+    package static func generateRecipient(out: FilePath) throws(KeygenError) -> KeygenReport {
         let key = Curve25519.KeyAgreement.PrivateKey()
         let (privatePath, publicPath) = try writePair(
             out: out, { try ManifestCoding.encode(RecipientKeyFile(private: key)) },
@@ -91,13 +91,13 @@ public enum PublisherKeys {
     }
 
     /// Reads a recipient's private key file (`keygen --recipient`).
-    public static func loadRecipientKey(_ path: FilePath) throws(KeyLoadError) -> RecipientKey {
+    package static func loadRecipientKey(_ path: FilePath) throws(KeyLoadError) -> RecipientKey {
         let data = try Self.read(path)
         do { return try RecipientKey(file: data, path: path.string) } catch { throw .key(error) }
     }
 
     /// Reads a recipient's public key file (a private key file also yields its public half).
-    public static func loadRecipientPublicKey(_ path: FilePath) throws(KeyLoadError) -> RecipientPublicKey {
+    package static func loadRecipientPublicKey(_ path: FilePath) throws(KeyLoadError) -> RecipientPublicKey {
         let data = try Self.read(path)
         do { return try RecipientKeyFile.publicKey(from: data, path: path.string) } catch { throw .key(error) }
     }

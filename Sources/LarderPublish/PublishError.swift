@@ -4,7 +4,7 @@ import LarderFileSystem
 
 /// Why `pack`, `revoke` or `keygen` refused or failed. Each case names the offending path or
 /// value; `code` is stable for scripts.
-public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
+package enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The source to pack is not a directory.
     case notADirectory(String)
     /// The source tree holds a symbolic link (never packed).
@@ -77,7 +77,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     case padWithoutEncryption
 
     /// A stable machine-readable code.
-    public var code: ReasonCode {
+    package var code: ReasonCode {
         switch self {
         case .notADirectory: "not-a-directory"
         case .symlink: "symlink"
@@ -117,7 +117,7 @@ public enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     /// What was refused or failed, naming the path, id or value concerned and, where there is one, the fix.
-    public var description: String {
+    package var description: String {
         switch self {
         case .notADirectory(let p): "\(p) is not a directory"
         case .symlink(let p): "\(p) is a symbolic link; bundles hold regular files only (copy the target in instead)"

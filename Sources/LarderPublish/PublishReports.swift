@@ -6,61 +6,61 @@ import Logging
 import SystemPackage
 
 /// What to pack: the tree, where, and the index fields of the new release.
-public struct PackRequest: Sendable {
+package struct PackRequest: Sendable {
     /// The directory whose whole tree becomes the version's files.
-    public var source: FilePath
+    package var source: FilePath
     /// The repository root directory; created when missing.
-    public var repository: FilePath
+    package var repository: FilePath
     /// The package id, as text (`pack` validates it).
-    public var id: String
+    package var id: String
     /// The SemVer version to publish, as text; it must be above the channel's newest.
-    public var version: String
+    package var version: String
     /// URL prefixes the package serves besides `larder://<id>/`; stored normalised.
-    public var routes: [String] = []
+    package var routes: [String] = []
     /// The file served for directory URLs, relative to them; it must be in the tree.
-    public var entry: String = "index.html"
+    package var entry: String = "index.html"
     /// Whether an extension-less path with no file is answered with the entry file (single-page apps).
-    public var spaFallback = false
+    package var spaFallback = false
     /// The release channel the version is published on.
-    public var channel: String = Channel.default
+    package var channel: Channel = .default
     /// The lowest app version that may install the release (SemVer text); `nil` for any.
-    public var minClientVersion: String?
+    package var minClientVersion: String?
     /// The share of devices that install the release, 0...100.
-    public var rolloutPercent = 100
+    package var rolloutPercent = 100
     /// Defaults to `<id>@<version>` so that every release draws its own devices.
-    public var rolloutSalt: String?
+    package var rolloutSalt: String?
     /// Whether the app should apply the release before showing the package.
-    public var mandatory = false
+    package var mandatory = false
     /// When devices install it (`install` in the index); nil: eager, and no member written.
-    public var install: InstallPolicy?
+    package var install: InstallPolicy?
     /// `ID@RANGE` each, e.g. `shared-ui@^1.2.0`.
-    public var dependencies: [String] = []
+    package var dependencies: [String] = []
     /// What a path under the routes with no file does, and the prefixes that always pass through.
-    public var policy = Policy()
+    package var policy = Policy()
     /// Origins that may read the package's files across origins (manifests §17); nil: none.
-    public var corsOrigins: [String]?
+    package var corsOrigins: [String]?
     /// Hosts the package's pages may reach through passthrough and bypass routes; nil: any.
-    public var networkHosts: [String]?
+    package var networkHosts: [String]?
     /// How long the new index stays valid.
-    public var timeToLive: TimeInterval = 30 * 24 * 3600
+    package var timeToLive: TimeInterval = 30 * 24 * 3600
     /// Limits on the tree (files, sizes, path lengths and depth), also applied to the bundle's self-check.
-    public var limits: TreeLimits = .standard
+    package var limits: TreeLimits = .standard
     /// Deltas are made to the new version from this many of the package's last versions on its
     /// channel (the one it replaces and the bases of that one's deltas, newest first); 0 makes none.
-    public var deltaBases = 3
+    package var deltaBases = 3
     /// Recipients to encrypt the version to (manifests §16): its bundle, objects and file list
     /// are sealed with a content key of its own, wrapped for each of these keys. Empty: in the
     /// clear.
-    public var encryptTo: [RecipientPublicKey] = []
+    package var encryptTo: [RecipientPublicKey] = []
     /// Recipient keys the publisher holds, to read earlier encrypted versions: a delta from an
     /// encrypted version is made only when one of these opens its content key.
-    public var recipientKeys: [RecipientKey] = []
+    package var recipientKeys: [RecipientKey] = []
     /// Pads every sealed blob of an encrypted version to a Padmé size (manifests §16), so that
     /// exact sizes do not name files. Needs `encryptTo`.
-    public var pad = false
+    package var pad = false
 
     /// A request with the required parts; set the rest as needed.
-    public init(source: FilePath, repository: FilePath, id: String, version: String) {
+    package init(source: FilePath, repository: FilePath, id: String, version: String) {
         self.source = source
         self.repository = repository
         self.id = id
@@ -69,51 +69,51 @@ public struct PackRequest: Sendable {
 }
 
 /// What `pack` did.
-public struct PackReport: Sendable, Codable, Equatable {
+package struct PackReport: Sendable, Codable, Equatable {
     /// The package id.
-    public var id: String
+    package var id: String
     /// The version published.
-    public var version: String
+    package var version: String
     /// The channel it was published on.
-    public var channel: String
+    package var channel: Channel
     /// The serial of the newly signed index.
-    public var serial: UInt64
+    package var serial: UInt64
     /// When the new index expires: now plus the time to live, in whole seconds.
-    public var expires: Date
+    package var expires: Date
     /// Where the bundle (`bundle.zip`) is, its size and SHA-256.
-    public var bundle: BlobRef
+    package var bundle: BlobRef
     /// Where the file list (`files.json`) is, its size and SHA-256.
-    public var fileList: BlobRef
+    package var fileList: BlobRef
     /// The number of files in the version.
-    public var fileCount: Int
+    package var fileCount: Int
     /// The files' total size in bytes, uncompressed.
-    public var totalSize: Int64
+    package var totalSize: Int64
     /// Objects written by this pack (contents the repository did not hold yet).
-    public var objectsWritten: Int
+    package var objectsWritten: Int
     /// Objects already present (shared with earlier versions or packages).
-    public var objectsReused: Int
+    package var objectsReused: Int
     /// Compressed bytes of the objects written by this pack.
-    public var objectBytesWritten: Int64
+    package var objectBytesWritten: Int64
     /// The key id of the publisher's own key (co-signers are not listed).
-    public var signedBy: String
+    package var signedBy: String
     /// The gzip-compressed file list (`files.json.gz`).
-    public var filesGzip: BlobRef?
+    package var filesGzip: BlobRef?
     /// The deltas made to this version, newest base first.
-    public var deltas: [DeltaReport] = []
+    package var deltas: [DeltaReport] = []
     /// The key ids of the recipients the version is encrypted to; absent when it is in the clear.
-    public var encryptedTo: [String]?
+    package var encryptedTo: [String]?
 }
 
 /// What `revoke` did.
-public struct RevokeReport: Sendable, Codable, Equatable {
+package struct RevokeReport: Sendable, Codable, Equatable {
     /// The package id.
-    public var id: String
+    package var id: String
     /// The version revoked.
-    public var version: String
+    package var version: String
     /// The serial of the newly signed index.
-    public var serial: UInt64
+    package var serial: UInt64
     /// When the new index expires: now plus the time to live, in whole seconds.
-    public var expires: Date
+    package var expires: Date
     /// The key id of the publisher's own key (co-signers are not listed).
-    public var signedBy: String
+    package var signedBy: String
 }

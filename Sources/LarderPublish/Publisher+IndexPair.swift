@@ -189,7 +189,7 @@ extension Publisher {
 
     /// How many publications' index copies `indexes/` keeps: a device needs the copy only while
     /// an edge still serves that publication's signature (minutes).
-    public static let keptIndexCopies = 8
+    package static let keptIndexCopies = 8
 
     /// Writes `indexes/<sha256>.json` durably, and removes the copies of all but the last
     /// `keptIndexCopies` publications (oldest modification first).

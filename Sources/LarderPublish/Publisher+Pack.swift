@@ -9,7 +9,7 @@ import SystemPackage
 /// then published with a newly signed index.
 extension Publisher {
     /// Packs `request.source` as a new version into `request.repository`.
-    public func pack(_ request: PackRequest) throws(PublishError) -> PackReport {
+    package func pack(_ request: PackRequest) throws(PublishError) -> PackReport {
         let reports = try pack(batch: [request])
         guard let report = reports.first else { throw .emptyTree(request.source.string) }
         return report
@@ -20,7 +20,7 @@ extension Publisher {
     /// already published. Every request must name the same repository (a programming error
     /// otherwise). Each is checked as `pack(_:)` checks one, against the index as the earlier
     /// requests of the batch leave it; nothing becomes visible unless all are packed.
-    public func pack(batch requests: [PackRequest]) throws(PublishError) -> [PackReport] {
+    package func pack(batch requests: [PackRequest]) throws(PublishError) -> [PackReport] {
         guard let repository = requests.first?.repository else { return [] }
         precondition(requests.allSatisfy { $0.repository == repository }, "a batch packs into one repository")
         // 1. Everything that can be refused without touching the disk.
@@ -103,7 +103,7 @@ extension Publisher {
     }
 
     /// Refuses a version that exists, or that is not above the newest on its channel.
-    func checkNew(_ v: ValidatedRequest, channel: String, in index: RepositoryIndex, _ layout: RepositoryLayout)
+    func checkNew(_ v: ValidatedRequest, channel: Channel, in index: RepositoryIndex, _ layout: RepositoryLayout)
         throws(PublishError)
     {
         let versionRel = RepositoryLayout.versionPath(v.id, v.version)
@@ -117,7 +117,7 @@ extension Publisher {
         {
             throw .versionNotNewer(
                 id: v.id.rawValue, version: v.version.description, newest: existing.version.description,
-                channel: channel)
+                channel: channel.rawValue)
         }
     }
 
@@ -311,7 +311,7 @@ extension Publisher {
     static func validate(_ request: PackRequest) throws(PublishError) -> ValidatedRequest {
         guard let id = PackageID(request.id) else { throw .badID(request.id) }
         guard let version = SemanticVersion(request.version) else { throw .badVersion(request.version) }
-        guard Channel.isValid(request.channel) else { throw .badChannel(request.channel) }
+        guard request.channel.isValid else { throw .badChannel(request.channel.rawValue) }
         guard !request.pad || !request.encryptTo.isEmpty else { throw .padWithoutEncryption }
         var routes: [String] = []
         for r in request.routes {

@@ -9,7 +9,7 @@ import SystemPackage
 extension Publisher {
     /// Marks `version` of `id` revoked in a newly signed index: devices running it roll back off
     /// it and no device installs it again.
-    public func revoke(
+    package func revoke(
         id idText: String, version versionText: String, repository: FilePath,
         timeToLive: TimeInterval = 30 * 24 * 3600
     ) throws(PublishError) -> RevokeReport {

@@ -5,17 +5,17 @@ import LarderFileSystem
 import SystemPackage
 
 /// What `rewrap` did.
-public struct RewrapReport: Sendable, Codable, Equatable {
+package struct RewrapReport: Sendable, Codable, Equatable {
     /// The serial of the newly signed index.
-    public var serial: UInt64
+    package var serial: UInt64
     /// When the new index expires.
-    public var expires: Date
+    package var expires: Date
     /// The encrypted versions whose content keys were wrapped again (`id@version`).
-    public var versions: [String]
+    package var versions: [String]
     /// The key ids they are now wrapped for.
-    public var recipients: [String]
+    package var recipients: [String]
     /// The key id of the publisher's own key.
-    public var signedBy: String
+    package var signedBy: String
 }
 
 /// Rewrap: the content keys of encrypted versions wrapped for a new set of recipients in a newly
@@ -25,7 +25,7 @@ extension Publisher {
     /// for `recipients`, opening each with one of `holding` (a recipient key the publisher
     /// holds). A recipient left out can no longer get these versions' keys from the index; what
     /// it fetched before (keys, contents) it keeps.
-    public func rewrap(
+    package func rewrap(
         ids: [String] = [], to recipients: [RecipientPublicKey], holding: [RecipientKey], repository: FilePath,
         timeToLive: TimeInterval = 30 * 24 * 3600
     ) throws(PublishError) -> RewrapReport {

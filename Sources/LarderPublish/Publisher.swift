@@ -10,23 +10,23 @@ import SystemPackage
 /// assembled under a temporary name and renamed into place, and the index pair is published
 /// through `.pending` files that the next run completes or discards, so an interrupted run never
 /// leaves a repository that verifies with a half-written version.
-public struct Publisher: Sendable {
+package struct Publisher: Sendable {
     let key: PrivateKey
     /// Further keys that sign every index this publisher writes (during a key rotation).
     let coSigners: [PrivateKey]
     let now: @Sendable () -> Date
     let logger: Logger
     /// Seconds to wait for another publisher of the same repository.
-    public var lockTimeout: Double = 60
+    package var lockTimeout: Double = 60
     /// How bundles, objects, documents and patches are encoded (`BytePipeline.standard`).
     package var pipeline: BytePipeline = .standard
     /// Where the index's on-demand entries go: in the index itself (`inline`, schema version 1)
     /// or in shards it names (`sharded`, schema version 2); nil keeps the current index's layout
     /// (inline for a new repository).
-    public var indexLayout: IndexLayout?
+    package var indexLayout: IndexLayout?
 
     /// Where an index keeps its on-demand entries.
-    public enum IndexLayout: String, Sendable, CaseIterable {
+    package enum IndexLayout: String, Sendable, CaseIterable {
         /// Every entry in the signed index (schema version 1; every device reads it).
         case inline
         /// On-demand entries in shards the index names (schema version 2): a device reads the
@@ -35,7 +35,7 @@ public struct Publisher: Sendable {
     }
 
     /// A publisher signing with `key` (and `coSigners`); `now` is the clock used for `expires`.
-    public init(
+    package init(
         key: PrivateKey, coSigners: [PrivateKey] = [], now: @escaping @Sendable () -> Date = { Date() },
         logger: Logger = Logger(label: "larder.publish")
     ) {
@@ -49,19 +49,19 @@ public struct Publisher: Sendable {
     var ownKeys: [PublicKey] { [key.publicKey] + coSigners.map(\.publicKey) }
 
     /// What `rotateKeys` did.
-    public struct RotationReport: Sendable, Codable, Equatable {
+    package struct RotationReport: Sendable, Codable, Equatable {
         /// The serial of the newly signed index.
-        public var serial: UInt64
+        package var serial: UInt64
         /// The key ids of the new trusted set, as published in the index's `keys`.
-        public var keys: [String]
+        package var keys: [String]
         /// The key ids that signed the index: the publisher's key, then its co-signers.
-        public var signedBy: [String]
+        package var signedBy: [String]
     }
 
     /// Publishes an index whose `keys` are `newKeys`: devices that verify it with a key they
     /// trust adopt `newKeys` as their trusted set. Sign with the old key and co-sign with the new
     /// one, so that both old and updated devices accept it.
-    public func rotateKeys(to newKeys: [PublicKey], repository: FilePath, timeToLive: TimeInterval = 30 * 24 * 3600)
+    package func rotateKeys(to newKeys: [PublicKey], repository: FilePath, timeToLive: TimeInterval = 30 * 24 * 3600)
         throws(PublishError) -> RotationReport
     {
         let layout = RepositoryLayout(root: repository)

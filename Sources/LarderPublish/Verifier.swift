@@ -5,22 +5,22 @@ import LarderFileSystem
 import SystemPackage
 
 /// The CI gate: checks a repository or a single bundle the way a device will, and more.
-public struct Verifier: Sendable {
+package struct Verifier: Sendable {
     /// Keys whose signature on the index is accepted.
-    public var trustedKeys: [PublicKey]
+    package var trustedKeys: [PublicKey]
     /// Skip the signature check (structure only); `verify` without keys must say so.
-    public var checkSignature: Bool
+    package var checkSignature: Bool
     /// The limits bundles are read with; an object may inflate to at most `maxFileBytes`.
-    public var limits: TreeLimits
+    package var limits: TreeLimits
     let now: @Sendable () -> Date
     /// How stored blobs are decoded (`BytePipeline.standard`).
     package var pipeline: BytePipeline = .standard
     /// Recipient keys that open encrypted versions, which are then checked fully; without one,
     /// an encrypted version is checked as far as the key is not needed (manifests §16).
-    public var recipientKeys: [RecipientKey] = []
+    package var recipientKeys: [RecipientKey] = []
 
     /// Creates a verifier.
-    public init(
+    package init(
         trustedKeys: [PublicKey], checkSignature: Bool = true, limits: TreeLimits = .standard,
         now: @escaping @Sendable () -> Date = { Date() }
     ) {
@@ -34,7 +34,7 @@ public struct Verifier: Sendable {
 
     /// Verifies the repository at `root`: signature, schema, serial and expiry, index rules, and
     /// every bundle, file list and object the index names.
-    public func verifyRepository(_ root: FilePath) -> VerifyReport {
+    package func verifyRepository(_ root: FilePath) -> VerifyReport {
         let layout = RepositoryLayout(root: root)
         var report = VerifyReport(kind: "repository", path: root.string)
         func problem(
@@ -174,7 +174,7 @@ public struct Verifier: Sendable {
 
     /// Verifies one bundle: the strict archive rules, its links, and when a file list is given,
     /// that the bundle's tree equals it exactly.
-    public func verifyBundle(_ path: FilePath, fileList: FileList? = nil, entryName: String = "index.html")
+    package func verifyBundle(_ path: FilePath, fileList: FileList? = nil, entryName: String = "index.html")
         -> VerifyReport
     {
         var report = VerifyReport(kind: "bundle", path: path.string)

@@ -5,20 +5,20 @@ import LarderFileSystem
 import SystemPackage
 
 /// One problem `verify` found. `code` is stable; `package`, `version` and `file` locate it.
-public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertible {
+package struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertible {
     /// A stable machine-readable code, like `index-serial` or the archive reader's code.
-    public var code: ReasonCode
+    package var code: ReasonCode
     /// The package id concerned, if any.
-    public var package: String?
+    package var package: String?
     /// The version concerned (of `package`), if any.
-    public var version: String?
+    package var version: String?
     /// Repository-relative path of the document, or the path inside a bundle.
-    public var file: String?
+    package var file: String?
     /// What is wrong, in a sentence for a person.
-    public var message: String
+    package var message: String
 
     /// Creates a problem.
-    public init(code: ReasonCode, package: String? = nil, version: String? = nil, file: String? = nil, message: String)
+    package init(code: ReasonCode, package: String? = nil, version: String? = nil, file: String? = nil, message: String)
     {
         self.code = code
         self.package = package
@@ -28,7 +28,7 @@ public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertib
     }
 
     /// `<package>@<version> <file>: [<code>] <message>`, leaving out the parts that are not known.
-    public var description: String {
+    package var description: String {
         var location: [String] = []
         if let p = package { location.append(version.map { "\(p)@\($0)" } ?? p) }
         if let f = file { location.append(f) }
@@ -37,39 +37,39 @@ public struct VerifyProblem: Sendable, Codable, Equatable, CustomStringConvertib
 }
 
 /// The outcome of `verify`: every problem, and what was looked at.
-public struct VerifyReport: Sendable, Codable, Equatable {
+package struct VerifyReport: Sendable, Codable, Equatable {
     /// `repository` or `bundle`.
-    public var kind: String
+    package var kind: String
     /// The repository root or bundle file verified.
-    public var path: String
+    package var path: String
     /// The index's serial, once the index was read (repositories only).
-    public var serial: UInt64?
+    package var serial: UInt64?
     /// The id of the trusted key whose signature verified, when the signature was checked and valid.
-    public var signedBy: String?
+    package var signedBy: String?
     /// Whether the index signature was checked (false with --skip-signature, and for bundles).
-    public var signatureChecked = false
+    package var signatureChecked = false
     /// Index entries checked (one per package and channel), or 1 for a bundle.
-    public var packagesChecked: Int
+    package var packagesChecked: Int
     /// Files named by the file lists checked, or the files in the bundle.
-    public var filesChecked: Int
+    package var filesChecked: Int
     /// Delta manifests checked (repositories only).
-    public var deltasChecked = 0
+    package var deltasChecked = 0
     /// Distinct objects checked (repositories only).
-    public var objectsChecked: Int
+    package var objectsChecked: Int
     /// Shards of a sharded index checked (repositories only; 0 for an inline index).
-    public var shardsChecked = 0
+    package var shardsChecked = 0
     /// Encrypted versions checked (repositories only).
-    public var encryptedChecked = 0
+    package var encryptedChecked = 0
     /// Of those, the ones opened with a recipient key and checked fully; the others were
     /// checked without the key (signatures, layout, sealed digests and headers).
-    public var encryptedOpened = 0
+    package var encryptedOpened = 0
     /// Every problem found, in the order found; empty when all is well.
-    public var problems: [VerifyProblem]
+    package var problems: [VerifyProblem]
     /// Whether nothing was found.
-    public var ok: Bool { problems.isEmpty }
+    package var ok: Bool { problems.isEmpty }
 
     /// An empty report: nothing checked, nothing found yet.
-    public init(kind: String, path: String) {
+    package init(kind: String, path: String) {
         self.kind = kind
         self.path = path
         packagesChecked = 0
@@ -84,7 +84,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
     }
 
     /// Encodes every field and `ok`, so the JSON output carries the verdict.
-    public func encode(to encoder: Encoder) throws {
+    package func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(kind, forKey: .kind)
         try c.encode(path, forKey: .path)
@@ -104,7 +104,7 @@ public struct VerifyReport: Sendable, Codable, Equatable {
     }
 
     /// Decodes a report (`ok` follows from `problems`); a missing `signatureChecked` is false.
-    public init(from decoder: Decoder) throws {
+    package init(from decoder: Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
         kind = try c.decode(String.self, forKey: .kind)
         path = try c.decode(String.self, forKey: .path)

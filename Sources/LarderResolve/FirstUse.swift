@@ -66,7 +66,7 @@ public final class FirstUse: Sendable {
 
     /// The on-demand package of this device's channel that routes `url` and is not installed
     /// here, with its policy; nil when there is none.
-    public func package(for url: String) -> (id: PackageID, policy: Policy)? {
+    package func package(for url: String) -> (id: PackageID, policy: Policy)? {
         let snap = resolver.snapshot()
         let (table, settings) = catalog(of: snap)
         guard let id = table.routedPackage(url), let s = settings[id] else { return nil }

@@ -19,32 +19,35 @@ public struct Forwarder: Sendable {
     /// Forward or refuse.
     public let network: NetworkMode
     /// What carries the requests; nil refuses every one (502).
-    public let exchange: (any NetworkExchange)?
+    package let exchange: (any NetworkExchange)?
     /// Largest request body forwarded, and largest answer relayed.
-    public var maxBytes: Int
+    package var maxBytes: Int
     /// Requests refused because their package's `networkHosts` does not list the host.
     package let refusedHosts = Locked<Int>(0)
     /// How many requests were refused because their package's `networkHosts` does not list the host.
-    public var refusedHostCount: Int { refusedHosts.withLock { $0 } }
+    package var refusedHostCount: Int { refusedHosts.withLock { $0 } }
 
     /// The header field a forwarded request carries, so a request that comes back is refused (508).
-    public static let loopMarker = "X-Larder-Gateway"
+    package static let loopMarker = "X-Larder-Gateway"
 
     /// Header fields that concern one connection, never forwarded either way.
-    public static let hopByHop: Set<String> = [
+    package static let hopByHop: Set<String> = [
         "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade", "host",
         "proxy-authorization", "proxy-authenticate",
     ]
 
+    /// A forwarder that forwards nothing: every request no package serves fails (`.offline`).
+    public static var offline: Forwarder { Forwarder(network: .offline, exchange: nil) }
+
     /// A forwarder in `network` mode over `exchange`.
-    public init(network: NetworkMode, exchange: (any NetworkExchange)?, maxBytes: Int = 64 << 20) {
+    package init(network: NetworkMode, exchange: (any NetworkExchange)?, maxBytes: Int = 64 << 20) {
         self.network = network
         self.exchange = exchange
         self.maxBytes = maxBytes
     }
 
     /// Where a request goes, or why it does not.
-    public enum Target: Sendable, Equatable {
+    package enum Target: Sendable, Equatable {
         /// Send it to this URL.
         case url(String)
         /// Answer it with this status (502 refused or offline, 508 a loop) and reason.
@@ -106,7 +109,7 @@ public struct Forwarder: Sendable {
 
     /// The request to send: the method and body as received, the header fields without hop-by-hop
     /// ones, and the loop marker.
-    public func request(
+    package func request(
         method: HTTPRequest.Method, url: String, headers: [(String, String)], body: Data?
     ) -> ForwardRequest {
         var fields = headers.filter {
@@ -120,7 +123,7 @@ public struct Forwarder: Sendable {
 
     /// Sends `request`; the answer's header fields without hop-by-hop ones, its body streamed
     /// (empty for HEAD), or why it failed.
-    public func send(_ request: ForwardRequest) async -> Result<ForwardResponse, ForwardFailure> {
+    package func send(_ request: ForwardRequest) async -> Result<ForwardResponse, ForwardFailure> {
         guard let exchange else { return .failure(ForwardFailure(message: "no network exchange")) }
         if let body = request.body, body.count > maxBytes {
             return .failure(ForwardFailure(message: "the request body is larger than \(maxBytes) bytes"))

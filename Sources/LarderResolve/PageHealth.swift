@@ -5,7 +5,7 @@ import Logging
 import SystemPackage
 
 /// Where page-health verdicts go (the store, through `StoreHealthRecorder`; a fake in tests).
-public protocol HealthRecording: Sendable {
+package protocol HealthRecording: Sendable {
     /// Records `verdict` about `activation`; must not block the caller.
     func record(_ verdict: HealthVerdict, for activation: ActivationRef)
 }
@@ -20,18 +20,18 @@ public final class PageHealthTracker: Sendable {
     /// The deadline and error limit of every page.
     public let settings: PageHealthSettings
     /// Where verdicts go.
-    public let recorder: any HealthRecording
+    package let recorder: any HealthRecording
     /// Seconds on a monotonic clock (injected in tests).
     let clock: @Sendable () -> TimeInterval
     private let pages = Locked<[String: HealthMonitor]>([:])
     /// Pages served but not started: no page script has spoken for them yet (`reserve`).
     private let unstarted = Locked<[String: (activation: ActivationRef, servedAt: TimeInterval)]>([:])
     /// The most pages watched at once; a page beyond it is served without a monitor.
-    public static let maxPages = 4096
+    package static let maxPages = 4096
 
     /// A tracker with `settings`, sending verdicts to `recorder`; `clock` gives seconds on a
     /// monotonic clock (the system's uptime by default).
-    public init(
+    package init(
         settings: PageHealthSettings = .standard, recorder: any HealthRecording,
         clock: @escaping @Sendable () -> TimeInterval = { ProcessInfo.processInfo.systemUptime }
     ) {
@@ -42,7 +42,7 @@ public final class PageHealthTracker: Sendable {
 
     /// Starts watching a page loaded from `activation`; returns its token (the name its signals
     /// carry), or nil when `maxPages` pages are open already.
-    public func begin(_ activation: ActivationRef) -> String? {
+    package func begin(_ activation: ActivationRef) -> String? {
         let token = Self.newToken()
         let monitor = HealthMonitor(activation: activation, settings: settings, startedAt: clock())
         let added = pages.withLock { pages -> Bool in
@@ -83,7 +83,7 @@ public final class PageHealthTracker: Sendable {
     /// Applies `signal` to the page `token` (starting it first when it is only reserved); false
     /// when no such page is open (never begun, or decided already).
     @discardableResult
-    public func signal(_ signal: PageSignal, page token: String) -> Bool {
+    package func signal(_ signal: PageSignal, page token: String) -> Bool {
         start(page: token)
         let now = clock()
         let result = pages.withLock { pages -> (Bool, (HealthVerdict, ActivationRef)?) in
@@ -99,13 +99,13 @@ public final class PageHealthTracker: Sendable {
     /// Stops watching the page `token` with no verdict (its content process died and the page
     /// will be loaded again as a new page); false when no such page is open.
     @discardableResult
-    public func forget(page token: String) -> Bool {
+    package func forget(page token: String) -> Bool {
         unstarted.withLock { $0.removeValue(forKey: token) != nil }
             || pages.withLock { $0.removeValue(forKey: token) != nil }
     }
 
     /// Applies the clock to every open page; the ones past their deadline fail.
-    public func tick() {
+    package func tick() {
         let now = clock()
         let deadline = settings.readyDeadline
         unstarted.withLock { u in u = u.filter { now < $0.value.servedAt + deadline } }
@@ -121,7 +121,7 @@ public final class PageHealthTracker: Sendable {
     }
 
     /// How many pages are being watched.
-    public var openPages: Int { pages.withLock { $0.count } }
+    package var openPages: Int { pages.withLock { $0.count } }
 
     static func newToken() -> String {
         var g = SystemRandomNumberGenerator()
@@ -131,9 +131,9 @@ public final class PageHealthTracker: Sendable {
 
 /// Applies page-health verdicts to the sandbox's store from a background queue, so a page's
 /// signal never waits for the writer lock. `onOutcome` hears what each verdict did.
-public final class StoreHealthRecorder: HealthRecording, Sendable {
+package final class StoreHealthRecorder: HealthRecording, Sendable {
     /// The root of the sandbox the verdicts are recorded in.
-    public let root: FilePath
+    package let root: FilePath
     let onOutcome: @Sendable (Result<PageHealthOutcome, StoreError>) -> Void
     let handoff: ServingHandoff?
     private let queue = DispatchQueue(label: "larder.page-health")
@@ -146,7 +146,7 @@ public final class StoreHealthRecorder: HealthRecording, Sendable {
     /// A recorder for the sandbox at `root`; `onOutcome` hears each verdict's effect, or why it
     /// could not be recorded. Its state writes are told to `handoff` (the resolver's, when the
     /// app shares one).
-    public init(
+    package init(
         root: FilePath, handoff: ServingHandoff? = nil,
         onOutcome: @escaping @Sendable (Result<PageHealthOutcome, StoreError>) -> Void
     ) {
@@ -156,7 +156,7 @@ public final class StoreHealthRecorder: HealthRecording, Sendable {
     }
 
     /// Queues the verdict and returns at once.
-    public func record(_ verdict: HealthVerdict, for activation: ActivationRef) {
+    package func record(_ verdict: HealthVerdict, for activation: ActivationRef) {
         queue.async { [self] in
             if verdict == .healthy, confirmed.withLock({ $0.contains(activation) }) {
                 onOutcome(.success(PageHealthOutcome(activation: activation, verdict: verdict, effect: .unchanged)))
@@ -183,7 +183,7 @@ public final class StoreHealthRecorder: HealthRecording, Sendable {
     }
 
     /// Waits until every verdict queued so far is recorded (for tests and orderly shutdown).
-    public func flush() { queue.sync {} }
+    package func flush() { queue.sync {} }
 }
 
 /// The page-health script a container puts in every page it watches, first in `<head>`.
@@ -197,16 +197,16 @@ public final class StoreHealthRecorder: HealthRecording, Sendable {
 /// only `{"event": "frame"}` (the gateway then stops watching the page that frame's document
 /// began: a client that sends no fetch metadata makes a frame look like a navigation), so no
 /// subframe can confirm or fail a release.
-public enum PageHealthScript {
+package enum PageHealthScript {
     /// The path the gateway serves the script at.
-    public static let scriptPath = "/.larder/health.js"
+    package static let scriptPath = "/.larder/health.js"
     /// The path the script posts its messages to.
-    public static let reportPath = "/.larder/health"
+    package static let reportPath = "/.larder/health"
     /// The WebKit script-message handler's name.
-    public static let messageHandler = "larderHealth"
+    package static let messageHandler = "larderHealth"
 
     /// The script's text.
-    public static let source = """
+    package static let source = """
         (function () {
           'use strict';
           if (window.larder && window.larder.__health) return;
@@ -265,7 +265,7 @@ public enum PageHealthScript {
     /// The script for a web view's main frame: its messages to `messageHandler` carry `secret`
     /// (lower-case hex), which no other frame knows (it is in no property a page can read:
     /// `WebViewHealth` refuses a message without it).
-    public static func source(secret: String) -> String {
+    package static func source(secret: String) -> String {
         precondition(secret.allSatisfy(\.isHexDigit), "a hex secret")
         return source.replacingOccurrences(of: "var secret = '';", with: "var secret = '\(secret)';")
     }
@@ -273,7 +273,7 @@ public enum PageHealthScript {
     /// `html` with the script's tag (carrying `token`) inserted first in `<head>` — after the
     /// `<head>` tag, else after `<html>`, else after the doctype, else at the start — so it runs
     /// before any of the page's own scripts.
-    public static func inject(into html: Data, token: String) -> Data {
+    package static func inject(into html: Data, token: String) -> Data {
         let tag = Data("<script src=\"\(scriptPath)?page=\(token)\"></script>".utf8)
         let at = insertionPoint(html)
         var out = Data(capacity: html.count + tag.count)

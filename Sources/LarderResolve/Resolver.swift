@@ -129,7 +129,7 @@ public final class Resolver: Sendable {
     }
 
     /// The file on disk for a local resolution.
-    public func filePath(_ f: LocalFile) -> FilePath {
+    package func filePath(_ f: LocalFile) -> FilePath {
         // Joined as text and made a path once (every request that opens a file asks this): the
         // same path as `layout.tree(f.package, f.version).joined(f.path.string)`, whose
         // components are plain names and a relative path already checked.
@@ -138,7 +138,7 @@ public final class Resolver: Sendable {
 
     /// Whether the file a resolution names is on disk as a regular file (one `stat`; the hot
     /// path never asks this, the loader finds out when it opens the file).
-    public func isOnDisk(_ f: LocalFile) -> Bool {
+    package func isOnDisk(_ f: LocalFile) -> Bool {
         (try? SystemCalls.stat(filePath(f)))?.kind == .regular
     }
 
@@ -146,7 +146,7 @@ public final class Resolver: Sendable {
     /// `ids`: until the session is released or this process dies, those packages resolve to the
     /// versions pinned here — even after an update activates another — and gc keeps them on
     /// disk. Other packages resolve as the sandbox changes.
-    public func session(pinning ids: [String]) throws(StoreError) -> ResolverSession {
+    package func session(pinning ids: [String]) throws(StoreError) -> ResolverSession {
         var typed: [PackageID] = []
         for text in ids {
             guard let id = PackageID(text) else { throw .badID(text) }
@@ -156,7 +156,7 @@ public final class Resolver: Sendable {
     }
 
     /// As `session(pinning:)` with the ids typed.
-    public func session(pinning ids: [PackageID]) throws(StoreError) -> ResolverSession {
+    package func session(pinning ids: [PackageID]) throws(StoreError) -> ResolverSession {
         let reader = SandboxReader(root: root)
         var leases: [PinLease] = []
         var pinned: [RoutedPackage] = []
@@ -176,9 +176,9 @@ public final class Resolver: Sendable {
 /// A set of pinned package versions over a live resolver (see `Resolver.session(pinning:)`).
 public final class ResolverSession: Sendable {
     /// The live resolver; packages the session does not pin resolve through it as the sandbox changes.
-    public let resolver: Resolver
+    package let resolver: Resolver
     /// One lease per pinned package, in the order pinned; `release()` gives them all back.
-    public let leases: [PinLease]
+    package let leases: [PinLease]
     let pinned: [RoutedPackage]
     /// The last table made, with the snapshot it was made from.
     private let cache = Locked<(Snapshot, RouteTable)?>(nil)

@@ -204,7 +204,7 @@ public enum LoadResult: Sendable {
 }
 
 /// Where the loader reports a missing or unreadable file of an active version.
-public protocol FailureReporting: Sendable {
+package protocol FailureReporting: Sendable {
     /// Records that `version` of `package` has a listed file missing or unreadable; must not block.
     func report(package: PackageID, version: SemanticVersion, reason: String)
 }
@@ -218,16 +218,16 @@ public struct ResourceLoader: Sendable {
     /// Resolves URLs to files of the sandbox (with its current snapshot, or a session's pins).
     public let resolver: Resolver
     /// Hears of listed files missing or unreadable in an active version; `nil` tells nobody.
-    public let reporter: (any FailureReporting)?
+    package let reporter: (any FailureReporting)?
     /// The `Cache-Control` value of every response served from a file (`no-cache` by default).
     public let cacheControl: String
     /// Records when each package was last served (for the disk budget's least-recently-used
     /// order), at most one file touch per package a minute.
-    public let usage: UsageRecorder
+    package let usage: UsageRecorder
     let logger: Logger
 
     /// A loader over `resolver`; `reporter` hears of broken files, `logger` gets a warning for each.
-    public init(
+    package init(
         resolver: Resolver, reporter: (any FailureReporting)? = nil, cacheControl: String = "no-cache",
         logger: Logger = Logger(label: "larder.loader")
     ) {
@@ -369,11 +369,11 @@ struct OpenProblem: Error {
 /// Reports failures to the sandbox's store from a background queue, so a request never waits for
 /// the writer lock: at most one report per package version per `interval` seconds, each counted
 /// only while that version is still the active one.
-public final class StoreFailureReporter: FailureReporting, Sendable {
+package final class StoreFailureReporter: FailureReporting, Sendable {
     /// The root of the sandbox the failures are recorded in.
-    public let root: FilePath
+    package let root: FilePath
     /// The shortest time between two reports of one package version, in seconds.
-    public let interval: Double
+    package let interval: Double
     let logger: Logger
     let handoff: ServingHandoff?
     private let queue = DispatchQueue(label: "larder.failure-reporter")
@@ -383,7 +383,7 @@ public final class StoreFailureReporter: FailureReporting, Sendable {
 
     /// A reporter for the sandbox at `root`, recording each version at most once per `interval`
     /// seconds; its state writes are told to `handoff` (the resolver's, when the app shares one).
-    public init(
+    package init(
         root: FilePath, interval: Double = 1, logger: Logger = Logger(label: "larder.loader"),
         handoff: ServingHandoff? = nil
     ) {
@@ -395,7 +395,7 @@ public final class StoreFailureReporter: FailureReporting, Sendable {
 
     /// Queues the report and returns at once; the queue records it (the store may roll back) while
     /// `version` is still the active one.
-    public func report(package: PackageID, version: SemanticVersion, reason: String) {
+    package func report(package: PackageID, version: SemanticVersion, reason: String) {
         queue.async { [self] in
             let key = "\(package)@\(version)"
             let due = last.withLock { last in
@@ -425,5 +425,5 @@ public final class StoreFailureReporter: FailureReporting, Sendable {
     }
 
     /// Waits until every report made so far is written (for tests and orderly shutdown).
-    public func flush() { queue.sync {} }
+    package func flush() { queue.sync {} }
 }

@@ -24,7 +24,7 @@ package final class Snapshot: Sendable {
     /// The serving settings of the last accepted index, by package id text (this device's channel).
     let settings: [String: ServingSettings]
     /// The channel the settings were chosen for.
-    let channel: String
+    let channel: Channel
     /// The accepted index file the settings were read from.
     let indexIdentity: FileIdentity?
     /// How many packages' file lists this build read (the others were reused).
@@ -43,7 +43,7 @@ package final class Snapshot: Sendable {
 
     init(
         table: RouteTable, generation: UInt64, versions: [String: ServingState.Versions],
-        settings: [String: ServingSettings], channel: String, indexIdentity: FileIdentity?, listsRead: Int,
+        settings: [String: ServingSettings], channel: Channel, indexIdentity: FileIdentity?, listsRead: Int,
         complete: Bool, stateIdentity: FileIdentity?, compared: Int, partial: Bool = false
     ) {
         self.partial = partial
@@ -89,7 +89,7 @@ package final class Snapshot: Sendable {
             stateIdentity = before != nil && FileIdentity(layout.state) == before ? before : nil
             if let stateIdentity { handoff?.readState(state, identity: stateIdentity, layout) }
         }
-        let channel = (try? SyncConfig.load(root: root))?.channel ?? Channel.default
+        let channel = (try? SyncConfig.load(root: root))?.channel ?? .default
         let identity = FileIdentity(layout.acceptedIndex)
         var settings: [String: ServingSettings] = [:]
         var sameSettings = false
@@ -151,7 +151,7 @@ package final class Snapshot: Sendable {
     /// A snapshot for one URL: every active package routed, only the one `url` routes to with its
     /// files.
     private static func partial(
-        _ layout: SandboxLayout, _ state: ServingState, _ settings: [String: ServingSettings], _ channel: String,
+        _ layout: SandboxLayout, _ state: ServingState, _ settings: [String: ServingSettings], _ channel: Channel,
         _ identity: FileIdentity?, _ stateIdentity: FileIdentity?, _ schemes: Set<String>, _ url: String
     ) -> Snapshot {
         var packages: [RoutedPackage] = []

@@ -32,30 +32,30 @@ public enum ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
 /// `<root>/config.json`, written by `larder init`: where the repository is, which keys are
 /// trusted, which channel and app version this device has, and its random device id (made once,
 /// kept across re-inits; it decides rollout buckets).
-public struct SyncConfig: Codable, Sendable, Equatable {
+package struct SyncConfig: Codable, Sendable, Equatable {
     /// The document's format version; `ManifestCoding.decode` refuses any but `currentSchemaVersion`.
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// The repository's base URL (`https://`, `http://` or `file://`); `initialise` ends it with `/`.
-    public var repository: String
+    package var repository: String
     /// The public keys an index's signature is checked against; a verified index may rotate them.
-    public var trustedKeys: [KeyFile]
+    package var trustedKeys: [KeyFile]
     /// The release channel this device follows (`SyncRequest.channel` overrides it).
-    public var channel: String
+    package var channel: Channel
     /// The app's version, compared with each release's `minClientVersion`.
-    public var appVersion: SemanticVersion
+    package var appVersion: SemanticVersion
     /// A random id (32 hex digits from `initialise`), kept across re-inits; it decides rollout buckets.
-    public var deviceId: String
+    package var deviceId: String
     /// Plain http to hosts other than loopback.
-    public var allowInsecureHTTP: Bool
+    package var allowInsecureHTTP: Bool
     /// Downloads at once.
-    public var concurrency: Int
+    package var concurrency: Int
     /// The most bytes the sandbox's packages may hold; after each sync, fetch and gc, on-demand
     /// packages are evicted, least recently used first, to stay within it. Nil: no budget.
-    public var diskBudget: Int64?
+    package var diskBudget: Int64?
 
     /// Creates a config.
-    public init(
-        repository: String, trustedKeys: [KeyFile], channel: String = Channel.default, appVersion: SemanticVersion,
+    package init(
+        repository: String, trustedKeys: [KeyFile], channel: Channel = .default, appVersion: SemanticVersion,
         deviceId: String, allowInsecureHTTP: Bool = false, concurrency: Int = 4
     ) {
         schemaVersion = currentSchemaVersion
@@ -69,10 +69,10 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     }
 
     /// The file's path in a sandbox.
-    public static func path(root: FilePath) -> FilePath { SandboxLayout(root: root).config }
+    package static func path(root: FilePath) -> FilePath { SandboxLayout(root: root).config }
 
     /// Reads the config of the sandbox at `root`.
-    public static func load(root: FilePath) throws(ConfigError) -> SyncConfig {
+    package static func load(root: FilePath) throws(ConfigError) -> SyncConfig {
         let p = path(root: root)
         guard AtomicFile.exists(p) else { throw .notInitialised(root: root.string) }
         do {
@@ -83,7 +83,7 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     }
 
     /// The trusted public keys.
-    public func publicKeys() throws(ConfigError) -> [PublicKey] {
+    package func publicKeys() throws(ConfigError) -> [PublicKey] {
         var out: [PublicKey] = []
         for k in trustedKeys {
             do {
@@ -96,7 +96,7 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     }
 
     /// Replaces the trusted keys (key rotation announced by a verified index).
-    public func withKeys(_ keys: [KeyFile], root: FilePath) throws(ConfigError) -> SyncConfig {
+    package func withKeys(_ keys: [KeyFile], root: FilePath) throws(ConfigError) -> SyncConfig {
         var c = self
         c.trustedKeys = keys
         do { try AtomicFile.write(try ManifestCoding.encode(c), to: Self.path(root: root)) } catch {
@@ -106,8 +106,8 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     }
 
     /// Writes (or rewrites) the config of the sandbox at `root`, keeping an existing device id.
-    public static func initialise(
-        root: FilePath, repository: String, keys: [PublicKey], channel: String, appVersion: SemanticVersion,
+    package static func initialise(
+        root: FilePath, repository: String, keys: [PublicKey], channel: Channel, appVersion: SemanticVersion,
         allowInsecureHTTP: Bool, diskBudget: Int64? = nil
     ) throws(ConfigError) -> SyncConfig {
         if let b = diskBudget, b <= 0 { throw .invalid("a disk budget must be positive, not \(b)") }
@@ -116,7 +116,7 @@ public struct SyncConfig: Codable, Sendable, Equatable {
         else {
             throw .invalid("\(quoted(repository)) is not a repository URL (https://…, http://… or file://…)")
         }
-        guard Channel.isValid(channel) else { throw .invalid("\(quoted(channel)) is not a channel name") }
+        guard channel.isValid else { throw .invalid("\(quoted(channel.rawValue)) is not a channel name") }
         guard !keys.isEmpty else { throw .invalid("at least one trusted public key is needed") }
         let existing = try? load(root: root)
         let device =

@@ -7,11 +7,11 @@ import SystemPackage
 /// version. A file under `pins/<id>/<version>/` named after the holder's pid and process start
 /// time, so that a pin held by a dead process — or by a new process that reused its pid —
 /// expires. Released by `release()` or when the lease is deallocated.
-public final class PinLease: Sendable {
+package final class PinLease: Sendable {
     /// The package whose version is held.
-    public let id: PackageID
+    package let id: PackageID
     /// The version gc keeps while the lease is held.
-    public let version: SemanticVersion
+    package let version: SemanticVersion
     let path: FilePath
     /// Whether `release()` ran.
     private let released = Locked(false)
@@ -23,7 +23,7 @@ public final class PinLease: Sendable {
     }
 
     /// Gives the version back to gc. Idempotent.
-    public func release() {
+    package func release() {
         let first = released.withLock { released in
             defer { released = true }
             return !released

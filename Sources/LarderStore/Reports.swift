@@ -2,7 +2,7 @@ import Foundation
 import LarderCore
 
 /// What an install did to the version it was given. Raw values are the report's JSON strings.
-public enum InstallOutcome: String, Sendable, Codable, Equatable, CaseIterable {
+package enum InstallOutcome: String, Sendable, Codable, Equatable, CaseIterable {
     /// Extracted, verified, placed and activated (pending).
     case installed
     /// Extracted, verified and placed, not activated (sync activates dependency groups together).
@@ -14,23 +14,23 @@ public enum InstallOutcome: String, Sendable, Codable, Equatable, CaseIterable {
 }
 
 /// What `install` did.
-public struct InstallReport: Sendable, Codable, Equatable {
+package struct InstallReport: Sendable, Codable, Equatable {
     /// The package id.
-    public var id: String
+    package var id: String
     /// The version installed.
-    public var version: String
+    package var version: String
     /// What happened to it.
-    public var outcome: InstallOutcome
+    package var outcome: InstallOutcome
     /// The version active before the install; nil when there was none.
-    public var previous: String?
+    package var previous: String?
     /// The fallback version after the install; nil when there is none.
-    public var fallback: String?
+    package var fallback: String?
     /// The number of files in the version.
-    public var fileCount: Int
+    package var fileCount: Int
     /// The version's files' total size, in bytes.
-    public var size: Int64
+    package var size: Int64
     /// Whether the file list was given (verified against) or computed from the bundle (trusted).
-    public var verifiedAgainstFileList: Bool
+    package var verifiedAgainstFileList: Bool
 }
 
 /// The outcome of a health event for one package.
@@ -48,19 +48,19 @@ public struct HealthOutcome: Sendable, Codable, Equatable {
 }
 
 /// What a rollback did.
-public struct RollbackReport: Sendable, Codable, Equatable {
+package struct RollbackReport: Sendable, Codable, Equatable {
     /// The package id.
-    public var id: String
+    package var id: String
     /// The version that was active before the rollback.
-    public var from: String?
+    package var from: String?
     /// The version active now.
-    public var to: String
+    package var to: String
 }
 
 /// One package in `status`.
-public struct PackageStatus: Sendable, Codable, Equatable {
+package struct PackageStatus: Sendable, Codable, Equatable {
     /// What a version on disk is to its package. Raw values are the report's JSON strings.
-    public enum Role: String, Sendable, Codable, Equatable, CaseIterable {
+    package enum Role: String, Sendable, Codable, Equatable, CaseIterable {
         /// The version served.
         case active
         /// The last known good version, restored by a rollback.
@@ -70,106 +70,112 @@ public struct PackageStatus: Sendable, Codable, Equatable {
     }
 
     /// One version on disk.
-    public struct Version: Sendable, Codable, Equatable {
+    package struct Version: Sendable, Codable, Equatable {
         /// The version, as SemVer text.
-        public var version: String
+        package var version: String
         /// The number of files in it.
-        public var fileCount: Int
+        package var fileCount: Int
         /// Its files' total size, in bytes.
-        public var size: Int64
+        package var size: Int64
         /// When it was placed on disk.
-        public var installedAt: Date
+        package var installedAt: Date
         /// Whether a live session pins it, so that gc keeps it.
-        public var pinned: Bool
+        package var pinned: Bool
         /// What the version is to its package.
-        public var role: Role
+        package var role: Role
     }
     /// The package id.
-    public var id: String
+    package var id: String
     /// The version served; nil when there is none.
-    public var active: String?
+    package var active: String?
     /// The version a rollback restores; nil when there is none.
-    public var fallback: String?
+    package var fallback: String?
     /// The active version while it is not confirmed.
-    public var pending: String?
+    package var pending: String?
     /// The active version's health.
-    public var health: Health
+    package var health: Health
     /// Failures reported since the active version was activated or confirmed.
-    public var failures: Int
+    package var failures: Int
     /// Unconfirmed launches of the active version (counted while it is pending).
-    public var launches: Int
+    package var launches: Int
     /// The versions on disk, in installation order.
-    public var versions: [Version]
+    package var versions: [Version]
     /// The total size of the versions on disk, in bytes.
-    public var diskUse: Int64
+    package var diskUse: Int64
     /// Versions rolled back off or revoked, never installed again automatically.
-    public var failed: [FailedVersion]
+    package var failed: [FailedVersion]
     /// The most recent state changes, oldest first (at most `PackageState.historyLimit`).
-    public var history: [HistoryEntry]
+    package var history: [HistoryEntry]
     /// `eager` or `on-demand`, as the accepted index says (nil: not in it); filled by `larder status`.
-    public var install: String?
+    package var install: String?
     /// When a page last used it (`usage/<id>`, at most a minute stale), else its newest installation.
-    public var lastUse: Date?
+    package var lastUse: Date?
 }
 
 /// `status` of a whole sandbox.
-public struct StatusReport: Sendable, Codable, Equatable {
+package struct StatusReport: Sendable, Codable, Equatable {
     /// The sandbox directory.
-    public var root: String
+    package var root: String
     /// The generation of the state read (it grows with every state write).
-    public var generation: UInt64
+    package var generation: UInt64
     /// One entry per package, sorted by id.
-    public var packages: [PackageStatus]
+    package var packages: [PackageStatus]
     /// The disk budget from the config, when there is one; filled by `larder status`.
-    public var diskBudget: Int64?
+    package var diskBudget: Int64?
     /// The bytes every package's versions hold together.
-    public var diskUse: Int64 { packages.reduce(0) { $0 + $1.diskUse } }
+    package var diskUse: Int64 { packages.reduce(0) { $0 + $1.diskUse } }
 }
 
 /// What `gc` removed and kept.
-public struct GCReport: Sendable, Codable, Equatable {
+package struct GCReport: Sendable, Codable, Equatable {
     /// The versions deleted, as `id@version`.
-    public var removed: [String]
+    package var removed: [String]
     /// Versions gc would have removed but a live session pins.
-    public var keptPinned: [String]
+    package var keptPinned: [String]
     /// The deleted versions' total file size, in bytes.
-    public var freedBytes: Int64
+    package var freedBytes: Int64
     /// With a disk budget in the config: what keeping within it did after the gc.
-    public var budget: BudgetReport?
+    package var budget: BudgetReport?
 }
 
-/// What `doctor` found and, with repair, did.
-public struct DoctorReport: Sendable, Codable, Equatable {
-    /// Each problem found, as `id@version: …` or `state.json: …`; empty when all is well.
-    public var problems: [String]
+/// What `doctor` found and, with repair, did. Encoded (`larder doctor --json`) as `problems`
+/// (each finding's line), `findings` (each as `code`, `id`, `version`, `message`),
+/// `verifiedVersions`, `repaired` and `ok`.
+package struct DoctorReport: Sendable, Encodable, Equatable {
+    /// Each problem found; empty when all is well.
+    package var findings: [DoctorFinding]
     /// The versions on disk that match their file lists, as `id@version`.
-    public var verifiedVersions: [String]
+    package var verifiedVersions: [String]
     /// Whether `repair` rebuilt the state (only done when there were problems).
-    public var repaired: Bool
-    /// Whether no problem was found; encoded as `ok` alongside the stored fields.
-    public var ok: Bool { problems.isEmpty }
+    package var repaired: Bool
+    /// Whether no problem was found.
+    package var ok: Bool { findings.isEmpty }
+    /// Each finding's line, as `id@version: …` or `state.json: …`.
+    package var problems: [String] { findings.map(\.description) }
 
-    enum CodingKeys: String, CodingKey { case problems, verifiedVersions, repaired, ok }
+    enum CodingKeys: String, CodingKey { case problems, findings, verifiedVersions, repaired, ok }
+    private enum FindingKeys: String, CodingKey { case code, id, version, message }
 
     /// Creates a report.
-    public init(problems: [String], verifiedVersions: [String], repaired: Bool) {
-        self.problems = problems
+    package init(findings: [DoctorFinding], verifiedVersions: [String], repaired: Bool) {
+        self.findings = findings
         self.verifiedVersions = verifiedVersions
         self.repaired = repaired
     }
 
-    /// Decodes a report; an `ok` in the input is ignored, since it follows from `problems`.
-    public init(from decoder: Decoder) throws {
-        let c = try decoder.container(keyedBy: CodingKeys.self)
-        problems = try c.decode([String].self, forKey: .problems)
-        verifiedVersions = try c.decode([String].self, forKey: .verifiedVersions)
-        repaired = try c.decode(Bool.self, forKey: .repaired)
-    }
-
-    /// Encodes the stored fields and the derived `ok`.
-    public func encode(to encoder: Encoder) throws {
+    /// Encodes the findings (as lines and as coded objects), the verified versions, `repaired`
+    /// and the derived `ok`.
+    package func encode(to encoder: Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
         try c.encode(problems, forKey: .problems)
+        var list = c.nestedUnkeyedContainer(forKey: .findings)
+        for f in findings {
+            var o = list.nestedContainer(keyedBy: FindingKeys.self)
+            try o.encode(f.code, forKey: .code)
+            try o.encodeIfPresent(f.id?.rawValue, forKey: .id)
+            try o.encodeIfPresent(f.version?.description, forKey: .version)
+            try o.encode(f.description, forKey: .message)
+        }
         try c.encode(verifiedVersions, forKey: .verifiedVersions)
         try c.encode(repaired, forKey: .repaired)
         try c.encode(ok, forKey: .ok)

@@ -7,7 +7,7 @@ import SystemPackage
 /// serves the package's files at most once a minute per package (`UsageRecorder`) — never a
 /// write per request, and never the state file. A package never served since it was installed
 /// counts from its newest installation.
-public final class UsageRecorder: Sendable {
+package final class UsageRecorder: Sendable {
     let layout: SandboxLayout
     /// How long after a touch the next use of the same package is not written.
     let interval: TimeInterval
@@ -15,13 +15,13 @@ public final class UsageRecorder: Sendable {
     private let touched = Locked<[PackageID: Date]>([:])
 
     /// A recorder for the sandbox at `root`.
-    public init(root: FilePath, interval: TimeInterval = 60) {
+    package init(root: FilePath, interval: TimeInterval = 60) {
         layout = SandboxLayout(root: root)
         self.interval = interval
     }
 
     /// Notes a use of `id` now: one `utimensat` (or the file's creation) at most every `interval`.
-    public func note(_ id: PackageID, at now: Date = Date()) {
+    package func note(_ id: PackageID, at now: Date = Date()) {
         let due = touched.withLock { touched in
             if let last = touched[id], now.timeIntervalSince(last) < interval { return false }
             touched[id] = now

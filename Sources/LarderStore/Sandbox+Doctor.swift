@@ -11,9 +11,9 @@ extension Sandbox {
     /// against the disk. With `repair`, rebuilds the state from the versions on disk that verify
     /// (keeping the active version when it verifies, else the highest verified one), and removes
     /// trees that do not verify.
-    public func doctor(repair: Bool) throws(StoreError) -> DoctorReport {
-        var problems: [String] = []
-        if let p = stateProblem { problems.append("state.json: \(p)") }
+    package func doctor(repair: Bool) throws(StoreError) -> DoctorReport {
+        var problems: [DoctorFinding] = []
+        if let p = stateProblem { problems.append(.stateUnreadable(p)) }
         var verified: [String] = []
         var good: [PackageID: [(SemanticVersion, FileList)]] = [:]
         // The trees found with a problem, so that one is not also reported as missing.
@@ -22,7 +22,7 @@ extension Sandbox {
             guard let data = try? AtomicFile.read(layout.list(id, version)),
                 let list = try? ManifestCoding.decode(FileList.self, from: data, document: "list")
             else {
-                problems.append("\(id)@\(version): no readable file list")
+                problems.append(.fileListUnreadable(id, version))
                 flagged.insert("\(id)@\(version)")
                 continue
             }
@@ -31,7 +31,7 @@ extension Sandbox {
                 verified.append("\(id)@\(version)")
                 good[id, default: []].append((version, list))
             } else {
-                problems += found.map { "\(id)@\(version): \($0)" }
+                problems += found.map { .treeDiffers(id, version, $0) }
                 flagged.insert("\(id)@\(version)")
             }
         }
@@ -40,13 +40,13 @@ extension Sandbox {
                 guard let id = PackageID(key), let pkg = state.packages[key] else { continue }
                 for v in pkg.versions where !(good[id]?.contains { $0.0 == v.version } ?? false) {
                     if !verified.contains("\(id)@\(v.version)") && !flagged.contains("\(id)@\(v.version)") {
-                        problems.append("\(id)@\(v.version): in state.json but not on disk")
+                        problems.append(.versionMissing(id, v.version))
                     }
                 }
             }
         }
         guard repair, !problems.isEmpty else {
-            return DoctorReport(problems: problems, verifiedVersions: verified, repaired: false)
+            return DoctorReport(findings: problems, verifiedVersions: verified, repaired: false)
         }
         if let e = readOnly { throw .io(e) }
         guard lock != nil else { throw .closed }
@@ -60,7 +60,7 @@ extension Sandbox {
         stateProblem = nil
         try commit()
         try removeUnknownTrees()
-        return DoctorReport(problems: problems, verifiedVersions: verified, repaired: true)
+        return DoctorReport(findings: problems, verifiedVersions: verified, repaired: true)
     }
 
     /// `pkg` rebuilt from the `versions` on disk that verified: the state's installation order
@@ -92,4 +92,53 @@ extension Sandbox {
         return pkg
     }
 
+}
+
+/// One thing `doctor` found wrong with a sandbox.
+package enum DoctorFinding: Sendable, Equatable, CustomStringConvertible {
+    /// `state.json` cannot be read or decoded (why).
+    case stateUnreadable(String)
+    /// A version's tree is on disk without a readable file list.
+    case fileListUnreadable(PackageID, SemanticVersion)
+    /// A version's tree on disk differs from its file list.
+    case treeDiffers(PackageID, SemanticVersion, TreeProblem)
+    /// A version `state.json` names is not on disk.
+    case versionMissing(PackageID, SemanticVersion)
+
+    /// A stable code, for `--json` and scripts: `state-unreadable`, `file-list-unreadable`,
+    /// `version-missing`, or the tree problem's (`file-missing`, `file-differs`, …).
+    package var code: String {
+        switch self {
+        case .stateUnreadable: "state-unreadable"
+        case .fileListUnreadable: "file-list-unreadable"
+        case .treeDiffers(_, _, let problem): problem.code
+        case .versionMissing: "version-missing"
+        }
+    }
+
+    /// The package concerned, if one is.
+    package var id: PackageID? {
+        switch self {
+        case .stateUnreadable: nil
+        case .fileListUnreadable(let id, _), .treeDiffers(let id, _, _), .versionMissing(let id, _): id
+        }
+    }
+
+    /// The version concerned, if one is.
+    package var version: SemanticVersion? {
+        switch self {
+        case .stateUnreadable: nil
+        case .fileListUnreadable(_, let v), .treeDiffers(_, let v, _), .versionMissing(_, let v): v
+        }
+    }
+
+    /// One line: `id@version: …`, or `state.json: …`.
+    package var description: String {
+        switch self {
+        case .stateUnreadable(let why): "state.json: \(why)"
+        case .fileListUnreadable(let id, let v): "\(id)@\(v): no readable file list"
+        case .treeDiffers(let id, let v, let problem): "\(id)@\(v): \(problem)"
+        case .versionMissing(let id, let v): "\(id)@\(v): in state.json but not on disk"
+        }
+    }
 }

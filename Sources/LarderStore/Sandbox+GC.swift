@@ -11,7 +11,7 @@ extension Sandbox {
     /// the `keep` most recently installed others. The state without them is written first; each
     /// tree is then renamed into `trash/` and deleted. A version pinned between the two steps is
     /// left on disk and removed by a later gc.
-    public func gc(keep: Int = 1) throws(StoreError) -> GCReport {
+    package func gc(keep: Int = 1) throws(StoreError) -> GCReport {
         try requireWritable()
         var report = GCReport(removed: [], keptPinned: [], freedBytes: 0)
         var doomed: [(PackageID, InstalledVersion)] = []

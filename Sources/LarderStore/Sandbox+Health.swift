@@ -7,15 +7,8 @@ import SystemPackage
 extension Sandbox {
     // MARK: health
 
-    /// The app confirms that the active version of `id` works (`id` as text: a `bad-id` error
-    /// when it is not a package id).
-    public func confirm(id idText: String) throws(StoreError) -> HealthOutcome {
-        guard let id = PackageID(idText) else { throw .badID(idText) }
-        return try confirm(id: id)
-    }
-
     /// The app confirms that the active version of `id` works.
-    public func confirm(id: PackageID) throws(StoreError) -> HealthOutcome {
+    package func confirm(id: PackageID) throws(StoreError) -> HealthOutcome {
         try requireWritable()
         let id = try knownPackage(id)
         var pkg = state[id]
@@ -25,16 +18,9 @@ extension Sandbox {
         return outcome(id, from: nil, to: nil)
     }
 
-    /// Counts a failure of the active version of `id` given as text (a `bad-id` error when it is
-    /// not a package id); see `reportFailure(id:reason:)` with a `PackageID`.
-    public func reportFailure(id idText: String, reason: String) throws(StoreError) -> HealthOutcome {
-        guard let id = PackageID(idText) else { throw .badID(idText) }
-        return try reportFailure(id: id, reason: reason)
-    }
-
     /// Counts a failure of the active version of `id` (a missing file, a crash, a page that did
     /// not load); a pending version with too many failures is rolled back automatically.
-    public func reportFailure(id: PackageID, reason: String) throws(StoreError) -> HealthOutcome {
+    package func reportFailure(id: PackageID, reason: String) throws(StoreError) -> HealthOutcome {
         try requireWritable()
         let id = try knownPackage(id)
         var pkg = state[id]
@@ -50,7 +36,7 @@ extension Sandbox {
     /// its reason and rolls a pending version back to its fallback at once. A verdict about an
     /// activation that is no longer current (a sync or rollback happened since the page loaded)
     /// changes nothing. Writes the state only when something changed.
-    public func recordPageHealth(_ verdict: HealthVerdict, for activation: ActivationRef) throws(StoreError)
+    package func recordPageHealth(_ verdict: HealthVerdict, for activation: ActivationRef) throws(StoreError)
         -> PageHealthOutcome
     {
         try requireWritable()
@@ -77,7 +63,7 @@ extension Sandbox {
 
     /// Counts an app launch for every pending package; one still unconfirmed after too many
     /// launches is rolled back automatically.
-    public func beginLaunch() throws(StoreError) -> [HealthOutcome] {
+    package func beginLaunch() throws(StoreError) -> [HealthOutcome] {
         try requireWritable()
         var results: [HealthOutcome] = []
         for key in state.packages.keys.sorted() {
@@ -100,23 +86,9 @@ extension Sandbox {
 
     // MARK: rollback
 
-    /// Activates the fallback of `id`, or the named version on disk. The version left is recorded
-    /// as failed (never installed again automatically).
-    public func rollback(
-        id idText: String, to versionText: String? = nil, reason: String = "rolled back by the operator"
-    ) throws(StoreError) -> RollbackReport {
-        guard let id = PackageID(idText) else { throw .badID(idText) }
-        var version: SemanticVersion?
-        if let t = versionText {
-            guard let v = SemanticVersion(t) else { throw .badVersion(t) }
-            version = v
-        }
-        return try rollback(id: id, to: version, reason: reason)
-    }
-
     /// Activates the fallback of `id`, or `version` when it is on disk. The version left is
     /// recorded as failed (never installed again automatically).
-    public func rollback(
+    package func rollback(
         id: PackageID, to version: SemanticVersion?, reason: String = "rolled back by the operator"
     ) throws(StoreError) -> RollbackReport {
         try requireWritable()

@@ -12,41 +12,14 @@ extension Sandbox {
     /// while writing; every file is checked against `fileList` (size, SHA-256, nothing missing,
     /// nothing extra) — without a list the bundle itself is trusted and its computed list is
     /// recorded. A version already on disk is re-activated without extracting.
-    public func install(
-        bundle: FilePath, id idText: String, version versionText: String, fileList: FileList? = nil, force: Bool = false
-    ) throws(StoreError) -> InstallReport {
-        try install(bundle: bundle, id: idText, version: versionText, fileList: fileList, force: force, activate: true)
-    }
-
-    /// As `install`, but with `activate: false` the verified version is only placed on disk and
-    /// recorded, to be activated later with others (`activate(_:)`).
     package func install(
-        bundle: FilePath, id idText: String, version versionText: String, fileList: FileList?, force: Bool,
-        activate: Bool
-    ) throws(StoreError) -> InstallReport {
-        try requireWritable()
-        let (id, version) = try Self.typed(id: idText, version: versionText)
-        return try install(
-            bundle: bundle, id: id, version: version, fileList: fileList, force: force, activate: activate)
-    }
-
-    /// The id and version as typed values, or the error that names the one that is not valid.
-    static func typed(id idText: String, version versionText: String) throws(StoreError) -> (
-        PackageID, SemanticVersion
-    ) {
-        guard let id = PackageID(idText) else { throw .badID(idText) }
-        guard let version = SemanticVersion(versionText) else { throw .badVersion(versionText) }
-        return (id, version)
-    }
-
-    /// As `install(bundle:id:version:fileList:force:)`, with the id and version typed.
-    public func install(
         bundle: FilePath, id: PackageID, version: SemanticVersion, fileList: FileList? = nil, force: Bool = false
     ) throws(StoreError) -> InstallReport {
         try install(bundle: bundle, id: id, version: version, fileList: fileList, force: force, activate: true)
     }
 
-    /// As `install`, typed; with `activate: false` the version is only placed and recorded.
+    /// As `install(bundle:id:version:fileList:force:)`; with `activate: false` the version is only
+    /// placed and recorded, to be activated later with others (`activate(_:)`).
     package func install(
         bundle: FilePath, id: PackageID, version: SemanticVersion, fileList: FileList?, force: Bool, activate: Bool
     ) throws(StoreError) -> InstallReport {
@@ -69,15 +42,6 @@ extension Sandbox {
             area.discard()
             throw error
         }
-    }
-
-    /// As `install(bundle:id:version:pending:force:)`, the id and version given as text.
-    package func install(
-        bundle: FilePath, id idText: String, version versionText: String, pending: PendingFileList, force: Bool
-    ) throws(StoreError) -> InstallReport {
-        try requireWritable()
-        let (id, version) = try Self.typed(id: idText, version: versionText)
-        return try install(bundle: bundle, id: id, version: version, pending: pending, force: force)
     }
 
     /// As `install(bundle:id:version:fileList:force:)` with the list still decoding (`pending`):
@@ -180,7 +144,8 @@ extension Sandbox {
             if let list = fileList {
                 let problems = TreeCheck.problems(tree: target, list: list)
                 if !problems.isEmpty {
-                    throw .verification(id: id.rawValue, version: version.description, problems: problems)
+                    throw .verification(
+                        id: id.rawValue, version: version.description, problems: problems.map(\.description))
                 }
             }
             let activated = activate && pkg.active != version
@@ -324,7 +289,8 @@ extension Sandbox {
         let tree = area.tree
         let problems = TreeCheck.problems(tree: tree, list: list)
         if !problems.isEmpty {
-            throw .verification(id: list.id.rawValue, version: list.version.description, problems: problems)
+            throw .verification(
+                id: list.id.rawValue, version: list.version.description, problems: problems.map(\.description))
         }
         let dir = try io { () throws(FileSystemError) in try SystemCalls.open(tree, .readOnly, options: [.directory]) }
         defer { try? SystemCalls.close(dir, path: tree) }

@@ -9,7 +9,7 @@ extension Sandbox {
 
     /// Per package: active, fallback and pending versions, versions on disk, disk use, failed
     /// versions and the history of state changes.
-    public func status() -> StatusReport {
+    package func status() -> StatusReport {
         Self.status(of: state, layout: layout)
     }
 

@@ -12,28 +12,28 @@ import SystemPackage
 /// file by file, made durable, and only then renamed into `packages/`; `state.json` is the one
 /// source of truth, replaced atomically; a tree is deleted only after the state that no longer
 /// needs it is durable, by renaming it into `trash/` first.
-public final class Sandbox {
+package final class Sandbox {
     /// Options for opening.
-    public struct Options: Sendable {
+    package struct Options: Sendable {
         /// How long a writer waits for another writer's lock.
-        public var lockTimeout: Double = 10
+        package var lockTimeout: Double = 10
         /// The thresholds of the automatic rollback (3 failures, 3 unconfirmed launches by default).
-        public var healthPolicy: HealthPolicy = .standard
+        package var healthPolicy: HealthPolicy = .standard
         /// The bounds the archive reader enforces on a bundle being installed.
-        public var limits: TreeLimits = .standard
+        package var limits: TreeLimits = .standard
         /// Open even when state.json is unreadable (for `doctor`).
-        public var allowCorruptState = false
+        package var allowCorruptState = false
         /// The time written into state.json, rounded down to whole seconds; tests inject one.
-        public var clock: @Sendable () -> Date = { Date() }
+        package var clock: @Sendable () -> Date = { Date() }
         /// Where the store logs what it does (recovery, installs).
-        public var logger = Logger(label: "larder.store")
+        package var logger = Logger(label: "larder.store")
         /// Told of every state write, for a resolver of the same process (see `ServingHandoff`).
-        public var handoff: ServingHandoff?
+        package var handoff: ServingHandoff?
         /// How stored blobs are decoded (`BytePipeline.standard`: format version 1).
         package var pipeline: BytePipeline = .standard
 
         /// The defaults.
-        public init() {}
+        package init() {}
     }
 
     /// The paths of the sandbox's files and directories.
@@ -41,7 +41,7 @@ public final class Sandbox {
     /// The state as last written.
     package internal(set) var state: SandboxState
     /// Set when state.json could not be read (only with `allowCorruptState`).
-    public internal(set) var stateProblem: String?
+    package internal(set) var stateProblem: String?
     let options: Options
     var lock: FileLock?
     /// Set inside `batched`: `commit()` only notes that the state changed.
@@ -64,7 +64,7 @@ public final class Sandbox {
 
     /// Set when the sandbox lies on a read-only file system: it was opened for reading only (no
     /// lock, no recovery), and every change fails with this error.
-    public internal(set) var readOnly: FileSystemError?
+    package internal(set) var readOnly: FileSystemError?
 
     private init(layout: SandboxLayout, state: SandboxState, options: Options, lock: FileLock?) {
         self.layout = layout
@@ -77,7 +77,7 @@ public final class Sandbox {
     /// recovers — empties `staging/` and `trash/`, removes trees and lists the state does not
     /// know (an install or deletion interrupted before or after its state write), and reads
     /// `state.json`.
-    public static func open(_ root: FilePath, options: Options = Options()) throws(StoreError) -> Sandbox {
+    package static func open(_ root: FilePath, options: Options = Options()) throws(StoreError) -> Sandbox {
         let layout = SandboxLayout(root: root)
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(root) }
         var lock: FileLock?
@@ -132,7 +132,7 @@ public final class Sandbox {
     }
 
     /// Releases the lock. The sandbox must not be used afterwards.
-    public func close() {
+    package func close() {
         lock?.unlock()
         lock = nil
     }

@@ -5,12 +5,12 @@ import SystemPackage
 
 /// A sandbox opened for reading: takes no lock and never blocks on writers (state.json is
 /// replaced atomically, so a read sees the old state or the new one).
-public struct SandboxReader: Sendable {
+package struct SandboxReader: Sendable {
     /// The paths of the sandbox read.
     package let layout: SandboxLayout
 
     /// A reader of the sandbox at `root`.
-    public init(root: FilePath) { layout = SandboxLayout(root: root) }
+    package init(root: FilePath) { layout = SandboxLayout(root: root) }
 
     /// The current state (empty when the sandbox has none yet).
     package func state() throws(StoreError) -> SandboxState {
@@ -24,7 +24,7 @@ public struct SandboxReader: Sendable {
     }
 
     /// The status report, read without the lock.
-    public func status() throws(StoreError) -> StatusReport {
+    package func status() throws(StoreError) -> StatusReport {
         Sandbox.status(of: try state(), layout: layout)
     }
 
@@ -32,13 +32,7 @@ public struct SandboxReader: Sendable {
     /// lease is released or this process dies, no gc deletes that version. The pin is written
     /// before the state is read again, so a concurrent gc either sees the pin or has already
     /// dropped the version from the state — in which case the pin moves to the new active version.
-    public func pin(id idText: String) throws(StoreError) -> PinLease {
-        guard let id = PackageID(idText) else { throw .badID(idText) }
-        return try pin(id: id)
-    }
-
-    /// As `pin(id:)` with the id typed.
-    public func pin(id: PackageID) throws(StoreError) -> PinLease {
+    package func pin(id: PackageID) throws(StoreError) -> PinLease {
         let idText = id.rawValue
         for _ in 0..<5 {
             guard let version = try state()[id].active else { throw .unknownPackage(idText) }
@@ -54,40 +48,40 @@ public struct SandboxReader: Sendable {
 /// What a resolver needs of `state.json`: the generation and each package's active and fallback
 /// versions — decoded without the histories, dates and records a writer needs, so that a
 /// snapshot of a thousand packages does not decode all of them.
-public struct ServingState: Decodable, Sendable, SchemaVersioned {
+package struct ServingState: Decodable, Sendable, SchemaVersioned {
     /// One package's served versions.
-    public struct Versions: Decodable, Sendable, Equatable {
+    package struct Versions: Decodable, Sendable, Equatable {
         /// The version served.
-        public var active: SemanticVersion?
+        package var active: SemanticVersion?
         /// The last known good version.
-        public var fallback: SemanticVersion?
+        package var fallback: SemanticVersion?
         /// The package's activation number (`PackageState.activation`; absent in older states).
-        public var activation: UInt64?
+        package var activation: UInt64?
 
         /// Versions as given.
-        public init(active: SemanticVersion?, fallback: SemanticVersion?, activation: UInt64? = nil) {
+        package init(active: SemanticVersion?, fallback: SemanticVersion?, activation: UInt64? = nil) {
             self.active = active
             self.fallback = fallback
             self.activation = activation
         }
 
         /// The current activation of the active version of `id`; nil when none is active.
-        public func activationRef(_ id: PackageID) -> ActivationRef? {
+        package func activationRef(_ id: PackageID) -> ActivationRef? {
             active.map { ActivationRef(package: id, version: $0, number: activation ?? 0) }
         }
     }
 
     /// The document's format version.
-    public var schemaVersion: Int
+    package var schemaVersion: Int
     /// The generation of the state read.
-    public var generation: UInt64
+    package var generation: UInt64
     /// Each package's versions, keyed by package id text.
-    public var packages: [String: Versions]
+    package var packages: [String: Versions]
 }
 
 extension SandboxReader {
     /// The served versions of the current state (empty when the sandbox has none yet).
-    public func servingState() throws(StoreError) -> ServingState {
+    package func servingState() throws(StoreError) -> ServingState {
         guard AtomicFile.exists(layout.state) else {
             return ServingState(schemaVersion: currentSchemaVersion, generation: 0, packages: [:])
         }

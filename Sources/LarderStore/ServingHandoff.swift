@@ -53,11 +53,11 @@ public final class ServingHandoff: Sendable {
         /// file it wrote, oldest first; each entry's base is the previous entry's file.
         var journal: [Change] = []
         /// The settings of the index last written, by channel and package id text.
-        var index: (identity: FileIdentity, byChannel: [String: [String: ServingSettings]])?
+        var index: (identity: FileIdentity, byChannel: [Channel: [String: ServingSettings]])?
         /// The last index settings known here (written, or read by a resolver), by channel.
-        var knownIndex: (identity: FileIdentity, byChannel: [String: [String: ServingSettings]])?
+        var knownIndex: (identity: FileIdentity, byChannel: [Channel: [String: ServingSettings]])?
         /// The packages whose settings `index` changed from the index `from`, by channel.
-        var indexChanges: (from: FileIdentity, byChannel: [String: Set<String>])?
+        var indexChanges: (from: FileIdentity, byChannel: [Channel: Set<String>])?
     }
 
     /// One state write: the file compared with, the file written, and the packages whose
@@ -125,7 +125,7 @@ public final class ServingHandoff: Sendable {
         guard wanted else { return }
         let key = layout.root.string
         // One pass; as `ServingSettings.byID`, the last entry of an id in a channel wins.
-        var byChannel: [String: [String: ServingSettings]] = [:]
+        var byChannel: [Channel: [String: ServingSettings]] = [:]
         for e in entries { byChannel[e.channel, default: [:]][e.id.rawValue] = ServingSettings(e) }
         guard let identity = FileIdentity(layout.acceptedIndex) else {
             shared.withLock { s in
@@ -135,9 +135,9 @@ public final class ServingHandoff: Sendable {
             return
         }
         let base = shared.withLock { s in s.roots[key]?.knownIndex }
-        var changes: (from: FileIdentity, byChannel: [String: Set<String>])?
+        var changes: (from: FileIdentity, byChannel: [Channel: Set<String>])?
         if let base {
-            var sets: [String: Set<String>] = [:]
+            var sets: [Channel: Set<String>] = [:]
             for (channel, old) in base.byChannel {
                 sets[channel] = (byChannel[channel] ?? [:]).keysDiffering(from: old)
             }
@@ -199,7 +199,7 @@ public final class ServingHandoff: Sendable {
 
     /// The serving settings of `channel` kept for the index file now at `layout.acceptedIndex`
     /// (identity `identity`), if it is the one written.
-    package func settings(_ layout: SandboxLayout, identity: FileIdentity?, channel: String)
+    package func settings(_ layout: SandboxLayout, identity: FileIdentity?, channel: Channel)
         -> [String: ServingSettings]?
     {
         guard let identity, let kept = shared.withLock({ s in s.roots[layout.root.string]?.index }),
@@ -211,7 +211,7 @@ public final class ServingHandoff: Sendable {
     /// A resolver read the settings of `channel` from the index file with identity `identity`:
     /// the next index written here is compared with them.
     package func readSettings(
-        _ settings: [String: ServingSettings], channel: String, identity: FileIdentity?, _ layout: SandboxLayout
+        _ settings: [String: ServingSettings], channel: Channel, identity: FileIdentity?, _ layout: SandboxLayout
     ) {
         guard let identity else { return }
         shared.withLock { s in
@@ -222,7 +222,7 @@ public final class ServingHandoff: Sendable {
 
     /// The packages of `channel` whose settings differ between the index file `from` and the
     /// index file `to` (the one written here); nil when that is not known here.
-    package func settingsChanges(_ layout: SandboxLayout, from: FileIdentity?, to: FileIdentity?, channel: String)
+    package func settingsChanges(_ layout: SandboxLayout, from: FileIdentity?, to: FileIdentity?, channel: Channel)
         -> Set<String>?
     {
         guard let from, let to else { return nil }

@@ -7,15 +7,15 @@ import SystemPackage
 /// a regular file of the listed size and SHA-256, and nothing else in the tree (no extra file,
 /// no link, no special file). Used by `doctor` and by the crash tests.
 package enum TreeCheck {
-    /// Every problem found, as sentences naming the file; empty when the tree is exact.
-    package static func problems(tree: FilePath, list: FileList) -> [String] {
-        var problems: [String] = []
+    /// Every problem found, each naming its file; empty when the tree is exact.
+    package static func problems(tree: FilePath, list: FileList) -> [TreeProblem] {
+        var problems: [TreeProblem] = []
         // Each regular file found, by its path under the tree, with its full path (made once:
         // a FilePath costs swift-system a parse and its checks).
         var seen: [String: FilePath] = [:]
         walk(tree, prefix: "", seen: &seen, problems: &problems)
         let listed = Set(list.files.map(\.path.string))
-        for extra in Set(seen.keys).subtracting(listed).sorted() { problems.append("\(extra): not in the file list") }
+        for extra in Set(seen.keys).subtracting(listed).sorted() { problems.append(.notListed(path: extra)) }
         // The files are hashed on every core at once (a verification reads the whole tree), each
         // worker with its own buffer; the problems keep the list's order.
         let files = list.files
@@ -30,7 +30,7 @@ package enum TreeCheck {
                 if let path = present[f.path.string] {
                     found.set(i, check(path, f, buffer: &buffer))
                 } else {
-                    found.set(i, "\(f.path): missing")
+                    found.set(i, .missing(path: f.path.string))
                 }
                 i += workers
             }
@@ -40,29 +40,32 @@ package enum TreeCheck {
     }
 
     /// The problem with one listed file, or nil when it has the listed size and SHA-256.
-    private static func check(_ path: FilePath, _ f: FileEntry, buffer: inout [UInt8]) -> String? {
+    private static func check(_ path: FilePath, _ f: FileEntry, buffer: inout [UInt8]) -> TreeProblem? {
         guard let fd = try? SystemCalls.open(path, .readOnly, options: [.noFollow]) else {
-            return "\(f.path): unreadable"
+            return .unreadable(path: f.path.string)
         }
         defer { try? SystemCalls.close(fd, path: path) }
         var hasher = SHA256Stream()
         while true {
-            guard let n = try? SystemCalls.read(fd, into: &buffer, path: path) else { return "\(f.path): read error" }
+            guard let n = try? SystemCalls.read(fd, into: &buffer, path: path) else {
+                return .readError(path: f.path.string)
+            }
             if n == 0 { break }
             buffer.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         }
         if hasher.count != f.size || hasher.finish() != f.sha256 {
-            return
-                "\(f.path): \(hasher.count) bytes sha256 \(hasher.finish()), the list says \(f.size) bytes sha256 \(f.sha256)"
+            return .contentDiffers(
+                path: f.path.string, size: hasher.count, sha256: hasher.finish(), listedSize: f.size,
+                listedSHA256: f.sha256)
         }
         return nil
     }
 
     private static func walk(
-        _ dir: FilePath, prefix: String, seen: inout [String: FilePath], problems: inout [String]
+        _ dir: FilePath, prefix: String, seen: inout [String: FilePath], problems: inout [TreeProblem]
     ) {
         guard let entries = try? SystemCalls.listDirectory(dir) else {
-            problems.append("\(prefix.isEmpty ? "(root)" : prefix): cannot list the directory")
+            problems.append(.directoryUnlistable(path: prefix.isEmpty ? "(root)" : prefix))
             return
         }
         for entry in entries {
@@ -73,7 +76,7 @@ package enum TreeCheck {
             switch st.kind {
             case .directory: walk(full, prefix: rel, seen: &seen, problems: &problems)
             case .regular: seen[rel] = full
-            default: problems.append("\(rel): not a regular file or directory")
+            default: problems.append(.notRegularFile(path: rel))
             }
         }
     }
@@ -85,7 +88,7 @@ private final class ProblemSlots: @unchecked Sendable {
     // @unchecked: the slots are written at distinct indices by distinct workers (through a raw
     // buffer, so no exclusive access to a shared array is claimed) and read after
     // `concurrentPerform` returned.
-    private let slots: UnsafeMutableBufferPointer<String?>
+    private let slots: UnsafeMutableBufferPointer<TreeProblem?>
     init(_ count: Int) {
         slots = .allocate(capacity: count)
         slots.initialize(repeating: nil)
@@ -94,6 +97,61 @@ private final class ProblemSlots: @unchecked Sendable {
         slots.deinitialize()
         slots.deallocate()
     }
-    func set(_ i: Int, _ problem: String?) { slots[i] = problem }
-    var all: [String] { slots.compactMap { $0 } }
+    func set(_ i: Int, _ problem: TreeProblem?) { slots[i] = problem }
+    var all: [TreeProblem] { slots.compactMap { $0 } }
+}
+
+/// One way an installed tree differs from its file list.
+package enum TreeProblem: Sendable, Equatable, CustomStringConvertible {
+    /// A listed file is not in the tree.
+    case missing(path: String)
+    /// A regular file in the tree is not in the list.
+    case notListed(path: String)
+    /// A listed file cannot be opened (or is a link).
+    case unreadable(path: String)
+    /// Reading a listed file failed midway.
+    case readError(path: String)
+    /// A listed file's size or SHA-256 is not the list's.
+    case contentDiffers(path: String, size: Int64, sha256: SHA256Digest, listedSize: Int64, listedSHA256: SHA256Digest)
+    /// Something in the tree is neither a regular file nor a directory (a link, a device, …).
+    case notRegularFile(path: String)
+    /// A directory of the tree cannot be listed.
+    case directoryUnlistable(path: String)
+
+    /// The path, under the tree, of the file concerned.
+    package var path: String {
+        switch self {
+        case .missing(let p), .notListed(let p), .unreadable(let p), .readError(let p), .notRegularFile(let p),
+            .directoryUnlistable(let p):
+            p
+        case .contentDiffers(let p, _, _, _, _): p
+        }
+    }
+
+    /// A stable code, for `--json` and scripts.
+    package var code: String {
+        switch self {
+        case .missing: "file-missing"
+        case .notListed: "file-not-listed"
+        case .unreadable: "file-unreadable"
+        case .readError: "file-read-error"
+        case .contentDiffers: "file-differs"
+        case .notRegularFile: "not-a-regular-file"
+        case .directoryUnlistable: "directory-unlistable"
+        }
+    }
+
+    /// The file and what is wrong with it, as `path: …`.
+    package var description: String {
+        switch self {
+        case .missing(let p): "\(p): missing"
+        case .notListed(let p): "\(p): not in the file list"
+        case .unreadable(let p): "\(p): unreadable"
+        case .readError(let p): "\(p): read error"
+        case .contentDiffers(let p, let size, let sha, let listedSize, let listedSHA):
+            "\(p): \(size) bytes sha256 \(sha), the list says \(listedSize) bytes sha256 \(listedSHA)"
+        case .notRegularFile(let p): "\(p): not a regular file or directory"
+        case .directoryUnlistable(let p): "\(p): cannot list the directory"
+        }
+    }
 }

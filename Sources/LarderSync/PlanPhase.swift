@@ -216,7 +216,7 @@ struct PlanPhase {
 
 extension RepositoryIndex {
     /// The entries on `channel`, by package (the first of an id, as the differ reads them).
-    func entries(on channel: String) -> [PackageID: PackageEntry] {
+    func entries(on channel: Channel) -> [PackageID: PackageEntry] {
         Dictionary(packages.filter { $0.channel == channel }.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
     }
 }

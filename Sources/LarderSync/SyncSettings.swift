@@ -65,7 +65,7 @@ public struct SyncRequest: Sendable, Equatable {
     /// (`preload: always`, or `unmetered` on an unmetered network). Nil: no preload.
     public var preload: NetworkKind?
     /// Overrides the sandbox's channel.
-    public var channel: String?
+    public var channel: Channel?
     /// Overrides the sandbox's app version (for `minClientVersion`).
     public var appVersion: SemanticVersion?
     /// Only plan: fetch and verify the index and the file lists the plan needs, apply and record
@@ -74,7 +74,7 @@ public struct SyncRequest: Sendable, Equatable {
 
     /// A request; every argument optional.
     public init(
-        packages: [PackageID] = [], fetching: [PackageID] = [], preload: NetworkKind? = nil, channel: String? = nil,
+        packages: [PackageID] = [], fetching: [PackageID] = [], preload: NetworkKind? = nil, channel: Channel? = nil,
         appVersion: SemanticVersion? = nil, dryRun: Bool = false
     ) {
         self.packages = packages

@@ -41,7 +41,8 @@ extension Syncer {
         // The on-demand packages asked for and a preload's network change what a plan installs.
         let wanted = ctx.wanted.map(\.rawValue).sorted().joined(separator: ",")
         let text = [
-            config.repository, ctx.channel, ctx.appVersion.description, ctx.deviceID, keys, "\(setup.retention)",
+            config.repository, ctx.channel.rawValue, ctx.appVersion.description, ctx.deviceID, keys,
+            "\(setup.retention)",
             wanted, ctx.preload?.rawValue ?? "",
         ].joined(separator: "\n")
         return SHA256Digest.of(Data(text.utf8))

@@ -23,9 +23,9 @@ import NIOSSL
 /// written as raw bytes, so a fault can send what no well-behaved HTTP encoder would (a length
 /// that lies, a body that ends with the connection, a reset). Every request is logged on arrival
 /// (`requests`), with the fault it got.
-public final class FaultOrigin: Sendable {
+package final class FaultOrigin: Sendable {
     /// What a rule does to the requests it applies to.
-    public enum Fault: Sendable, Equatable, CustomStringConvertible {
+    package enum Fault: Sendable, Equatable, CustomStringConvertible {
         /// Answers `code` with a short body; `retryAfter` adds a Retry-After header.
         case status(Int, retryAfter: String? = nil)
         /// The real Content-Length, then the first `after` bytes of the body (half when nil),
@@ -64,7 +64,7 @@ public final class FaultOrigin: Sendable {
         case extra(Int, declared: Bool = true)
 
         /// A short name for logs and failure messages.
-        public var description: String {
+        package var description: String {
             switch self {
             case .status(let code, _): "status-\(code)"
             case .truncate(_, let reset): reset ? "reset" : "truncate"
@@ -93,63 +93,63 @@ public final class FaultOrigin: Sendable {
     }
 
     /// One request as the origin saw it (logged on arrival; `sent` is filled in as the body goes out).
-    public struct Request: Sendable, Equatable, CustomStringConvertible {
+    package struct Request: Sendable, Equatable, CustomStringConvertible {
         /// The local address it arrived on (`127.0.0.1`, or the other host).
-        public var host: String
+        package var host: String
         /// The method.
-        public var method: String
+        package var method: String
         /// The request target as sent (path and query).
-        public var path: String
+        package var path: String
         /// The header fields, names lowercased (repeated fields joined with ", ").
-        public var headers: [String: String]
+        package var headers: [String: String]
         /// The request body.
-        public var body: Data
+        package var body: Data
         /// The status answered.
-        public var status: Int
+        package var status: Int
         /// The fault applied, if any.
-        public var fault: Fault?
+        package var fault: Fault?
         /// Body bytes written to the connection.
-        public var sent: Int
+        package var sent: Int
         /// The Content-Length declared, when one was.
-        public var declared: Int?
+        package var declared: Int?
         /// When the request arrived.
-        public var arrived: ContinuousClock.Instant
+        package var arrived: ContinuousClock.Instant
 
         /// The Range header.
-        public var range: String? { headers["range"] }
+        package var range: String? { headers["range"] }
         /// The If-Range header.
-        public var ifRange: String? { headers["if-range"] }
+        package var ifRange: String? { headers["if-range"] }
         /// The If-None-Match header.
-        public var ifNoneMatch: String? { headers["if-none-match"] }
+        package var ifNoneMatch: String? { headers["if-none-match"] }
 
         /// `METHOD path [Range] -> status (fault)`.
-        public var description: String {
+        package var description: String {
             "\(method) \(path)\(range.map { " [\($0)]" } ?? "") -> \(status)\(fault.map { " (\($0))" } ?? "")"
         }
     }
 
     /// A rule as injected, with how many requests it hit so far.
-    public struct Rule: Sendable, Equatable {
+    package struct Rule: Sendable, Equatable {
         /// The path prefix it applies to.
-        public var pathPrefix: String
+        package var pathPrefix: String
         /// The fault.
-        public var fault: Fault
+        package var fault: Fault
         /// Requests it still applies to; nil: every one.
-        public var left: Int?
+        package var left: Int?
         /// Whether only requests with a Range header use it.
-        public var onlyRange: Bool
+        package var onlyRange: Bool
         /// Requests it was applied to.
-        public var applied: Int
+        package var applied: Int
     }
 
     /// The port both addresses listen on.
-    public let port: Int
+    package let port: Int
     /// The main address.
-    public let host: String
+    package let host: String
     /// The second address, when it could be bound on the same port.
-    public let otherHost: String?
+    package let otherHost: String?
     /// `https` when the origin speaks TLS, else `http`.
-    public let scheme: String
+    package let scheme: String
     let root: URL
     let state = Locked(State())
     private let servers: [NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, Never>, Never>]
@@ -164,13 +164,13 @@ public final class FaultOrigin: Sendable {
     }
 
     /// A certificate and its private key, PEM files, for a TLS origin.
-    public struct TLSFiles: Sendable {
+    package struct TLSFiles: Sendable {
         /// The certificate chain (PEM).
-        public var certificate: String
+        package var certificate: String
         /// The private key (PEM).
-        public var privateKey: String
+        package var privateKey: String
         /// Files at these paths.
-        public init(certificate: String, privateKey: String) {
+        package init(certificate: String, privateKey: String) {
             self.certificate = certificate
             self.privateKey = privateKey
         }
@@ -190,7 +190,7 @@ public final class FaultOrigin: Sendable {
 
     /// Starts serving `root` on `127.0.0.1` and, when it can take the same port there, on
     /// `otherHost`; over TLS with `tls`. Stop it with `stop()`.
-    public static func start(
+    package static func start(
         serving root: URL, otherHost: String? = "127.0.0.2", tls: TLSFiles? = nil
     ) async throws -> FaultOrigin {
         let context: NIOSSLContext?
@@ -266,7 +266,7 @@ public final class FaultOrigin: Sendable {
     }
 
     /// Stops listening and ends every connection (a stalled or dripping answer included).
-    public func stop() async {
+    package func stop() async {
         let task = running.withLock { t in
             defer { t = nil }
             return t
@@ -278,10 +278,10 @@ public final class FaultOrigin: Sendable {
     }
 
     /// The base URL of the origin on its main address (`http://127.0.0.1:PORT`).
-    public var base: String { "\(scheme)://\(host):\(port)" }
+    package var base: String { "\(scheme)://\(host):\(port)" }
 
     /// The URL of `path` (which starts with `/`) on the main address.
-    public func url(_ path: String) -> URL {
+    package func url(_ path: String) -> URL {
         // The origin's own address and a path the test wrote: always a URL.
         URL(string: base + path) ?? URL(fileURLWithPath: "/")
     }
@@ -289,7 +289,7 @@ public final class FaultOrigin: Sendable {
     /// Adds a rule: `fault` for the next `count` requests (nil: every one) whose path starts with
     /// `pathPrefix`; `onlyRange` (by default true for `ignoreRange` and `badContentRange`) lets
     /// requests without a Range header through without using the rule up.
-    public func inject(_ fault: Fault, at pathPrefix: String, count: Int? = 1, onlyRange: Bool? = nil) {
+    package func inject(_ fault: Fault, at pathPrefix: String, count: Int? = 1, onlyRange: Bool? = nil) {
         let rule = Rule(
             pathPrefix: pathPrefix, fault: fault, left: count, onlyRange: onlyRange ?? fault.rangeOnlyByDefault,
             applied: 0)
@@ -297,19 +297,19 @@ public final class FaultOrigin: Sendable {
     }
 
     /// The rules, with how many requests each hit.
-    public var rules: [Rule] { state.withLock { $0.rules } }
+    package var rules: [Rule] { state.withLock { $0.rules } }
 
     /// Removes every rule (the origin heals).
-    public func heal() { state.withLock { $0.rules = [] } }
+    package func heal() { state.withLock { $0.rules = [] } }
 
     /// Every request so far, in the order they arrived.
-    public var requests: [Request] { state.withLock { $0.log } }
+    package var requests: [Request] { state.withLock { $0.log } }
 
     /// The requests whose path starts with `prefix`.
-    public func requests(under prefix: String) -> [Request] { requests.filter { $0.path.hasPrefix(prefix) } }
+    package func requests(under prefix: String) -> [Request] { requests.filter { $0.path.hasPrefix(prefix) } }
 
     /// The ETag the origin gives the file at `path` (relative to the root).
-    public func etag(of path: String) throws -> String {
+    package func etag(of path: String) throws -> String {
         Self.etag(of: try Data(contentsOf: root.appendingPathComponent(path)))
     }
 
@@ -318,7 +318,7 @@ public final class FaultOrigin: Sendable {
 
 /// A self-signed certificate for `127.0.0.1` made with `openssl`, for a TLS origin: its files
 /// in `directory`, the certificate also the trust root a client is given.
-public func makeLoopbackCertificate(in directory: URL) throws -> FaultOrigin.TLSFiles {
+package func makeLoopbackCertificate(in directory: URL) throws -> FaultOrigin.TLSFiles {
     let cert = directory.appendingPathComponent("origin-cert.pem").path
     let key = directory.appendingPathComponent("origin-key.pem").path
     try runTool(

@@ -1,18 +1,18 @@
 import Foundation
 
 /// The built `larder` executable, for tests that run the CLI as a user would.
-public enum LarderBinary {
+package enum LarderBinary {
     /// Where it is, or why it could not be found. Looked up once: `$LARDER_BIN`; next to the test
     /// bundle (the build products directory); then `<package>/.build*/**/debug/larder`, the most
     /// recently built one.
-    public static let location: Result<URL, TestSupportError> = locate()
+    package static let location: Result<URL, TestSupportError> = locate()
 
     /// The executable, or an error naming where it was looked for.
-    public static func url() throws -> URL { try location.get() }
+    package static func url() throws -> URL { try location.get() }
 
     /// Runs `larder` with `arguments`.
     @discardableResult
-    public static func run(
+    package static func run(
         _ arguments: [String], cwd: URL? = nil, timeout: TimeInterval = 60, environment: [String: String] = [:]
     ) throws -> RunResult {
         try runProcess(try url(), arguments, cwd: cwd, timeout: timeout, environment: environment)

@@ -1,27 +1,27 @@
 import Foundation
 
 /// The outcome of one process run.
-public struct RunResult: CustomStringConvertible, Sendable {
+package struct RunResult: CustomStringConvertible, Sendable {
     /// The exit status (-1 when the run was killed for taking too long).
-    public var status: Int32
+    package var status: Int32
     /// Standard output as text.
-    public var stdout: String
+    package var stdout: String
     /// Standard error as text.
-    public var stderr: String
+    package var stderr: String
     /// Standard output as bytes.
-    public var stdoutData: Data
+    package var stdoutData: Data
 
     /// Both streams, for messages that may land on either.
-    public var output: String { stdout + "\n" + stderr }
+    package var output: String { stdout + "\n" + stderr }
 
     /// The status and both streams, for failure messages.
-    public var description: String { "exit \(status)\n--- stdout\n\(stdout)--- stderr\n\(stderr)" }
+    package var description: String { "exit \(status)\n--- stdout\n\(stdout)--- stderr\n\(stderr)" }
 }
 
 /// Runs `executable` with `arguments` in `cwd`, capturing both streams (through files, so a
 /// chatty child can never block on a full pipe), and kills it after `timeout` seconds, which
 /// throws. `environment` is added to this process's environment.
-public func runProcess(
+package func runProcess(
     _ executable: URL, _ arguments: [String], cwd: URL? = nil, timeout: TimeInterval = 60,
     environment: [String: String] = [:]
 ) throws -> RunResult {
@@ -79,7 +79,7 @@ public func runProcess(
 
 /// Runs a tool found on PATH (python3, zip, bsdtar, gzip…) and requires exit 0.
 @discardableResult
-public func runTool(
+package func runTool(
     _ name: String, _ arguments: [String], cwd: URL? = nil, timeout: TimeInterval = 120
 ) throws -> RunResult {
     let r = try runProcess(URL(fileURLWithPath: "/usr/bin/env"), [name] + arguments, cwd: cwd, timeout: timeout)

@@ -8,35 +8,35 @@ import SystemPackage
 /// A repository with the sample app packed under `https://app.example.com/` (and a second
 /// package under `/docs/`), and a sandbox that installs from it directly (no sync: the resolver
 /// only needs the state, the file lists and the cached index).
-public final class ResolveEnv: @unchecked Sendable {
+package final class ResolveEnv: @unchecked Sendable {
     // @unchecked: one test uses an environment from one task at a time.
     /// The temporary directory holding the repository and the sandbox.
-    public let temporary: TemporaryDirectory
+    package let temporary: TemporaryDirectory
     /// The sample repository.
-    public let repository: SampleRepository
+    package let repository: SampleRepository
     /// The sandbox root.
-    public let root: FilePath
+    package let root: FilePath
 
     /// A fresh repository and an empty sandbox in a temporary directory.
-    public init() throws {
+    package init() throws {
         temporary = try TemporaryDirectory("resolve")
         repository = SampleRepository(in: temporary.url)
         root = FilePath(temporary.appending("sandbox").path)
     }
 
     /// The temporary directory.
-    public var dir: URL { temporary.url }
+    package var dir: URL { temporary.url }
     /// The repository root.
-    public var repo: URL { repository.url }
+    package var repo: URL { repository.url }
     /// The publisher's key.
-    public var key: PrivateKey { repository.key }
+    package var key: PrivateKey { repository.key }
 
     /// Removes the temporary directory.
-    public func cleanup() { temporary.remove() }
+    package func cleanup() { temporary.remove() }
 
     /// Packs `version` of `id` (the sample app, with `catalog.json` naming the version), with
     /// routes and policy by package, or the `routes` and `policy` given.
-    public func publish(
+    package func publish(
         _ version: String, id: String = "sample-app", routes: [String]? = nil, policy: Policy? = nil,
         configure: (inout PackRequest) -> Void = { _ in }
     ) throws {
@@ -59,28 +59,29 @@ public final class ResolveEnv: @unchecked Sendable {
     }
 
     /// The bundle of `id`@`version` in the repository.
-    public func bundle(_ id: String, _ version: String) -> FilePath {
+    package func bundle(_ id: String, _ version: String) -> FilePath {
         FilePath(repo.path).joined(RepositoryLayout.bundlePath(Self.names(id, version).0, Self.names(id, version).1))
     }
 
     /// The file list of `id`@`version` in the repository.
-    public func list(_ id: String, _ version: String) -> FilePath {
+    package func list(_ id: String, _ version: String) -> FilePath {
         FilePath(repo.path).joined(
             RepositoryLayout.fileListPath(Self.names(id, version).0, Self.names(id, version).1))
     }
 
     /// Installs and activates a published version in this process, and caches the index.
-    public func install(_ version: String, id: String = "sample-app") throws {
+    package func install(_ version: String, id: String = "sample-app") throws {
         let sandbox = try Sandbox.open(root)
         defer { sandbox.close() }
         let list = try ManifestCoding.decode(
             FileList.self, from: AtomicFile.read(self.list(id, version)), document: "list")
-        _ = try sandbox.install(bundle: bundle(id, version), id: id, version: version, fileList: list)
+        _ = try sandbox.install(
+            bundle: bundle(id, version), id: packageID(id), version: semanticVersion(version), fileList: list)
         try cacheIndex()
     }
 
     /// Copies the repository's index into the sandbox as the accepted one.
-    public func cacheIndex() throws {
+    package func cacheIndex() throws {
         try FileManager.default.createDirectory(atPath: root.string, withIntermediateDirectories: true)
         let dest = URL(fileURLWithPath: SandboxLayout(root: root).acceptedIndex.string)
         try? FileManager.default.removeItem(at: dest)
@@ -88,14 +89,14 @@ public final class ResolveEnv: @unchecked Sendable {
     }
 
     /// Runs `body` with the sandbox open for writing.
-    public func withSandbox<T>(_ body: (Sandbox) throws -> T) throws -> T {
+    package func withSandbox<T>(_ body: (Sandbox) throws -> T) throws -> T {
         let sandbox = try Sandbox.open(root)
         defer { sandbox.close() }
         return try body(sandbox)
     }
 
     /// The tree of `id`@`version` in the sandbox.
-    public func tree(_ id: String, _ version: String) -> URL {
+    package func tree(_ id: String, _ version: String) -> URL {
         URL(
             fileURLWithPath: SandboxLayout(root: root).tree(Self.names(id, version).0, Self.names(id, version).1).string
         )

@@ -5,28 +5,28 @@ import SystemPackage
 
 /// A `file://` repository of the sample app, signed with a key of its own: tests publish
 /// versions into it (each from a fresh copy of `Examples/sample-app`) and sync or install from it.
-public final class SampleRepository: @unchecked Sendable {
+package final class SampleRepository: @unchecked Sendable {
     // @unchecked: tests use one repository from one task at a time; nothing here is shared.
 
     /// The directory holding the repository and the sources it was packed from.
-    public let directory: URL
+    package let directory: URL
     /// The publisher's key.
-    public let key: PrivateKey
+    package let key: PrivateKey
 
     /// The repository root (`<directory>/repo`).
-    public var url: URL { directory.appendingPathComponent("repo") }
+    package var url: URL { directory.appendingPathComponent("repo") }
     /// The repository root as a path.
-    public var path: FilePath { FilePath(url.path) }
+    package var path: FilePath { FilePath(url.path) }
 
     /// A repository in `directory` (created when publishing), signed with `key`.
-    public init(in directory: URL, key: PrivateKey = PrivateKey()) {
+    package init(in directory: URL, key: PrivateKey = PrivateKey()) {
         self.directory = directory
         self.key = key
     }
 
     /// Sets the `"version"` of `data/catalog.json` in a copy of the sample app: one file changes
     /// from version to version, like a small release.
-    public static func setCatalogVersion(_ version: String) -> @Sendable (URL) throws -> Void {
+    package static func setCatalogVersion(_ version: String) -> @Sendable (URL) throws -> Void {
         { src in
             let cat = src.appendingPathComponent("data/catalog.json")
             let text = try String(contentsOf: cat, encoding: .utf8)
@@ -37,7 +37,7 @@ public final class SampleRepository: @unchecked Sendable {
 
     /// The source tree of `id` at `version`: `<directory>/src-<id>-<version>`, a copy of the
     /// sample app made once.
-    public func source(_ id: String, _ version: String) throws -> URL {
+    package func source(_ id: String, _ version: String) throws -> URL {
         let src = directory.appendingPathComponent("src-\(id)-\(version)")
         if !FileManager.default.fileExists(atPath: src.path) {
             try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -52,7 +52,7 @@ public final class SampleRepository: @unchecked Sendable {
     /// `adjust` changes the publisher (a test's byte pipeline, say).
     /// Deltas are made only when a test asks (`configure`: `deltaBases`); the tests of objects and
     /// bundles see the repository as before deltas existed, and the delta tests ask for them.
-    public func publish(
+    package func publish(
         _ version: String, id: String = "sample-app", edit: ((URL) throws -> Void)? = nil, at date: Date = Date(),
         configure: (inout PackRequest) -> Void = { _ in }, publisher adjust: (inout Publisher) -> Void = { _ in }
     ) throws -> PackReport {
@@ -67,7 +67,7 @@ public final class SampleRepository: @unchecked Sendable {
     }
 
     /// `packages/<id>/<version>/bundle.zip` in the repository.
-    public func bundle(_ id: String, _ version: String) throws -> FilePath {
+    package func bundle(_ id: String, _ version: String) throws -> FilePath {
         guard let pid = PackageID(id), let v = SemanticVersion(version) else {
             throw TestSupportError("\(id) \(version) is not a package id and version")
         }
@@ -75,7 +75,7 @@ public final class SampleRepository: @unchecked Sendable {
     }
 
     /// `packages/<id>/<version>/files.json` in the repository.
-    public func fileList(_ id: String, _ version: String) throws -> FilePath {
+    package func fileList(_ id: String, _ version: String) throws -> FilePath {
         guard let pid = PackageID(id), let v = SemanticVersion(version) else {
             throw TestSupportError("\(id) \(version) is not a package id and version")
         }

@@ -6,15 +6,15 @@ import Testing
 /// Where: `$LARDER_TEST_TMPDIR`, else `/dev/shm` when it is a writable directory (a memory file
 /// system: fsync and syncfs cost nothing there, which keeps the suites fast on a busy disk;
 /// durability is the crash tests' business), else the system's temporary directory.
-public struct TemporaryDirectory: Sendable {
+package struct TemporaryDirectory: Sendable {
     /// The directory (symlinks resolved).
-    public let url: URL
+    package let url: URL
 
     /// Its path.
-    public var path: String { url.path }
+    package var path: String { url.path }
 
     /// The base every temporary directory is made in.
-    public static let base: URL = {
+    package static let base: URL = {
         if let dir = ProcessInfo.processInfo.environment["LARDER_TEST_TMPDIR"], !dir.isEmpty {
             return URL(fileURLWithPath: dir)
         }
@@ -28,7 +28,7 @@ public struct TemporaryDirectory: Sendable {
     }()
 
     /// Makes a new empty directory named `larder-<label>-<UUID>` under `base`.
-    public init(_ label: String = "test") throws {
+    package init(_ label: String = "test") throws {
         TestLogging.quiet
         let dir = Self.base.appendingPathComponent("larder-\(label)-\(UUID().uuidString)", isDirectory: true)
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
@@ -36,35 +36,35 @@ public struct TemporaryDirectory: Sendable {
     }
 
     /// A path inside the directory.
-    public func appending(_ component: String) -> URL { url.appendingPathComponent(component) }
+    package func appending(_ component: String) -> URL { url.appendingPathComponent(component) }
 
     /// Removes the directory and everything in it, including entries whose permissions or odd
     /// names upset FileManager.
-    public func remove() {
+    package func remove() {
         if (try? FileManager.default.removeItem(at: url)) == nil {
             _ = try? runProcess(URL(fileURLWithPath: "/bin/rm"), ["-rf", url.path], timeout: 30)
         }
     }
 
     /// The directory of the test running now, made by the `.temporaryDirectory` trait.
-    @TaskLocal public static var current: TemporaryDirectory?
+    @TaskLocal package static var current: TemporaryDirectory?
 
     /// The current test's directory; fails the test when it has no `.temporaryDirectory` trait.
-    public static func forCurrentTest() throws -> TemporaryDirectory {
+    package static func forCurrentTest() throws -> TemporaryDirectory {
         guard let dir = current else { throw TestSupportError("this test has no .temporaryDirectory trait") }
         return dir
     }
 }
 
 /// Runs `body` with a fresh directory and removes it afterwards, whatever `body` does.
-public func withTemporaryDirectory<T>(_ label: String = "test", _ body: (TemporaryDirectory) throws -> T) throws -> T {
+package func withTemporaryDirectory<T>(_ label: String = "test", _ body: (TemporaryDirectory) throws -> T) throws -> T {
     let dir = try TemporaryDirectory(label)
     defer { dir.remove() }
     return try body(dir)
 }
 
 /// The async form of `withTemporaryDirectory`.
-public func withTemporaryDirectory<T>(
+package func withTemporaryDirectory<T>(
     _ label: String = "test", _ body: (TemporaryDirectory) async throws -> T
 ) async throws -> T {
     let dir = try TemporaryDirectory(label)
@@ -75,19 +75,19 @@ public func withTemporaryDirectory<T>(
 /// A trait that gives each test (each case of a parameterised test) its own temporary
 /// directory, as `TemporaryDirectory.current`, and removes it when the test ends. On a suite it
 /// applies to every test in it.
-public struct TemporaryDirectoryTrait: TestTrait, SuiteTrait, TestScoping {
+package struct TemporaryDirectoryTrait: TestTrait, SuiteTrait, TestScoping {
     let label: String
 
     /// On a suite, every test in it gets the trait.
-    public var isRecursive: Bool { true }
+    package var isRecursive: Bool { true }
 
     /// A scope for each test case only (not for a suite as a whole).
-    public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
+    package func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
         testCase == nil ? nil : self
     }
 
     /// Runs the test inside a fresh directory's scope.
-    public func provideScope(
+    package func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
         let dir = try TemporaryDirectory(label)
@@ -98,8 +98,8 @@ public struct TemporaryDirectoryTrait: TestTrait, SuiteTrait, TestScoping {
 
 extension Trait where Self == TemporaryDirectoryTrait {
     /// A fresh temporary directory per test, as `TemporaryDirectory.current`.
-    public static var temporaryDirectory: Self { TemporaryDirectoryTrait(label: "test") }
+    package static var temporaryDirectory: Self { TemporaryDirectoryTrait(label: "test") }
 
     /// A fresh temporary directory per test named after `label`.
-    public static func temporaryDirectory(_ label: String) -> Self { TemporaryDirectoryTrait(label: label) }
+    package static func temporaryDirectory(_ label: String) -> Self { TemporaryDirectoryTrait(label: label) }
 }

@@ -5,9 +5,9 @@ import Logging
 /// expected in the scenarios the suites drive, and printed among the results they read as
 /// failures. Only errors are printed, unless `LARDER_TEST_LOG` names a level (`info`, `debug`, …).
 /// Tests that check what the library logs pass their own `Logger` and are not affected.
-public enum TestLogging {
+package enum TestLogging {
     /// Bootstraps the process's logging once (the first temporary directory does).
-    public static let quiet: Void = {
+    package static let quiet: Void = {
         let level = ProcessInfo.processInfo.environment["LARDER_TEST_LOG"].flatMap(Logger.Level.init(rawValue:))
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)

@@ -10,9 +10,9 @@ import Testing
 /// Jobs go round-robin to a few serial dispatch queues; those get threads of their own even when
 /// the pool is saturated.
 @available(macOS 15, iOS 18, tvOS 18, watchOS 11, *)
-public final class OwnThreads: TaskExecutor {
+package final class OwnThreads: TaskExecutor {
     /// The one instance the suites share.
-    public static let shared = OwnThreads(width: 16)
+    package static let shared = OwnThreads(width: 16)
 
     private let queues: [DispatchQueue]
     private let next = Locked(0)
@@ -22,7 +22,7 @@ public final class OwnThreads: TaskExecutor {
     }
 
     /// Runs the job on the next queue.
-    public func enqueue(_ job: consuming ExecutorJob) {
+    package func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         let count = queues.count
         let i = next.withLock { n in
@@ -36,7 +36,7 @@ public final class OwnThreads: TaskExecutor {
 
 /// Runs `body` (and the child tasks it makes) on `OwnThreads` where the platform has task
 /// executors, else as it is.
-public func onOwnThreads<T>(_ body: () async throws -> T) async throws -> T {
+package func onOwnThreads<T>(_ body: () async throws -> T) async throws -> T {
     if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *) {
         return try await withTaskExecutorPreference(OwnThreads.shared) { try await body() }
     }
@@ -46,7 +46,7 @@ public func onOwnThreads<T>(_ body: () async throws -> T) async throws -> T {
 /// Starts an unstructured task on `OwnThreads` where the platform has task executors, else on
 /// the global executor.
 @discardableResult
-public func detachedOnOwnThreads<T: Sendable>(
+package func detachedOnOwnThreads<T: Sendable>(
     _ body: @escaping @Sendable () async throws -> T
 ) -> Task<T, any Error> {
     if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *) {
@@ -59,5 +59,5 @@ extension Trait where Self == TimeLimitTrait {
     /// A guard against a test that hangs (a Retry-After not capped would wait an hour), not a
     /// measure of speed: a whole `swift test` on a small machine takes about ten minutes, and a
     /// test queued behind the others must not fail for it.
-    public static var hangGuard: Self { .timeLimit(.minutes(30)) }
+    package static var hangGuard: Self { .timeLimit(.minutes(30)) }
 }

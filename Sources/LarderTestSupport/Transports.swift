@@ -4,7 +4,7 @@ import LarderFetch
 import SystemPackage
 
 /// One call a transport received.
-public enum TransportCall: Sendable, Equatable {
+package enum TransportCall: Sendable, Equatable {
     /// `document(url, etag:)`.
     case document(url: String, etag: String?)
     /// `download(url, to:)`.
@@ -13,7 +13,7 @@ public enum TransportCall: Sendable, Equatable {
 
 /// A transport that records every call and hands it to another (a real `FileTransport` by
 /// default), so a test can assert how many requests a sync made and in which order.
-public final class RecordingTransport: Transport, Sendable {
+package final class RecordingTransport: Transport, Sendable {
     private let inner: any Transport
     private let recorded = Locked<[TransportCall]>([])
 
@@ -21,7 +21,7 @@ public final class RecordingTransport: Transport, Sendable {
     package init(_ inner: any Transport = FileTransport()) { self.inner = inner }
 
     /// The calls so far, in order.
-    public var calls: [TransportCall] { recorded.withLock { $0 } }
+    package var calls: [TransportCall] { recorded.withLock { $0 } }
 
     private func record(_ c: TransportCall) { recorded.withLock { $0.append(c) } }
 
@@ -43,7 +43,7 @@ public final class RecordingTransport: Transport, Sendable {
 /// A transport that fails: every request whose URL ends with one of `failing`'s keys gets that
 /// key's error; any other request is forwarded to `inner` — or, without one, fails loudly as a
 /// call the test did not expect.
-public struct FailingTransport: Transport {
+package struct FailingTransport: Transport {
     private let failing: [String: FetchError]
     private let inner: (any Transport)?
 

@@ -35,7 +35,7 @@ public final class GTKWebView: @unchecked Sendable {
 
         /// Creates one.
         public init(
-            loader: ResourceLoader, forwarder: Forwarder = Forwarder(network: .offline, exchange: nil),
+            loader: ResourceLoader, forwarder: Forwarder = .offline,
             schemes: [String] = ["larder"], tracker: PageHealthTracker? = nil, terminationLimit: Int = 3,
             recovery: RecoveryPolicy = .standard, memoryLimitMB: UInt32 = 0, bridgeCookies: Bool = true,
             dataDirectory: String? = nil, log: @escaping @Sendable (String) -> Void

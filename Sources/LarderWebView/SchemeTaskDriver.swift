@@ -38,7 +38,7 @@ public final class SchemeTaskDriver: Sendable {
     /// A driver over `loader` (with `pins`), forwarding with `forwarder`, calling tasks on `delivery`.
     public init(
         loader: ResourceLoader, pins: SessionPins? = nil,
-        forwarder: Forwarder = Forwarder(network: .offline, exchange: nil), delivery: DeliveryQueue = .main,
+        forwarder: Forwarder = .offline, delivery: DeliveryQueue = .main,
         cookies: CookieBridge? = nil, followsRedirects: Bool = true, log: (@Sendable (String) -> Void)? = nil,
         firstUse: FirstUse? = nil
     ) {

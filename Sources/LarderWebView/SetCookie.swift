@@ -1,13 +1,13 @@
 import Foundation
 
 /// `Set-Cookie` fields read as RFC 6265 §5.2 and §5.3 say a user agent reads them.
-public enum SetCookie {
+package enum SetCookie {
     /// The cookie `field` sets for a response from `url`, or nil when a user agent ignores it
     /// (no `=` in its first part, an empty name, a `Domain` that does not cover the host, or
     /// that is a public suffix other than the host itself — then the cookie is host-only, RFC
     /// 6265bis §5.7 step 9). `Max-Age` wins over `Expires`; a cookie with neither is a session
     /// cookie; an expiry in the past means "delete it".
-    public static func parse(
+    package static func parse(
         _ field: String, for url: URL, now: Date = Date(), suffixes: PublicSuffixList = .system
     ) -> WebCookie? {
         guard let host = url.host?.lowercased(), !host.isEmpty else { return nil }

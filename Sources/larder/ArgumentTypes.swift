@@ -1,5 +1,6 @@
 import ArgumentParser
 import Larder
+import LarderPublish
 import SystemPackage
 
 // The types the options parse into, with their `ExpressibleByArgument` conformances in one place
@@ -9,8 +10,10 @@ import SystemPackage
 //
 // Options stay `String` where the text is free (a reason, a salt, a scheme name), or where the
 // library reads and refuses it with a coded error of its own (exit 1, also as a JSON document):
-// `pack --id/--version/--channel/--route/--depends/--min-client-version`, `install --id/--version`,
-// `revoke ID VERSION`, `rollback --to`, `init --repo`.
+// `pack --id/--version/--channel/--route/--depends/--min-client-version`, `revoke ID VERSION`,
+// `init --repo`; `install --id/--version`, `confirm ID` and `rollback ID --to` are read into a
+// `PackageID` and a `SemanticVersion` by the command (`readPackageID(_:)`), refused with the store's
+// `bad-id` / `bad-version`.
 
 /// A file or directory option (`--root DIR`, `--key KEY`, …): any text names a path, taken as given.
 // Retroactive (swift-system's type, ArgumentParser's protocol), and safe here: ArgumentParser does

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Larder
+import LarderPublish
 
 /// `larder`: the command tree. Each subcommand (nested in this type) parses, calls one library
 /// use case and renders its report through `Output.emit`; exit codes are decided here, in the

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Larder
+import LarderPublish
 import SystemPackage
 
 extension LarderCommand {
@@ -224,7 +225,7 @@ extension LarderCommand {
             request.routes = routes
             request.entry = entry
             request.spaFallback = spaFallback
-            request.channel = channel
+            request.channel = Channel(rawValue: channel)  // checked by pack (bad-channel)
             request.minClientVersion = minClientVersion
             request.rolloutPercent = rollout
             request.rolloutSalt = rolloutSalt

@@ -1,5 +1,6 @@
 import Foundation
 import Larder
+import LarderPublish
 
 // The text form of every report `larder` prints. The JSON form is the report's own `Encodable`
 // shape (see `Output.emit`); these lines are for people.

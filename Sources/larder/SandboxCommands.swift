@@ -24,6 +24,19 @@ func withSandbox<T>(_ command: String, _ json: Bool, _ body: () throws(StoreErro
     try reporting(command, json: json, code: { (e: StoreError) in e.code }, body)
 }
 
+/// The package id `text` spells, or the store's `bad-id` error (exit 1, a JSON document with
+/// `--json`): the library takes a `PackageID`, the text is read here.
+func readPackageID(_ text: String) throws(StoreError) -> PackageID {
+    guard let id = PackageID(text) else { throw .badID(text) }
+    return id
+}
+
+/// The version `text` spells, or the store's `bad-version` error.
+func readVersion(_ text: String) throws(StoreError) -> SemanticVersion {
+    guard let version = SemanticVersion(text) else { throw .badVersion(text) }
+    return version
+}
+
 extension LarderCommand {
     struct Install: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -62,6 +75,7 @@ extension LarderCommand {
             let outcome = Result { () throws(StoreError) -> InstallReport in
                 let s = try sandbox.open()
                 defer { s.close() }
+                let (id, version) = (try readPackageID(id), try readVersion(version))
                 guard let pending else {
                     return try s.install(bundle: bundle, id: id, version: version, fileList: nil, force: force)
                 }
@@ -89,7 +103,7 @@ extension LarderCommand {
             let o = try withSandbox("confirm", output.json) { () throws(StoreError) in
                 let s = try sandbox.open()
                 defer { s.close() }
-                return try s.confirm(id: id)
+                return try s.confirm(id: try readPackageID(id))
             }
             try Output.emit(o, json: output.json)
         }
@@ -113,7 +127,7 @@ extension LarderCommand {
             let r = try withSandbox("rollback", output.json) { () throws(StoreError) in
                 let s = try sandbox.open()
                 defer { s.close() }
-                return try s.rollback(id: id, to: to, reason: reason)
+                return try s.rollback(id: try readPackageID(id), to: try to.map(readVersion), reason: reason)
             }
             try Output.emit(r, json: output.json)
         }

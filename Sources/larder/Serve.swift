@@ -1,7 +1,9 @@
 import ArgumentParser
 import Foundation
 import Larder
+import LarderFetch
 import LarderGateway
+import LarderPublish
 import Logging
 import SystemPackage
 

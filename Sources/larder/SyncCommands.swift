@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Larder
 import LarderFileSystem
+import LarderPublish
 import SystemPackage
 
 extension LarderCommand {
@@ -46,7 +47,8 @@ extension LarderCommand {
             let config: SyncConfig
             do {
                 config = try SyncConfig.initialise(
-                    root: root, repository: repo, keys: keys, channel: channel, appVersion: appVersion,
+                    root: root, repository: repo, keys: keys, channel: Channel(rawValue: channel),
+                    appVersion: appVersion,
                     allowInsecureHTTP: allowHttp, diskBudget: diskBudget?.bytes)
             } catch {
                 throw Output.failure(command: "init", code: error.code, message: error.description, json: output.json)
@@ -137,7 +139,15 @@ struct SyncArguments: ParsableArguments {
     }
 
     /// What the command asks of one sync.
-    var request: SyncRequest { SyncRequest(packages: packages, channel: channel, appVersion: appVersion) }
+    var request: SyncRequest {
+        SyncRequest(packages: packages, channel: channel.map(Channel.init(rawValue:)), appVersion: appVersion)
+    }
+
+    func validate() throws {
+        if let channel, Channel(channel) == nil {
+            throw ValidationError("--channel \(quoted(channel)) is not a channel name: [a-z0-9][a-z0-9._-]{0,31}")
+        }
+    }
 }
 
 extension LarderCommand {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Larder
+import LarderPublish
 import SystemPackage
 
 extension LarderCommand {

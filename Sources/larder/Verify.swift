@@ -1,7 +1,9 @@
 import ArgumentParser
 import Foundation
 import Larder
+import LarderFetch
 import LarderFileSystem
+import LarderPublish
 import SystemPackage
 
 extension LarderCommand {

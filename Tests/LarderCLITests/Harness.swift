@@ -1,5 +1,6 @@
 import Foundation
 import LarderCore
+import LarderPublish
 import LarderTestSupport
 import Testing
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Larder
+import LarderPublish
 import LarderTestSupport
 import SystemPackage
 import Testing
@@ -188,8 +189,13 @@ struct InProcessCommandTests {
         try Data("damaged".utf8).write(to: file)
         let damaged = await runInProcess(["doctor", "--root", env.root, "--json"])
         #expect(damaged.status == 1, "\(damaged)")
-        let report = try damaged.json(DoctorReport.self)
+        let report = try damaged.json(DoctorJSON.self)
         #expect(!report.ok && report.problems.contains { $0.contains("index.html") }, "\(report)")
+        #expect(
+            report.findings.contains {
+                $0.code == "file-differs" && $0.id == "sample-app" && $0.version == "1.0.0"
+                    && $0.message.contains("index.html")
+            }, "\(report)")
 
         let repaired = await runInProcess(["doctor", "--root", env.root, "--repair"])
         #expect(repaired.status == 0 && repaired.stdout.contains("repaired"), "\(repaired)")
@@ -254,9 +260,48 @@ struct InProcessCommandTests {
         }
     }
 
+    @Test("an id or version that is not one is refused at the edge with the store's code (exit 1)")
+    func badIDsAndVersions() async throws {
+        let env = try Env()
+        try env.repository.publish("1.0.0")
+        try await env.initialise()
+        #expect(await runInProcess(["sync", "--root", env.root]).status == 0)
+        let zip = env.dir.appending("bundle.zip")
+        try python(
+            """
+            import sys, zipfile
+            with zipfile.ZipFile(sys.argv[1], "w") as z:
+                z.writestr("index.html", "<p>hi")
+            """, [zip.path])
+        for (args, code) in [
+            (["install", "--id", "Bad_ID", "--version", "1.0.0", zip.path], "bad-id"),
+            (["install", "--id", "app", "--version", "v1", zip.path], "bad-version"),
+            (["confirm", "../x"], "bad-id"),
+            (["rollback", "sample-app", "--to", "latest"], "bad-version"),
+        ] {
+            let r = await runInProcess(args + ["--root", env.root])
+            #expect(r.status == 1 && r.stderr.contains("error [\(code)]"), "\(args): \(r)")
+        }
+    }
+
     @Test("usage errors exit 64 and name the option")
     func usage() async throws {
         let r = await runInProcess(["sync", "--root", "/nonexistent", "--progress", "sometimes"])
         #expect(r.status == 64 && r.stderr.contains("--progress"), "\(r)")
     }
+}
+
+/// `larder doctor --json`'s shape, as a script reads it.
+private struct DoctorJSON: Decodable {
+    struct Finding: Decodable {
+        var code: String
+        var id: String?
+        var version: String?
+        var message: String
+    }
+    var ok: Bool
+    var problems: [String]
+    var findings: [Finding]
+    var verifiedVersions: [String]
+    var repaired: Bool
 }

@@ -17,7 +17,8 @@ struct DifferTests {
             id: id(i), version: v(version),
             bundle: BlobRef(path: "packages/\(i)/\(version)/bundle.zip", size: bundleSize, sha256: d),
             files: BlobRef(path: "packages/\(i)/\(version)/files.json", size: 10, sha256: d),
-            minClientVersion: min.map(v), channel: channel, rollout: Rollout(percent: rollout, salt: "s"),
+            minClientVersion: min.map(v), channel: Channel(rawValue: channel),
+            rollout: Rollout(percent: rollout, salt: "s"),
             revoked: revoked.map(v), dependencies: deps.map { Dependency(id: id($0.0), range: VersionRange($0.1)!) })
     }
 

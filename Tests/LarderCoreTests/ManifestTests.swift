@@ -220,7 +220,8 @@ struct IndexRulesTests {
         return PackageEntry(
             id: pid, version: v, routes: routes,
             bundle: BlobRef(path: "packages/\(id)/\(version)/bundle.zip", size: 1, sha256: d),
-            files: BlobRef(path: "packages/\(id)/\(version)/files.json", size: 1, sha256: d), channel: channel,
+            files: BlobRef(path: "packages/\(id)/\(version)/files.json", size: 1, sha256: d),
+            channel: Channel(rawValue: channel),
             dependencies: deps)
     }
 

@@ -164,7 +164,7 @@ func withGateway(
 
 /// Installs 2.0.0 of the sample app over a confirmed 1.0.0: 2.0.0 active and pending, 1.0.0 its fallback.
 func pendingUpdate(_ env: ResolveEnv) throws {
-    try env.withSandbox { _ = try $0.confirm(id: "sample-app") }
+    try env.withSandbox { _ = try $0.confirm(id: try packageID("sample-app")) }
     try env.publish("2.0.0")
     try env.install("2.0.0")
 }

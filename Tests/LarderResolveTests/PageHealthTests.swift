@@ -85,7 +85,7 @@ struct PageHealthTests {
         try env.publish("1.0.0")
         try env.publish("2.0.0")
         try env.install("1.0.0")
-        try env.withSandbox { _ = try $0.confirm(id: "sample-app") }
+        try env.withSandbox { _ = try $0.confirm(id: try packageID("sample-app")) }
         try env.install("2.0.0")
         let outcomes = Locked<[PageHealthOutcome]>([])
         let recorder = StoreHealthRecorder(root: env.root) { r in

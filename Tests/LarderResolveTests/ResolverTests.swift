@@ -95,7 +95,7 @@ struct ResolverTests {
         let resolver = try Resolver(root: env.root)
         #expect(resolver.snapshot().listsRead == 2)
         // A state write that changes no version (a confirmation) reads no list.
-        _ = try env.withSandbox { try $0.confirm(id: "sample-app") }
+        _ = try env.withSandbox { try $0.confirm(id: try packageID("sample-app")) }
         let confirmed = resolver.snapshot()
         #expect(confirmed.generation > 0 && confirmed.listsRead == 0)
         #expect(confirmed.versions[PackageID("sample-app")!]?.active == SemanticVersion("1.0.0"))
@@ -346,7 +346,7 @@ struct ResolverTests {
         let session = try resolver.session(pinning: ["sample-app"])
         let loader = ResourceLoader(resolver: resolver)
         try env.install("2.0.0")
-        _ = try env.withSandbox { try $0.confirm(id: "sample-app") }
+        _ = try env.withSandbox { try $0.confirm(id: try packageID("sample-app")) }
         try env.install("3.0.0")
         let gc = try env.withSandbox { try $0.gc(keep: 0) }
         #expect(gc.keptPinned == ["sample-app@1.0.0"])

@@ -2,6 +2,7 @@ import Foundation
 import LarderCore
 import LarderFileSystem
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -128,7 +129,7 @@ struct GCTests {
         defer { env.cleanup() }
         let sandbox = try env.open()
         try env.installConfirmed(sandbox, ["1.0.0"])
-        let lease = try env.reader.pin(id: sampleID)
+        let lease = try env.reader.pin(id: try packageID(sampleID))
         #expect(lease.id == pid(sampleID) && lease.version == ver("1.0.0"))
         #expect(names(env.layout.pinDirectory(pid(sampleID), ver("1.0.0"))).count == 1)
         try env.installConfirmed(sandbox, ["1.1.0", "1.2.0"])
@@ -160,7 +161,7 @@ struct GCTests {
         let sandbox = try env.open()
         try env.install(sandbox, "1.0.0")
         try env.install(sandbox, "1.0.0", id: otherID)
-        let lease = try env.reader.pin(id: otherID)
+        let lease = try env.reader.pin(id: try packageID(otherID))
         #expect(try sandbox.removePackage(id: otherID, reason: "left the index") == [])
         let tree = env.layout.tree(pid(otherID), ver("1.0.0"))
         #expect(env.fileExists(tree) && sandbox.state.packages[otherID] == nil)
@@ -249,9 +250,9 @@ struct GCTests {
         // The same name with the right start time is a live pin.
         let dir2 = env.layout.pinDirectory(pid(sampleID), ver("1.1.0"))
         try env.install(sandbox, "1.3.0")
-        _ = try sandbox.confirm(id: sampleID)
+        _ = try sandbox.confirm(id: try packageID(sampleID))
         try env.install(sandbox, "1.4.0")
-        _ = try sandbox.confirm(id: sampleID)
+        _ = try sandbox.confirm(id: try packageID(sampleID))
         try FileManager.default.createDirectory(atPath: dir2.string, withIntermediateDirectories: true)
         let livePin = dir2.appending("\(me)-\(start)-7")
         #expect(FileManager.default.createFile(atPath: livePin.string, contents: Data()))
@@ -267,7 +268,7 @@ struct GCTests {
         defer { env.cleanup() }
         let sandbox = try env.open()
         try env.installConfirmed(sandbox, ["1.0.0", "1.1.0"])
-        let lease = try env.reader.pin(id: sampleID)
+        let lease = try env.reader.pin(id: try packageID(sampleID))
         #expect(lease.version == ver("1.1.0"))
         #expect(sandbox.status().packages.first?.versions.first { $0.version == "1.1.0" }?.pinned == true)
         #expect(try env.reader.status().packages.first?.versions.first { $0.version == "1.1.0" }?.pinned == true)

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -12,7 +13,7 @@ struct HealthTests {
         defer { env.cleanup() }
         let sandbox = try env.open()
         try env.install(sandbox, "1.0.0")
-        let outcome = try sandbox.confirm(id: sampleID)
+        let outcome = try sandbox.confirm(id: try packageID(sampleID))
         #expect(fields(outcome) == [sampleID, "1.0.0", "confirmed", nil, nil])
         #expect(try env.reader.state()[pid(sampleID)].health == .confirmed)
         #expect(sandbox.state[pid(sampleID)].history.last?.event == .confirm)
@@ -27,12 +28,12 @@ struct HealthTests {
         try env.install(sandbox, "1.1.0")
 
         for n in 1...2 {
-            let o = try sandbox.reportFailure(id: sampleID, reason: "blank page \(n)")
+            let o = try sandbox.reportFailure(id: try packageID(sampleID), reason: "blank page \(n)")
             #expect(o.rolledBackTo == nil && o.rolledBackFrom == nil)
             #expect(o.active == "1.1.0" && o.health == .pending)
             #expect(sandbox.state[pid(sampleID)].failures == n)
         }
-        let third = try sandbox.reportFailure(id: sampleID, reason: "blank page 3")
+        let third = try sandbox.reportFailure(id: try packageID(sampleID), reason: "blank page 3")
         #expect(third.rolledBackTo == "1.0.0" && third.rolledBackFrom == "1.1.0")
         #expect(third.active == "1.0.0" && third.health == .confirmed)
 
@@ -55,7 +56,7 @@ struct HealthTests {
         let sandbox = try env.open()
         try env.install(sandbox, "1.0.0")
         for _ in 1...5 {
-            let o = try sandbox.reportFailure(id: sampleID, reason: "crash")
+            let o = try sandbox.reportFailure(id: try packageID(sampleID), reason: "crash")
             #expect(o.rolledBackTo == nil && o.active == "1.0.0")
         }
         for _ in 1...5 { #expect(try sandbox.beginLaunch().allSatisfy { $0.rolledBackTo == nil }) }
@@ -115,7 +116,7 @@ struct HealthTests {
         try env.installConfirmed(sandbox, ["1.0.0"])
         try env.install(sandbox, "1.1.0")
         for n in 1...maxFailures {
-            let o = try sandbox.reportFailure(id: sampleID, reason: "failure \(n)")
+            let o = try sandbox.reportFailure(id: try packageID(sampleID), reason: "failure \(n)")
             #expect((o.rolledBackTo != nil) == (n == maxFailures), "failure \(n) of \(maxFailures)")
         }
         #expect(sandbox.state[pid(sampleID)].active == ver("1.0.0"))
@@ -137,7 +138,7 @@ struct HealthTests {
         let sandbox = try env.open()
         try env.installConfirmed(sandbox, ["1.0.0", "1.1.0"])
         for n in 1...10 {
-            let o = try sandbox.reportFailure(id: sampleID, reason: "failure \(n)")
+            let o = try sandbox.reportFailure(id: try packageID(sampleID), reason: "failure \(n)")
             #expect(o.rolledBackTo == nil && o.active == "1.1.0")
         }
         for _ in 1...10 { #expect(try sandbox.beginLaunch() == []) }
@@ -153,7 +154,7 @@ struct HealthTests {
         let sandbox = try env.open()
         try env.installConfirmed(sandbox, ["1.0.0"])
         try env.install(sandbox, "1.1.0")
-        for _ in 1...3 { _ = try sandbox.reportFailure(id: sampleID, reason: "white screen") }
+        for _ in 1...3 { _ = try sandbox.reportFailure(id: try packageID(sampleID), reason: "white screen") }
         #expect(sandbox.state[pid(sampleID)].active == ver("1.0.0"))
 
         let before = try env.stateBytes()
@@ -170,7 +171,7 @@ struct HealthTests {
         #expect(pkg.history.map(\.event).suffix(2) == [.unfail, .activate])
 
         // Failed again, then deleted by gc: force extracts it again.
-        for _ in 1...3 { _ = try sandbox.reportFailure(id: sampleID, reason: "white screen again") }
+        for _ in 1...3 { _ = try sandbox.reportFailure(id: try packageID(sampleID), reason: "white screen again") }
         #expect(sandbox.state[pid(sampleID)].hasFailed(ver("1.1.0")))
         let gc = try sandbox.gc(keep: 0)
         #expect(gc.removed == ["\(sampleID)@1.1.0"])
@@ -190,10 +191,10 @@ struct HealthTests {
         let sandbox = try env.open()
         try env.installConfirmed(sandbox, ["1.0.0"])
         try env.install(sandbox, "1.1.0")
-        for _ in 1...3 { _ = try sandbox.reportFailure(id: sampleID, reason: "white screen") }
+        for _ in 1...3 { _ = try sandbox.reportFailure(id: try packageID(sampleID), reason: "white screen") }
         // The operator goes back to 1.1.0 by hand: choosing it clears its failed mark, and
         // leaving 1.0.0 by hand marks that one failed in turn.
-        _ = try sandbox.rollback(id: sampleID, to: "1.1.0")
+        _ = try sandbox.rollback(id: try packageID(sampleID), to: try semanticVersion("1.1.0"))
         #expect(sandbox.state[pid(sampleID)].active == ver("1.1.0"))
         #expect(sandbox.state[pid(sampleID)].failed.map(\.version) == [ver("1.0.0")])
 
@@ -211,9 +212,9 @@ struct HealthTests {
         let env = try StoreEnv()
         defer { env.cleanup() }
         let sandbox = try env.open()
-        expectStoreError("unknown-package") { _ = try sandbox.confirm(id: sampleID) }
-        expectStoreError("unknown-package") { _ = try sandbox.reportFailure(id: sampleID, reason: "x") }
-        expectStoreError("bad-id") { _ = try sandbox.confirm(id: "NOPE!") }
+        expectStoreError("unknown-package") { _ = try sandbox.confirm(id: try packageID(sampleID)) }
+        expectStoreError("unknown-package") { _ = try sandbox.reportFailure(id: try packageID(sampleID), reason: "x") }
+        #expect(PackageID("NOPE!") == nil)  // text is read at the edge (the CLI: bad-id)
         #expect(try sandbox.beginLaunch() == [])
     }
 }

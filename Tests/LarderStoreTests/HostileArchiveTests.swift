@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -48,7 +49,9 @@ struct HostileArchiveTests {
             let error = expectStoreError(
                 try #require(ReasonCode(rawValue: expected)), "\(name) with\(list == nil ? "out" : "") a file list"
             ) {
-                _ = try sandbox.install(bundle: zip, id: sampleID, version: "2.0.0", fileList: relabelled)
+                _ = try sandbox.install(
+                    bundle: zip, id: try packageID(sampleID), version: try semanticVersion("2.0.0"),
+                    fileList: relabelled)
             }
             #expect(error.map { !$0.description.isEmpty } == true)
 

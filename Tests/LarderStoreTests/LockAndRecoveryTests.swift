@@ -2,6 +2,7 @@ import Foundation
 import LarderCore
 import LarderFileSystem
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -52,7 +53,10 @@ struct LockTests {
         #expect(scope.hits == [1])
         #expect(sandbox.readOnly?.errno == .readOnlyFileSystem)
         #expect(sandbox.state[pid(sampleID)].active == ver("1.1.0"))
-        for change in [{ _ = try sandbox.confirm(id: sampleID) }, { _ = try sandbox.rollback(id: sampleID) }] {
+        for change in [
+            { _ = try sandbox.confirm(id: try packageID(sampleID)) },
+            { _ = try sandbox.rollback(id: try packageID(sampleID), to: nil) },
+        ] {
             let error = expectStoreError("io") { try change() }
             #expect(error?.description.contains("read-only") == true, "\(String(describing: error))")
         }
@@ -366,8 +370,8 @@ struct DoctorTests {
         let sandbox = try env.open()
         let bundle = try env.bundle("1.0.0")
         for v in ["1.0.1", "1.0.10"] {
-            _ = try sandbox.install(bundle: bundle, id: sampleID, version: v)
-            _ = try sandbox.confirm(id: sampleID)
+            _ = try sandbox.install(bundle: bundle, id: try packageID(sampleID), version: try semanticVersion(v))
+            _ = try sandbox.confirm(id: try packageID(sampleID))
         }
         try FileManager.default.removeItem(atPath: env.layout.tree(pid(sampleID), ver("1.0.1")).string)
         try Data("x".utf8).write(

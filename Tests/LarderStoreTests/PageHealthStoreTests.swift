@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+import LarderTestSupport
 import Testing
 
 @Suite("Store: page-health verdicts")
@@ -18,7 +19,7 @@ struct PageHealthStoreTests {
         let first = try current(sandbox)
         try env.install(sandbox, "1.1.0")
         let second = try current(sandbox)
-        _ = try sandbox.rollback(id: sampleID)
+        _ = try sandbox.rollback(id: try packageID(sampleID), to: nil)
         let third = try current(sandbox)
         #expect([first.number, second.number, third.number] == [1, 2, 3])
         #expect(third.version == first.version && third != first)
@@ -69,7 +70,7 @@ struct PageHealthStoreTests {
         try env.install(sandbox, "1.0.0")
         let pending = try current(sandbox)
         #expect(try sandbox.recordPageHealth(.failed(reason: "r1"), for: pending).effect == .failureRecorded)
-        _ = try sandbox.confirm(id: sampleID)
+        _ = try sandbox.confirm(id: try packageID(sampleID))
         let confirmed = try current(sandbox)
         #expect(confirmed == pending)
         #expect(try sandbox.recordPageHealth(.failed(reason: "r2"), for: confirmed).effect == .failureRecorded)
@@ -88,7 +89,7 @@ struct PageHealthStoreTests {
         try env.install(sandbox, "1.1.0")
         let old = try current(sandbox)
         // The operator rolls back and the device installs 1.1.0 again: same version, new activation.
-        _ = try sandbox.rollback(id: sampleID)
+        _ = try sandbox.rollback(id: try packageID(sampleID), to: nil)
         try env.install(sandbox, "1.1.0", force: true)
         let now = try current(sandbox)
         #expect(now.version == old.version && now.number > old.number)

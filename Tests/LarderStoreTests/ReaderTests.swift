@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -29,12 +30,12 @@ struct ReaderTests {
         // It sees each new state as soon as it is written.
         try env.install(sandbox, "1.1.0")
         #expect(try reader.state()[pid(sampleID)].active == ver("1.1.0"))
-        _ = try sandbox.confirm(id: sampleID)
+        _ = try sandbox.confirm(id: try packageID(sampleID))
         #expect(try reader.state()[pid(sampleID)].health == .confirmed)
         #expect(try reader.state().generation == sandbox.state.generation)
 
         // And may pin while the writer works.
-        let lease = try reader.pin(id: sampleID)
+        let lease = try reader.pin(id: try packageID(sampleID))
         #expect(lease.version == ver("1.1.0"))
         lease.release()
     }
@@ -44,13 +45,13 @@ struct ReaderTests {
         let env = try StoreEnv()
         defer { env.cleanup() }
         let reader = env.reader
-        expectStoreError("unknown-package") { _ = try reader.pin(id: sampleID) }
+        expectStoreError("unknown-package") { _ = try reader.pin(id: try packageID(sampleID)) }
         try env.withSandbox { try env.install($0, "1.0.0") }
-        expectStoreError("unknown-package") { _ = try reader.pin(id: "ghost") }
-        expectStoreError("bad-id") { _ = try reader.pin(id: "Not An ID") }
+        expectStoreError("unknown-package") { _ = try reader.pin(id: try packageID("ghost")) }
+        #expect(PackageID("Not An ID") == nil)  // text is read at the edge (the CLI: bad-id)
         #expect(names(env.layout.pins).allSatisfy { $0 == sampleID })
         #expect(!env.fileExists(env.layout.pins.appending("ghost")))
-        let lease = try reader.pin(id: sampleID)
+        let lease = try reader.pin(id: try packageID(sampleID))
         #expect(lease.version == ver("1.0.0"))
         lease.release()
     }
@@ -62,7 +63,7 @@ struct ReaderTests {
         try env.withSandbox { try env.installConfirmed($0, ["1.0.0"]) }
         let dir = env.layout.pinDirectory(pid(sampleID), ver("1.0.0"))
         do {
-            let lease = try env.reader.pin(id: sampleID)
+            let lease = try env.reader.pin(id: try packageID(sampleID))
             #expect(names(dir).count == 1)
             withExtendedLifetime(lease) {}
         }

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -13,7 +14,7 @@ struct RollbackTests {
         let sandbox = try env.open()
         try env.installConfirmed(sandbox, ["1.0.0"])
         try env.install(sandbox, "1.1.0")
-        let report = try sandbox.rollback(id: sampleID)
+        let report = try sandbox.rollback(id: try packageID(sampleID), to: nil)
         #expect([report.id, report.from, report.to] == [sampleID, "1.1.0", "1.0.0"])
         let pkg = try env.reader.state()[pid(sampleID)]
         #expect(pkg.active == ver("1.0.0") && pkg.health == .confirmed)
@@ -27,7 +28,7 @@ struct RollbackTests {
             #expect(TreeCheck.problems(tree: env.layout.tree(pid(sampleID), ver(v)), list: try env.list(v)) == [])
         }
         // No fallback is left.
-        expectStoreError("no-fallback") { _ = try sandbox.rollback(id: sampleID) }
+        expectStoreError("no-fallback") { _ = try sandbox.rollback(id: try packageID(sampleID), to: nil) }
     }
 
     @Test("rollback to a named retained version")
@@ -36,7 +37,8 @@ struct RollbackTests {
         defer { env.cleanup() }
         let sandbox = try env.open()
         try env.installConfirmed(sandbox, ["1.0.0", "1.1.0", "1.2.0"])
-        let report = try sandbox.rollback(id: sampleID, to: "1.0.0", reason: "bad release")
+        let report = try sandbox.rollback(
+            id: try packageID(sampleID), to: try semanticVersion("1.0.0"), reason: "bad release")
         #expect([report.id, report.from, report.to] == [sampleID, "1.2.0", "1.0.0"])
         let pkg = try env.reader.state()[pid(sampleID)]
         #expect(pkg.active == ver("1.0.0") && pkg.health == .confirmed)
@@ -50,15 +52,19 @@ struct RollbackTests {
         let env = try StoreEnv()
         defer { env.cleanup() }
         let sandbox = try env.open()
-        expectStoreError("unknown-package") { _ = try sandbox.rollback(id: sampleID) }
+        expectStoreError("unknown-package") { _ = try sandbox.rollback(id: try packageID(sampleID), to: nil) }
         try env.install(sandbox, "1.0.0")
         let before = try env.stateBytes()
-        expectStoreError("no-fallback") { _ = try sandbox.rollback(id: sampleID) }
-        expectStoreError("unknown-package") { _ = try sandbox.rollback(id: "ghost") }
-        expectStoreError("unknown-package") { _ = try sandbox.rollback(id: "ghost", to: "1.0.0") }
-        expectStoreError("not-installed") { _ = try sandbox.rollback(id: sampleID, to: "1.1.0") }
-        expectStoreError("bad-version") { _ = try sandbox.rollback(id: sampleID, to: "latest") }
-        expectStoreError("bad-id") { _ = try sandbox.rollback(id: "../x") }
+        expectStoreError("no-fallback") { _ = try sandbox.rollback(id: try packageID(sampleID), to: nil) }
+        expectStoreError("unknown-package") { _ = try sandbox.rollback(id: try packageID("ghost"), to: nil) }
+        expectStoreError("unknown-package") {
+            _ = try sandbox.rollback(id: try packageID("ghost"), to: try semanticVersion("1.0.0"))
+        }
+        expectStoreError("not-installed") {
+            _ = try sandbox.rollback(id: try packageID(sampleID), to: try semanticVersion("1.1.0"))
+        }
+        #expect(SemanticVersion("latest") == nil)  // text is read at the edge (the CLI: bad-version)
+        #expect(PackageID("../x") == nil)  // the CLI: bad-id
         #expect(try env.stateBytes() == before)
         #expect(sandbox.state[pid(sampleID)].active == ver("1.0.0"))
     }
@@ -69,10 +75,12 @@ struct RollbackTests {
         defer { env.cleanup() }
         let sandbox = try env.open()
         try env.installConfirmed(sandbox, ["1.0.0", "1.1.0", "1.2.0"])
-        _ = try sandbox.rollback(id: sampleID, to: "1.0.0")
+        _ = try sandbox.rollback(id: try packageID(sampleID), to: try semanticVersion("1.0.0"))
         _ = try sandbox.gc(keep: 0)
         // 1.1.0 is the fallback, so gc kept it; 1.2.0 was removed.
         #expect(sandbox.state[pid(sampleID)].versions.map(\.version) == [ver("1.0.0"), ver("1.1.0")])
-        expectStoreError("not-installed") { _ = try sandbox.rollback(id: sampleID, to: "1.2.0") }
+        expectStoreError("not-installed") {
+            _ = try sandbox.rollback(id: try packageID(sampleID), to: try semanticVersion("1.2.0"))
+        }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -35,7 +36,7 @@ struct StatusTests {
         #expect(pkg.diskUse == total)
         #expect(pkg.failures == 0 && pkg.launches == 0 && pkg.failed.isEmpty)
 
-        _ = try sandbox.confirm(id: sampleID)
+        _ = try sandbox.confirm(id: try packageID(sampleID))
         let confirmed = try #require(sandbox.status().packages.first)
         #expect(confirmed.pending == nil && confirmed.health == .confirmed)
     }
@@ -46,13 +47,13 @@ struct StatusTests {
         defer { env.cleanup() }
         let sandbox = try env.open()
         try env.install(sandbox, "1.0.0")
-        _ = try sandbox.confirm(id: sampleID)
+        _ = try sandbox.confirm(id: try packageID(sampleID))
         try env.install(sandbox, "1.1.0")
-        _ = try sandbox.reportFailure(id: sampleID, reason: "404 on /app.js")
+        _ = try sandbox.reportFailure(id: try packageID(sampleID), reason: "404 on /app.js")
         _ = try sandbox.beginLaunch()
-        _ = try sandbox.rollback(id: sampleID)
+        _ = try sandbox.rollback(id: try packageID(sampleID), to: nil)
         try env.install(sandbox, "1.2.0")
-        _ = try sandbox.confirm(id: sampleID)
+        _ = try sandbox.confirm(id: try packageID(sampleID))
 
         let history = try #require(try env.reader.status().packages.first).history
         #expect(
@@ -78,7 +79,7 @@ struct StatusTests {
         let sandbox = try env.open()
         try env.install(sandbox, "1.0.0")  // install + activate
         let confirms = PackageState.historyLimit + 5
-        for _ in 0..<confirms { _ = try sandbox.confirm(id: sampleID) }
+        for _ in 0..<confirms { _ = try sandbox.confirm(id: try packageID(sampleID)) }
         let history = try env.reader.state()[pid(sampleID)].history
         #expect(history.count == PackageState.historyLimit)
         #expect(history.allSatisfy { $0.event == .confirm })

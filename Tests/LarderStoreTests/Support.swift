@@ -213,15 +213,15 @@ final class StoreEnv {
         _ sandbox: Sandbox, _ version: String, id: String = sampleID, withList: Bool = true, force: Bool = false
     ) throws -> InstallReport {
         try sandbox.install(
-            bundle: bundle(version, id: id), id: id, version: version, fileList: withList ? list(version, id: id) : nil,
-            force: force)
+            bundle: bundle(version, id: id), id: try packageID(id), version: try semanticVersion(version),
+            fileList: withList ? list(version, id: id) : nil, force: force)
     }
 
     /// Installs each version in turn, confirming each one so the previous becomes the fallback.
     func installConfirmed(_ sandbox: Sandbox, _ versions: [String], id: String = sampleID) throws {
         for v in versions {
             try install(sandbox, v, id: id)
-            _ = try sandbox.confirm(id: id)
+            _ = try sandbox.confirm(id: try packageID(id))
         }
     }
 

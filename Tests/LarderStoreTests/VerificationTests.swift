@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+import LarderTestSupport
 import SystemPackage
 import Testing
 
@@ -45,7 +46,9 @@ struct VerificationTests {
         let bad = Self.tamper(try env.list("1.1.0"), how)
 
         let error = expectStoreError("verification-failed") {
-            _ = try sandbox.install(bundle: env.bundle("1.1.0"), id: sampleID, version: "1.1.0", fileList: bad)
+            _ = try sandbox.install(
+                bundle: env.bundle("1.1.0"), id: try packageID(sampleID), version: try semanticVersion("1.1.0"),
+                fileList: bad)
         }
         let path = how == .extraEntry ? Self.ghost : Self.target
         guard case .verification(let id, let version, let problems)? = error else {
@@ -74,7 +77,9 @@ struct VerificationTests {
         list = Self.tamper(list, .extraEntry)
         list.files.removeAll { $0.path.string == "index.html" }
         let error = expectStoreError("verification-failed") {
-            _ = try sandbox.install(bundle: env.bundle("1.0.0"), id: sampleID, version: "1.0.0", fileList: list)
+            _ = try sandbox.install(
+                bundle: env.bundle("1.0.0"), id: try packageID(sampleID), version: try semanticVersion("1.0.0"),
+                fileList: list)
         }
         guard case .verification(_, _, let problems)? = error else { return }
         for path in [Self.target, Self.ghost, "index.html"] {
@@ -114,12 +119,13 @@ struct VerificationTests {
 
         // With the list, the SHA-256 check catches it and names the file.
         let error = expectStoreError("verification-failed") {
-            _ = try sandbox.install(bundle: bad, id: "fixture", version: "1.0.0", fileList: list)
+            _ = try sandbox.install(
+                bundle: bad, id: try packageID("fixture"), version: try semanticVersion("1.0.0"), fileList: list)
         }
         #expect(error?.description.contains("index.html") == true)
         // Without a list, the zip's own CRC-32 does.
         let crc = #expect(throws: StoreError.self) {
-            _ = try sandbox.install(bundle: bad, id: "fixture", version: "1.0.0")
+            _ = try sandbox.install(bundle: bad, id: try packageID("fixture"), version: try semanticVersion("1.0.0"))
         }
         #expect(crc?.code != nil && crc?.code != "verification-failed")
         #expect(sandbox.state.packages.isEmpty)
@@ -127,7 +133,8 @@ struct VerificationTests {
         #expect(names(env.layout.staging) == [])
 
         // The unaltered bundle passes the same list.
-        let report = try sandbox.install(bundle: good, id: "fixture", version: "1.0.0", fileList: list)
+        let report = try sandbox.install(
+            bundle: good, id: try packageID("fixture"), version: try semanticVersion("1.0.0"), fileList: list)
         #expect(report.outcome == .installed && report.verifiedAgainstFileList)
     }
 
@@ -142,7 +149,9 @@ struct VerificationTests {
         let before = try env.stateBytes()
         let foreign = try env.list(listVersion, id: listID)
         expectStoreError("file-list") {
-            _ = try sandbox.install(bundle: env.bundle("1.1.0"), id: sampleID, version: "1.1.0", fileList: foreign)
+            _ = try sandbox.install(
+                bundle: env.bundle("1.1.0"), id: try packageID(sampleID), version: try semanticVersion("1.1.0"),
+                fileList: foreign)
         }
         #expect(try env.stateBytes() == before)
         #expect(sandbox.state[pid(sampleID)].active == ver("1.0.0"))

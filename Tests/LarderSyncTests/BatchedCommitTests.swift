@@ -123,13 +123,13 @@ struct BatchedCommitTests {
         let durable = sandbox.state.generation
         let id = try #require(Self.ids.first)
         _ = FaultInjector.withFaults(Fault.fail(kind: .rename, nth: 1, errno: .ioError), under: layout.state) { _ in
-            #expect(throws: StoreError.self) { try sandbox.batched { _ = try? sandbox.confirm(id: id) } }
+            #expect(throws: StoreError.self) { try sandbox.batched { _ = try? sandbox.confirm(id: try packageID(id)) } }
         }
         // The failed write used durable + 1; whether or not it reached the disk, that number
         // now names no state a reader may take for the next one.
         #expect(sandbox.state.generation == durable + 1)
         #expect(try env.state().generation == durable)
-        _ = try sandbox.confirm(id: id)
+        _ = try sandbox.confirm(id: try packageID(id))
         #expect(try env.state().generation == durable + 2)
     }
 }

@@ -84,7 +84,7 @@ struct NoChangeSyncTests {
         do {
             let sandbox = try Sandbox.open(env.root)
             defer { sandbox.close() }
-            _ = try sandbox.confirm(id: "sample-app")
+            _ = try sandbox.confirm(id: try packageID("sample-app"))
         }
         let afterConfirm = try await env.sync()
         #expect(!afterConfirm.upToDate && afterConfirm.packages.map(\.outcome) == [.skipped], "\(afterConfirm)")

@@ -206,7 +206,7 @@ struct DiskBudgetTests {
         try initialise(env, budget: 1)
         _ = try await fetch(env, "open")
         // A page holds "open" (a session's pin).
-        let lease = try SandboxReader(root: env.root).pin(id: "open")
+        let lease = try SandboxReader(root: env.root).pin(id: try packageID("open"))
         defer { lease.release() }
         let o = SyncSetup(engine: .tested)
         var oRequest = SyncRequest()

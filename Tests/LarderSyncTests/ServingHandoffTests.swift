@@ -159,7 +159,7 @@ struct ServingHandoffTests {
             root: env.root, repository: env.repo.absoluteString, keys: [env.key.publicKey], channel: "beta",
             appVersion: SemanticVersion(1, 0, 0), allowInsecureHTTP: false)
         let sandbox = try openSandbox(env)
-        _ = try sandbox.confirm(id: "alpha")
+        _ = try sandbox.confirm(id: try packageID("alpha"))
         sandbox.close()
         #expect(catalog(resolver, "https://alpha-beta.example/data/catalog.json")?.contains("alpha 1.0.0") == true)
         #expect(catalog(resolver, "https://alpha.example/data/catalog.json") == nil)
@@ -217,7 +217,7 @@ struct ServingHandoffTests {
 
         // Only the last writes are kept.
         let sandbox = try openSandbox(env)
-        for _ in 0..<(ServingHandoff.journalLength + 6) { _ = try sandbox.confirm(id: "beta") }
+        for _ in 0..<(ServingHandoff.journalLength + 6) { _ = try sandbox.confirm(id: try packageID("beta")) }
         sandbox.close()
         #expect(handoff.changes(layout, from: fifth, to: FileIdentity(layout.state)) == nil)
         #expect(resolver.snapshot().compared == 2)

@@ -28,7 +28,7 @@ struct WebViewHealthTests {
         try env.publish("1.0.0")
         try env.publish("2.0.0")
         try env.install("1.0.0")
-        try env.withSandbox { _ = try $0.confirm(id: "sample-app") }
+        try env.withSandbox { _ = try $0.confirm(id: try packageID("sample-app")) }
         try env.install("2.0.0")
         loader = ResourceLoader(resolver: try Resolver(root: env.root))
         let clock = now
