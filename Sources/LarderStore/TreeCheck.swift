@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderFileSystem
+import Synchronization
 import SystemPackage
 
 /// Checks an installed tree against its file list, file by file: every listed file present,
@@ -81,19 +82,12 @@ package enum TreeCheck {
 
 /// One optional problem per listed file, written by the workers of a verification (each slot by
 /// one worker only).
-private final class ProblemSlots: @unchecked Sendable {
-    // @unchecked: the slots are written at distinct indices by distinct workers (through a raw
-    // buffer, so no exclusive access to a shared array is claimed) and read after
-    // `concurrentPerform` returned.
-    private let slots: UnsafeMutableBufferPointer<String?>
-    init(_ count: Int) {
-        slots = .allocate(capacity: count)
-        slots.initialize(repeating: nil)
+private final class ProblemSlots: Sendable {
+    private let slots: Mutex<[String?]>
+    init(_ count: Int) { slots = Mutex([String?](repeating: nil, count: count)) }
+    func set(_ i: Int, _ problem: String?) {
+        guard let problem else { return }
+        slots.withLock { $0[i] = problem }
     }
-    deinit {
-        slots.deinitialize()
-        slots.deallocate()
-    }
-    func set(_ i: Int, _ problem: String?) { slots[i] = problem }
-    var all: [String] { slots.compactMap { $0 } }
+    var all: [String] { slots.withLock { $0.compactMap { $0 } } }
 }

@@ -4,6 +4,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOSSL
+import Synchronization
 
 /// A fault-injecting HTTP origin on loopback, started by a test: the Swift counterpart of
 /// `scripts/integration/fault-origin.py`, in process, for the transport's and the gateway's
@@ -151,11 +152,11 @@ public final class FaultOrigin: Sendable {
     /// `https` when the origin speaks TLS, else `http`.
     public let scheme: String
     let root: URL
-    let state = Locked(State())
+    let state = Mutex(State())
     private let servers: [NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, Never>, Never>]
-    let running = Locked<Task<Void, Never>?>(nil)
+    let running = Mutex<Task<Void, Never>?>(nil)
     /// The open connections, closed by `stop()` (a stalled answer must not outlive the test).
-    let open = Locked<[ObjectIdentifier: any NIOCore.Channel]>([:])
+    let open = Mutex<[ObjectIdentifier: any NIOCore.Channel]>([:])
 
     struct State {
         var rules: [Rule] = []
