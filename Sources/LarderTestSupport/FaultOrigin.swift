@@ -63,6 +63,9 @@ public final class FaultOrigin: Sendable {
         /// The file followed by `count` bytes of junk: with a Content-Length that counts them, or
         /// (`declared: false`) with none, the body ending with the connection.
         case extra(Int, declared: Bool = true)
+        /// The file at the same path under `directory` instead of the root, served healthily (a
+        /// document replayed or substituted).
+        case serveFrom(URL)
 
         /// A short name for logs and failure messages.
         public var description: String {
@@ -82,6 +85,7 @@ public final class FaultOrigin: Sendable {
             case .redirect: "redirect"
             case .redirectToHTTP: "redirect-http"
             case .extra: "extra"
+            case .serveFrom: "serve-from"
             }
         }
 
