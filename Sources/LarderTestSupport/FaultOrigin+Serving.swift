@@ -73,7 +73,7 @@ extension FaultOrigin {
         state.withLock { s in
             for i in s.rules.indices {
                 let r = s.rules[i]
-                guard path.hasPrefix(r.pathPrefix), r.left.map({ $0 > 0 }) ?? true, !r.onlyRange || hasRange else {
+                guard r.matches(path), r.left.map({ $0 > 0 }) ?? true, !r.onlyRange || hasRange else {
                     continue
                 }
                 if let left = r.left { s.rules[i].left = left - 1 }
@@ -161,7 +161,7 @@ extension FaultOrigin {
             case .redirectToOtherHost: location = "\(scheme)://\(otherHost ?? "127.0.0.2"):\(port)\(target)"
             case .redirectToHTTP: location = "http://\(local):\(port)\(target)"
             default:
-                let n = state.withLock { s in s.rules.first { $0.fault == fault && path.hasPrefix($0.pathPrefix) } }
+                let n = state.withLock { s in s.rules.first { $0.fault == fault && $0.matches(path) } }
                 location = "\(scheme)://\(local):\(port)\(path)?redirected=\(n?.applied ?? 1)"
             }
             let text = Data("moved\n".utf8)
@@ -367,4 +367,9 @@ extension FaultOrigin {
         default: "application/octet-stream"
         }
     }
+}
+
+extension FaultOrigin.Rule {
+    /// Whether the rule's path covers `path` (the path itself when `exact`, else every path it prefixes).
+    func matches(_ path: String) -> Bool { exact ? path == pathPrefix : path.hasPrefix(pathPrefix) }
 }

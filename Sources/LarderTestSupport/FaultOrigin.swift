@@ -137,6 +137,8 @@ public final class FaultOrigin: Sendable {
     public struct Rule: Sendable, Equatable {
         /// The path prefix it applies to.
         public var pathPrefix: String
+        /// Whether it applies to that path only, not to the paths it is a prefix of.
+        public var exact: Bool
         /// The fault.
         public var fault: Fault
         /// Requests it still applies to; nil: every one.
@@ -293,11 +295,14 @@ public final class FaultOrigin: Sendable {
 
     /// Adds a rule: `fault` for the next `count` requests (nil: every one) whose path starts with
     /// `pathPrefix`; `onlyRange` (by default true for `ignoreRange` and `badContentRange`) lets
-    /// requests without a Range header through without using the rule up.
-    public func inject(_ fault: Fault, at pathPrefix: String, count: Int? = 1, onlyRange: Bool? = nil) {
+    /// requests without a Range header through without using the rule up; `exact` applies it to
+    /// `pathPrefix` itself only.
+    public func inject(
+        _ fault: Fault, at pathPrefix: String, count: Int? = 1, onlyRange: Bool? = nil, exact: Bool = false
+    ) {
         let rule = Rule(
-            pathPrefix: pathPrefix, fault: fault, left: count, onlyRange: onlyRange ?? fault.rangeOnlyByDefault,
-            applied: 0)
+            pathPrefix: pathPrefix, exact: exact, fault: fault, left: count,
+            onlyRange: onlyRange ?? fault.rangeOnlyByDefault, applied: 0)
         state.withLock { $0.rules.append(rule) }
     }
 

@@ -43,6 +43,21 @@ struct HTTPDocumentTests {
         }
     }
 
+    @Test("an exact rule faults its own path only, not the paths it is a prefix of")
+    func exactRule() async throws {
+        try await withOrigin { env in
+            let sig = try env.file("index.json.sig", count: 64)
+            try env.file("index.json", count: 1_000)
+            env.origin.inject(.status(404), at: "/index.json", count: nil, exact: true)
+            let transport = try HTTPTransport(options: fastOptions())
+            #expect(try await transport.document(env.url("index.json.sig"), etag: nil, maxBytes: 4096).data == sig)
+            await #expect(throws: FetchError.self) {
+                _ = try await transport.document(env.url("index.json"), etag: nil, maxBytes: 4096)
+            }
+            #expect(env.origin.rules.map(\.applied) == [1])
+        }
+    }
+
     @Test("a document larger than maxBytes: too-large at the head, or while streaming when it has no length")
     func tooLarge() async throws {
         for fault in [FaultOrigin.Fault?.none, .extra(8_000, declared: false)] {
