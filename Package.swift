@@ -29,7 +29,7 @@ let apple: [Platform] = [.macOS, .iOS, .tvOS, .watchOS, .visionOS, .macCatalyst]
 
 var package = Package(
     name: "Larder",
-    platforms: [.macOS(.v13), .iOS(.v16)],
+    platforms: [.macOS(.v15), .iOS(.v18)],  // Synchronization.Mutex (docs/platforms.md)
     products: [
         .library(name: "Larder", targets: ["Larder"]),
         .library(name: "LarderWebKit", targets: ["LarderWebKit"]),

@@ -5,6 +5,7 @@ import LarderResolve
 import LarderStore
 import LarderSync
 import LarderWebView
+import Synchronization
 import SystemPackage
 
 /// Everything an app does with Larder, from one object created once at launch.
@@ -114,8 +115,8 @@ public final class OfflinePackages: Sendable {
     private let hub = EventHub()
     /// What this object's syncs and health writes hand its resolver (see `ServingHandoff`).
     private let handoff = ServingHandoff()
-    private let tasks = Locked<[Task<Void, Never>]>([])
-    private let syncing = Locked(false)
+    private let tasks = Mutex<[Task<Void, Never>]>([])
+    private let syncing = Mutex(false)
 
     /// Prepares the sandbox at `configuration.root` for the repository: the first time, writes
     /// its config (as `larder init`); afterwards keeps it — the trusted keys may have been rotated
@@ -284,8 +285,8 @@ public final class WebViewPackages: Sendable {
 
 /// Broadcasts events to every subscriber.
 final class EventHub: Sendable {
-    private let subscribers = Locked<[UUID: AsyncStream<OfflinePackages.Event>.Continuation]>([:])
-    private let finished = Locked(false)
+    private let subscribers = Mutex<[UUID: AsyncStream<OfflinePackages.Event>.Continuation]>([:])
+    private let finished = Mutex(false)
 
     func subscribe() -> AsyncStream<OfflinePackages.Event> {
         let (stream, continuation) = AsyncStream<OfflinePackages.Event>.makeStream(

@@ -7,11 +7,11 @@ import LarderCore
 /// however large the archive. The worker calls the consumer in archive order; its first error
 /// stops the pipeline and is reported by `check()` / `finish()`.
 final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
-    // @unchecked: every stored property but `filling` (the reader's thread's alone) is accessed
-    // only with `condition` locked. The worker keeps the consumer, the hasher and the digests in
-    // locals while it runs and hands them back under the lock as it ends (the `done` handshake):
-    // no field of this generic class is written outside the lock, which ThreadSanitizer, whose
-    // debug-build view of a generic class's fields is the object as a whole, needs to see.
+    // @unchecked: the consumer (not Sendable) moves to the worker and back: `filling` is the reader's alone, the rest in `shared`.
+    // The worker keeps the consumer, the hasher and the digests in locals while it runs and
+    // writes them back with `shared` locked as it ends (the `done` handshake): no field of this
+    // generic class is written outside the lock, which ThreadSanitizer, whose debug-build view of
+    // a generic class's fields is the object as a whole, needs to see.
     private enum Op {
         case directory(RelativePath)
         case begin(RelativePath, Int64?)
@@ -25,12 +25,15 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
 
     private let batchBytes: Int
     private let depth: Int
-    private let condition = NSCondition()
-    private var queue: [Batch] = []
-    private var spare: [[UInt8]] = []
-    private var closed = false
-    private var done = false
-    private var failure: (entry: String, error: any Error)?
+    /// What the reader's thread and the worker hand each other.
+    private let shared = Waitable(Shared())
+    private struct Shared {
+        var queue: [Batch] = []
+        var spare: [[UInt8]] = []
+        var closed = false
+        var done = false
+        var failure: (entry: String, error: any Error)?
+    }
     private var filling = Batch()
     private var consumer: C
     private var digests: [SHA256Digest] = []
@@ -83,43 +86,49 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
     }
 
     private func flush() throws(ArchiveError) {
-        condition.lock()
-        while queue.count >= depth && failure == nil { condition.wait() }
-        if let f = failure {
-            condition.unlock()
-            throw .sink(entry: f.entry, detail: "\(f.error)")
+        let depth = self.depth
+        let ready = shared.wait { s -> Result<[UInt8], ArchiveError>? in
+            if let f = s.failure { return .failure(.sink(entry: f.entry, detail: "\(f.error)")) }
+            guard s.queue.count < depth else { return nil }
+            return .success(s.spare.popLast() ?? [])
         }
-        queue.append(filling)
         var next = Batch()
-        next.bytes = spare.popLast() ?? []
+        next.bytes = try ready.get()
         next.bytes.removeAll(keepingCapacity: true)
         next.bytes.reserveCapacity(batchBytes)
+        let full = filling
         filling = next
-        condition.broadcast()
-        condition.unlock()
+        shared.update { $0.queue.append(full) }
     }
 
     private func work() {
         var current = ""
-        condition.lock()
         var consumer = self.consumer
-        condition.unlock()
         var hasher = SHA256Stream()
         var digests: [SHA256Digest] = []
-        while true {
-            condition.lock()
-            while queue.isEmpty && !closed { condition.wait() }
-            if queue.isEmpty || failure != nil {
+        /// Hands the consumer and the digests back and tells `join()` the worker is done.
+        func end(_ failure: (entry: String, error: any Error)?) {
+            shared.update { s in
+                if let failure {
+                    s.failure = failure
+                    s.queue.removeAll()
+                }
                 self.consumer = consumer
                 self.digests = digests
-                done = true
-                condition.broadcast()
-                condition.unlock()
-                return
+                s.done = true
             }
-            let batch = queue.removeFirst()
-            condition.broadcast()
-            condition.unlock()
+        }
+        while true {
+            let next = shared.update { s -> Batch?? in
+                if s.queue.isEmpty && !s.closed { return nil }
+                if s.queue.isEmpty || s.failure != nil { return .some(nil) }
+                return .some(s.queue.removeFirst())
+            }
+            guard let next else {
+                shared.wait { s in s.queue.isEmpty && !s.closed ? nil : true }
+                continue
+            }
+            guard let batch = next else { return end(nil) }
             do {
                 try batch.bytes.withUnsafeBytes { raw in
                     for op in batch.ops {
@@ -142,28 +151,18 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
                     }
                 }
             } catch {
-                condition.lock()
-                failure = (current, error)
-                queue.removeAll()
-                self.consumer = consumer
-                self.digests = digests
-                done = true
-                condition.broadcast()
-                condition.unlock()
-                return
+                return end((current, error))
             }
-            condition.lock()
-            if spare.count < depth { spare.append(batch.bytes) }
-            condition.unlock()
+            let depth = self.depth
+            shared.withLock { s in
+                if s.spare.count < depth { s.spare.append(batch.bytes) }
+            }
         }
     }
 
     private func join() {
-        condition.lock()
-        closed = true
-        condition.broadcast()
-        while !done { condition.wait() }
-        condition.unlock()
+        shared.update { $0.closed = true }
+        shared.wait { $0.done ? true : nil }
     }
 
     /// Waits for the worker, then returns the consumer (as the worker left it) and one digest
@@ -171,20 +170,14 @@ final class ConsumerPipeline<C: ArchiveConsumer>: @unchecked Sendable {
     func finish() throws(ArchiveError) -> (consumer: C, digests: [SHA256Digest]) {
         try flush()
         join()
-        condition.lock()
-        defer { condition.unlock() }
-        if let f = failure { throw .sink(entry: f.entry, detail: "\(f.error)") }
+        if let f = shared.withLock({ $0.failure }) { throw .sink(entry: f.entry, detail: "\(f.error)") }
         return (consumer, digests)
     }
 
     /// Stops the worker after a failed read and returns the consumer.
     func cancel() -> C {
-        condition.lock()
-        queue.removeAll()
-        condition.unlock()
+        shared.withLock { $0.queue.removeAll() }
         join()
-        condition.lock()
-        defer { condition.unlock() }
         return consumer
     }
 }

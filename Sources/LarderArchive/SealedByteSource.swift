@@ -10,23 +10,25 @@ import SystemPackage
 /// archive reader, at most `ahead` bytes in front of it. Opening runs beside extraction, not on
 /// its thread.
 package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
-    // @unchecked: the queue and the opening thread's outcome are guarded by `condition`; `current`
-    // and `offset` are used by the one reading thread.
+    // @unchecked: `inner` and `opener` (not Sendable) are the opening thread's; `current`, `offset` the reader's; the rest in `shared`.
     let inner: any ArchiveByteSource
     let opener: SegmentedSeal.Opener
     /// The opened zip, written as it is handed on.
     package let output: FilePath
     /// How far opening may run ahead of the reader.
     static let ahead = 4 << 20
-    private let condition = NSCondition()
-    private var queue: [Data] = []
-    private var head = 0
-    private var queued = 0
-    private var failure: (any Error)?
-    private var cancelled = false
-    /// `complete()` was called: what is opened after is written, not queued.
-    private var draining = false
-    private var running = false
+    /// What the opening thread and the reader hand each other.
+    private let shared = Waitable(Shared())
+    private struct Shared {
+        var queue: [Data] = []
+        var head = 0
+        var queued = 0
+        var failure: (any Error)?
+        var cancelled = false
+        /// `complete()` was called: what is opened after is written, not queued.
+        var draining = false
+        var running = true
+    }
     private var current = Data()
     private var offset = 0
 
@@ -39,7 +41,6 @@ package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
         self.inner = inner
         opener = sealed.makeOpener()
         self.output = output
-        running = true
         BlockingWork.start("larder.open-sealed") { [self] in self.open(into: fd) }
     }
 
@@ -71,31 +72,25 @@ package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
             outcome = error
         }
         do { try SystemCalls.close(fd, path: output) } catch { outcome = outcome ?? error }
-        condition.lock()
-        failure = outcome
-        running = false
-        condition.broadcast()
-        condition.unlock()
+        shared.update { [outcome] s in
+            s.failure = outcome
+            s.running = false
+        }
     }
 
     /// Whether `stop()` was called.
-    private var stopped: Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return cancelled
-    }
+    private var stopped: Bool { shared.withLock { $0.cancelled } }
 
     /// Queues an opened segment, waiting while the reader is `ahead` bytes behind; false once stopped.
     private func enqueue(_ segment: Data) -> Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        while queued >= Self.ahead, !cancelled, !draining { condition.wait() }
-        if cancelled { return false }
-        if draining { return true }
-        queue.append(segment)
-        queued += segment.count
-        condition.broadcast()
-        return true
+        shared.wait { s -> Bool? in
+            guard s.queued < Self.ahead || s.cancelled || s.draining else { return nil }
+            if s.cancelled { return false }
+            if s.draining { return true }
+            s.queue.append(segment)
+            s.queued += segment.count
+            return true
+        }
     }
 
     package func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
@@ -103,26 +98,26 @@ package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
         var done = 0
         while done < buffer.count {
             if offset == current.count {
-                condition.lock()
                 // Waits only when nothing at all has been handed back yet.
-                while head == queue.count, running, done == 0 { condition.wait() }
-                if head < queue.count {
-                    current = queue[head]
-                    head += 1
-                    queued -= current.count
-                    if head > 64 {
-                        queue.removeFirst(head)
-                        head = 0
+                let waits = done == 0
+                let next = shared.wait { s -> Result<Data?, any Error>? in
+                    if s.head < s.queue.count {
+                        let segment = s.queue[s.head]
+                        s.head += 1
+                        s.queued -= segment.count
+                        if s.head > 64 {
+                            s.queue.removeFirst(s.head)
+                            s.head = 0
+                        }
+                        return .success(segment)
                     }
-                    condition.broadcast()
-                    condition.unlock()
-                    offset = 0
-                } else {
-                    let failed = failure
-                    condition.unlock()
-                    if let failed, done == 0 { throw failed }
-                    return done
+                    if s.running && waits { return nil }
+                    if let failed = s.failure, waits { return .failure(failed) }
+                    return .success(nil)
                 }
+                guard let segment = try next.get() else { return done }
+                current = segment
+                offset = 0
             }
             let k = min(buffer.count - done, current.count - offset)
             current.withUnsafeBytes { raw in
@@ -138,15 +133,13 @@ package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
         _ = try inner.complete()
         // The reader may stop before the end (it reads the central directory from the file):
         // the rest is opened into the file only.
-        condition.lock()
-        draining = true
-        queue = []
-        head = 0
-        queued = 0
-        condition.broadcast()
-        while running { condition.wait() }
-        let failed = failure
-        condition.unlock()
+        shared.update { s in
+            s.draining = true
+            s.queue = []
+            s.head = 0
+            s.queued = 0
+        }
+        let failed = shared.wait { s -> (any Error)?? in s.running ? nil : .some(s.failure) }
         if let failed { throw failed }
         return output
     }
@@ -154,10 +147,7 @@ package final class SealedByteSource: ArchiveByteSource, @unchecked Sendable {
     /// Stops the opening thread and waits for it (after a read that failed or stopped early:
     /// the transfer has returned, so the thread's reads do not wait long).
     package func stop() {
-        condition.lock()
-        cancelled = true
-        condition.broadcast()
-        while running { condition.wait() }
-        condition.unlock()
+        shared.update { $0.cancelled = true }
+        shared.wait { $0.running ? nil : true }
     }
 }

@@ -14,8 +14,7 @@ struct EntryFailure: Sendable {
 
 /// What the pass over the headers and the workers of a shared read tell each other: the entries
 /// admitted so far, the earliest failure, and each worker's outcome.
-final class SharedRead<C: ConcurrentArchiveConsumer>: @unchecked Sendable {
-    // @unchecked: every stored property but `condition` is accessed with `condition` locked.
+final class SharedRead<C: ConcurrentArchiveConsumer>: Sendable {
     /// What a worker is to do with an entry.
     enum Decision {
         /// Hand it to the consumer as planned.
@@ -26,84 +25,67 @@ final class SharedRead<C: ConcurrentArchiveConsumer>: @unchecked Sendable {
         case stop
     }
 
-    private let condition = NSCondition()
-    /// Every entry the pass has decided, by index (nil: nothing to hand).
-    private var admittedEntries: [ReadPlan.Entry?] = []
-    private var surveyDone = false
-    private var failure: EntryFailure?
-    private var outcomes: [(worker: C, digests: [(ordinal: Int, digest: SHA256Digest)])?]
-    private var running: Int
+    private struct Shared {
+        /// Every entry the pass has decided, by index (nil: nothing to hand).
+        var admittedEntries: [ReadPlan.Entry?] = []
+        var surveyDone = false
+        var failure: EntryFailure?
+        var outcomes: [(worker: C, digests: [(ordinal: Int, digest: SHA256Digest)])?]
+        var running: Int
+    }
+
+    private let shared: Waitable<Shared>
 
     init(workers: Int) {
-        outcomes = Array(repeating: nil, count: workers)
-        running = workers
+        shared = Waitable(Shared(outcomes: Array(repeating: nil, count: workers), running: workers))
     }
 
     /// The pass admitted these entries, in index order after those before.
     func admit(_ entries: [ReadPlan.Entry?]) {
-        condition.lock()
-        admittedEntries.append(contentsOf: entries)
-        condition.broadcast()
-        condition.unlock()
+        shared.update { $0.admittedEntries.append(contentsOf: entries) }
     }
 
     /// The pass is over: no more entries will be admitted.
     func surveyEnded() {
-        condition.lock()
-        surveyDone = true
-        condition.broadcast()
-        condition.unlock()
+        shared.update { $0.surveyDone = true }
     }
 
     /// What to do with the entry at `index`, waiting until the pass has decided it.
     func admitted(_ index: Int) -> Decision {
-        condition.lock()
-        defer { condition.unlock() }
-        while true {
-            if let failure, failure.index < index { return .stop }
-            if index < admittedEntries.count { return admittedEntries[index].map { .read($0) } ?? .skip }
-            if surveyDone { return .stop }
-            condition.wait()
+        shared.wait { s -> Decision? in
+            if let failure = s.failure, failure.index < index { return .stop }
+            if index < s.admittedEntries.count { return s.admittedEntries[index].map { .read($0) } ?? .skip }
+            if s.surveyDone { return .stop }
+            return nil
         }
     }
 
     /// Whether an entry before `index` has failed (the pass need not go on).
     func failed(before index: Int) -> Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        return failure.map { $0.index < index } ?? false
+        shared.withLock { s in s.failure.map { $0.index < index } ?? false }
     }
 
     /// Records a failure, kept unless an earlier entry's is.
     func fail(_ new: EntryFailure) {
-        condition.lock()
-        if failure.map({ new.index < $0.index }) ?? true { failure = new }
-        condition.broadcast()
-        condition.unlock()
+        shared.update { s in
+            if s.failure.map({ new.index < $0.index }) ?? true { s.failure = new }
+        }
     }
 
     /// The earliest failure recorded.
-    var firstFailure: EntryFailure? {
-        condition.lock()
-        defer { condition.unlock() }
-        return failure
-    }
+    var firstFailure: EntryFailure? { shared.withLock { $0.failure } }
 
     /// Worker `w` is done: its consumer and digests.
     func workerEnded(_ w: Int, worker: C, digests: [(ordinal: Int, digest: SHA256Digest)]) {
-        condition.lock()
-        outcomes[w] = (worker, digests)
-        running -= 1
-        condition.broadcast()
-        condition.unlock()
+        shared.update { s in
+            s.outcomes[w] = (worker, digests)
+            s.running -= 1
+        }
     }
 
     /// Waits for every worker; their outcomes.
     func waitForWorkers() -> [(worker: C, digests: [(ordinal: Int, digest: SHA256Digest)])?] {
-        condition.lock()
-        defer { condition.unlock() }
-        while running > 0 { condition.wait() }
-        return outcomes
+        shared.wait { s in s.running > 0 ? nil : s.outcomes }
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import Synchronization
 
 /// A request on its way to the network: what a front-end received, as the forwarder passes it on.
 package struct ForwardRequest: Sendable {
@@ -62,7 +63,7 @@ package struct ForwardBody: AsyncSequence, Sendable {
 
     /// A body of these bytes, in one chunk (empty: none).
     package static func bytes(_ data: Data) -> ForwardBody {
-        let left = Locked<Data?>(data.isEmpty ? nil : data)
+        let left = Mutex<Data?>(data.isEmpty ? nil : data)
         return ForwardBody {
             left.withLock { d in
                 defer { d = nil }

@@ -1,5 +1,7 @@
 import Foundation
+import LarderCore
 import LarderFileSystem
+import Synchronization
 import SystemPackage
 
 /// A download's `.part` file seen from both ends: the transport reports what it has written
@@ -10,9 +12,7 @@ import SystemPackage
 /// reader can only move forward: when the transport has to start the file over after bytes were
 /// read (the server ignored the Range, the content failed its hash), the reader is told the
 /// stream is abandoned, and the caller falls back to reading the complete file.
-package final class GrowingPart: @unchecked Sendable {
-    // @unchecked: `available`, `consumed` and `phase` are guarded by `condition`; `fd` and
-    // `offset` are used only by the one reading thread.
+package final class GrowingPart: Sendable {
     enum Phase: Equatable {
         case running
         case complete
@@ -28,12 +28,16 @@ package final class GrowingPart: @unchecked Sendable {
 
     /// The part file followed.
     package let path: FilePath
-    private let condition = NSCondition()
-    private var available: Int64 = 0
-    private var consumed: Int64 = 0
-    private var phase = Phase.running
-    private var fd: FileDescriptor?
-    private var offset: Int64 = 0
+    /// What the transport has reported, and how far the reader has claimed.
+    private let progress = Waitable(Progress())
+    /// The reader's file and position (one reading thread: the lock is uncontended).
+    private let reader = Mutex<(fd: FileDescriptor?, offset: Int64)>((nil, 0))
+
+    private struct Progress {
+        var available: Int64 = 0
+        var consumed: Int64 = 0
+        var phase = Phase.running
+    }
 
     /// Follows the part file at `path` (which the transport creates).
     package init(_ path: FilePath) {
@@ -41,7 +45,7 @@ package final class GrowingPart: @unchecked Sendable {
     }
 
     deinit {
-        if let fd { try? SystemCalls.close(fd, path: path) }
+        if let fd = reader.withLock({ $0.fd }) { try? SystemCalls.close(fd, path: path) }
     }
 
     // MARK: the transport's side
@@ -75,11 +79,8 @@ package final class GrowingPart: @unchecked Sendable {
         update { if $0.phase == .running { $0.phase = .failed("the transport did not report the bytes it wrote") } }
     }
 
-    private func update(_ body: (GrowingPart) -> Void) {
-        condition.lock()
-        body(self)
-        condition.broadcast()
-        condition.unlock()
+    private func update(_ body: (inout Progress) -> Void) {
+        progress.update(body)
     }
 
     // MARK: the reader's side
@@ -87,47 +88,52 @@ package final class GrowingPart: @unchecked Sendable {
     /// Reads the next bytes, waiting for them: 0 at the end, `Abandoned` if the transfer failed or restarted.
     package func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard let base = buffer.baseAddress else { return 0 }
-        condition.lock()
-        while available <= offset, phase == .running { condition.wait() }
-        let n = Int(min(Int64(buffer.count), available - offset))
-        // Claimed before reading, so that a restart meanwhile is seen as one.
-        if n > 0 { consumed = offset + Int64(n) }
-        let state = phase
-        condition.unlock()
-        try Self.check(state)
-        if n <= 0 { return 0 }
-        let file: FileDescriptor
-        if let fd {
-            file = fd
-        } else {
-            do { file = try SystemCalls.open(path, .readOnly, options: [.noFollow]) } catch {
-                throw Abandoned(description: error.description)
+        return try reader.withLock { reader throws(Abandoned) -> Int in
+            let offset = reader.offset
+            let (n, state) = progress.wait { p -> (Int, Phase)? in
+                guard p.available > offset || p.phase != .running else { return nil }
+                let n = Int(min(Int64(buffer.count), p.available - offset))
+                // Claimed before reading, so that a restart meanwhile is seen as one.
+                if n > 0 { p.consumed = offset + Int64(n) }
+                return (n, p.phase)
             }
-            fd = file
-        }
-        var done = 0
-        while done < n {
-            let r: Int
-            do {
-                r = try SystemCalls.pread(
-                    file, into: UnsafeMutableRawBufferPointer(start: base + done, count: n - done),
-                    at: offset + Int64(done), path: path)
-            } catch {
-                throw Abandoned(description: error.description)
+            try Self.check(state)
+            if n <= 0 { return 0 }
+            let file: FileDescriptor
+            if let fd = reader.fd {
+                file = fd
+            } else {
+                do throws(FileSystemError) {
+                    file = try SystemCalls.open(path, .readOnly, options: [.noFollow])
+                } catch {
+                    throw Abandoned(description: error.description)
+                }
+                reader.fd = file
             }
-            guard r > 0 else { throw Abandoned(description: "\(path): the bytes the download reported are not there") }
-            done += r
+            var done = 0
+            while done < n {
+                let r: Int
+                do throws(FileSystemError) {
+                    r = try SystemCalls.pread(
+                        file, into: UnsafeMutableRawBufferPointer(start: base + done, count: n - done),
+                        at: offset + Int64(done), path: path)
+                } catch {
+                    throw Abandoned(description: error.description)
+                }
+                guard r > 0 else {
+                    throw Abandoned(description: "\(path): the bytes the download reported are not there")
+                }
+                done += r
+            }
+            // Bytes read across a restart may mix two contents.
+            let after = progress.withLock { $0.phase }
+            if after == .restarted { try Self.check(after) }
+            reader.offset += Int64(n)
+            return n
         }
-        condition.lock()
-        let after = phase
-        condition.unlock()
-        // Bytes read across a restart may mix two contents.
-        if after == .restarted { try Self.check(after) }
-        offset += Int64(n)
-        return n
     }
 
-    private static func check(_ phase: Phase) throws {
+    private static func check(_ phase: Phase) throws(Abandoned) {
         switch phase {
         case .failed(let reason): throw Abandoned(description: reason)
         case .restarted: throw Abandoned(description: "the download started over")
@@ -137,11 +143,7 @@ package final class GrowingPart: @unchecked Sendable {
 
     /// Waits for the transfer to end: the path when the file is complete, else throws `Abandoned`.
     package func complete() throws -> FilePath {
-        condition.lock()
-        while phase == .running { condition.wait() }
-        let state = phase
-        condition.unlock()
-        try Self.check(state)
+        try Self.check(progress.wait { $0.phase == .running ? nil : $0.phase })
         return path
     }
 }

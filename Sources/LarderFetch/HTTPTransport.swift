@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderFileSystem
+import Synchronization
 import SystemPackage
 
 /// Tuning of HTTP transfers.
@@ -97,7 +98,7 @@ package final class HTTPTransport: Transport, Sendable {
     ) async throws(FetchError) {
         try checkScheme(url)
         let file = PartFileBox(try PartFile(part, url: url.absoluteString, expecting: expecting, watch: watch))
-        defer { file.part.close() }
+        defer { file.part.withLock { $0.close() } }
         let etagPath = FilePath(part.string + ".etag")
         var attempt = 0
         let deadline = transferDeadline()
@@ -106,12 +107,12 @@ package final class HTTPTransport: Transport, Sendable {
             if ContinuousClock.now >= deadline {
                 throw ResponseHandler.pastDeadline(url: url.absoluteString, options: options)
             }
-            if let size = expecting.size, file.part.have == size {
+            if let size = expecting.size, file.part.withLock({ $0.have }) == size {
                 do {
-                    try file.part.finish()
+                    try file.part.withLock { part throws(FetchError) in try part.finish() }
                 } catch let e {
                     try? SystemCalls.unlink(etagPath)
-                    if file.part.shouldRefetch(after: e) { continue }
+                    if file.part.withLock({ $0.shouldRefetch(after: e) }) { continue }
                     throw e
                 }
                 try? SystemCalls.unlink(etagPath)
@@ -124,7 +125,7 @@ package final class HTTPTransport: Transport, Sendable {
             case .done(let status, let headers, _):
                 if status == 200 || status == 206 {
                     do {
-                        try file.part.finish()
+                        try file.part.withLock { part throws(FetchError) in try part.finish() }
                         try? SystemCalls.unlink(etagPath)
                         return
                     } catch let e {
@@ -134,12 +135,12 @@ package final class HTTPTransport: Transport, Sendable {
                             continue
                         }
                         if case .hashMismatch = e { try? SystemCalls.unlink(etagPath) }
-                        if file.part.shouldRefetch(after: e) { continue }
+                        if file.part.withLock({ $0.shouldRefetch(after: e) }) { continue }
                         throw e
                     }
                 }
                 if status == 416 {
-                    file.part.reset()
+                    file.part.withLock { $0.reset() }
                     if attempt < options.attempts { continue }
                 }
                 await sleep(try retryAfter(status: status, headers: headers, url: url, attempt: attempt))
@@ -156,8 +157,9 @@ package final class HTTPTransport: Transport, Sendable {
     ) -> TransferRequest {
         var request = TransferRequest(url: url)
         request.bulk = (expecting.size ?? expecting.limit) > Self.bulkBytes
-        guard file.part.have > 0 else { return request }
-        request.headers["Range"] = "bytes=\(file.part.have)-"
+        let have = file.part.withLock { $0.have }
+        guard have > 0 else { return request }
+        request.headers["Range"] = "bytes=\(have)-"
         if let bytes = try? AtomicFile.read(etagPath, limit: 4096), let tag = String(data: bytes, encoding: .utf8) {
             request.headers["If-Range"] = tag
         }

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderFileSystem
+import Synchronization
 import SystemPackage
 
 /// A download in progress at `downloads/<name>.part`: resumes from what it holds (re-hashing
@@ -104,10 +105,10 @@ struct PartFile {
     func close() { try? SystemCalls.close(fd, path: path) }
 }
 
-/// A reference to a part file shared with a request's engine (its delegate queue or task, one
-/// request at a time).
-final class PartFileBox: @unchecked Sendable {
-    // @unchecked: used by one request's engine at a time, and by the caller only between requests.
-    var part: PartFile
-    init(_ part: PartFile) { self.part = part }
+/// A part file shared with a request's engine (its delegate queue or task, one request at a
+/// time) and, between requests, the caller.
+final class PartFileBox: Sendable {
+    /// The part file.
+    let part: Mutex<PartFile>
+    init(_ part: consuming sending PartFile) { self.part = Mutex(part) }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderFileSystem
+import Synchronization
 import SystemPackage
 
 /// What one request does with the server's answer, whatever engine carries it: checks the
@@ -9,19 +10,26 @@ import SystemPackage
 /// throughput floor and the transfer's deadline. An engine calls `head` once per response and
 /// `chunk` for every piece of body, from one task or queue at a time, and `checkPace` every
 /// second (and at `deadline`) from anywhere; a non-nil answer ends the request with that outcome.
-package final class ResponseHandler: @unchecked Sendable {
-    // @unchecked: `head` and `chunk` are called by one request at a time (its engine's serial
-    // queue or task); what `checkPace` shares with them is behind `window`.
+package final class ResponseHandler: Sendable {
     package let url: String
     let sink: HTTPTransport.Sink
     package let options: HTTPOptions
-    private(set) var status = 0
-    private(set) var headers: [String: String] = [:]
-    private(set) var body = Data()
+    /// What the answer has brought so far (written by `head` and `chunk`, one request at a time).
+    private let answer = Mutex(Answer())
     /// The floor's current window: when it began and the bytes received since.
-    private let window = Locked((start: ContinuousClock.now, bytes: Int64(0)))
+    private let window = Mutex((start: ContinuousClock.now, bytes: Int64(0)))
+
+    private struct Answer {
+        var status = 0
+        var headers: [String: String] = [:]
+        var body = Data()
+        /// Body bytes received so far.
+        var received: Int64 = 0
+        var succeeded: Bool { status == 200 || status == 206 }
+    }
+
     /// Body bytes received so far.
-    package private(set) var received: Int64 = 0
+    package var received: Int64 { answer.withLock { $0.received } }
     /// When the whole transfer (every attempt of it) must be complete: `options.deadline` after
     /// the transport began it.
     package let deadline: ContinuousClock.Instant
@@ -42,47 +50,31 @@ package final class ResponseHandler: @unchecked Sendable {
     package static let stalled = "connection stalled: no byte within the stall timeout"
 
     /// The complete answer, once the body has ended.
-    package var outcome: HTTPTransport.Outcome { .done(status: status, headers: headers, body: body) }
-
-    private var succeeded: Bool { status == 200 || status == 206 }
+    package var outcome: HTTPTransport.Outcome {
+        answer.withLock { .done(status: $0.status, headers: $0.headers, body: $0.body) }
+    }
 
     /// The status and headers (names in any case) of the final response. Nil to go on reading
     /// the body; else the failure that ends the request.
     package func head(status: Int, headers fields: [(String, String)]) -> HTTPTransport.Outcome? {
-        self.status = status
-        headers = [:]
+        var headers: [String: String] = [:]
         for (k, v) in fields {
             let key = k.lowercased()
             // Repeated fields join as RFC 9110 §5.3 allows (none we read is a list, but stay exact).
             if let old = headers[key] { headers[key] = old + ", " + v } else { headers[key] = v }
         }
+        let succeeded = answer.withLock { [headers] answer in
+            answer.status = status
+            answer.headers = headers
+            return answer.succeeded
+        }
         let length = headers["content-length"].flatMap { Int64($0) }
         switch sink {
         case .file(let box, _, let etagPath) where succeeded:
-            if status == 200 && box.part.have > 0 {
-                // The server ignored our Range (or the If-Range validator changed): start over.
-                box.part.reset()
+            let failure = box.part.withLock { part in
+                Self.check(status: status, headers, length, &part, url: url)
             }
-            if status == 206 {
-                guard let range = headers["content-range"], let (start, total) = Self.parseContentRange(range),
-                    start == box.part.have
-                else {
-                    let detail =
-                        "Content-Range \(quoted(headers["content-range"] ?? "")) does not continue at byte \(box.part.have)"
-                    box.part.reset()
-                    return .failed(.badRange(url: url, detail: detail), retryable: false)
-                }
-                if let want = box.part.total, let total, total != want {
-                    box.part.reset()
-                    return .failed(
-                        .badRange(url: url, detail: "Content-Range total \(total), expected \(want)"), retryable: false)
-                }
-            }
-            let cap = (box.part.expecting.size ?? box.part.expecting.limit) - box.part.have
-            if let length, length > cap {
-                return .failed(
-                    .tooLarge(url: url, limit: box.part.expecting.size ?? box.part.expecting.limit), retryable: false)
-            }
+            if let failure { return failure }
             // The validator for a later If-Range; not durable: a lost or torn one costs a full
             // download (the server answers 200), never wrong bytes.
             if let tag = headers["etag"] { try? SystemCalls.writeFile(Data(tag.utf8), to: etagPath) }
@@ -94,27 +86,65 @@ package final class ResponseHandler: @unchecked Sendable {
         return nil
     }
 
+    /// Whether a successful answer (`status`, `headers`, Content-Length `length`) continues `part`:
+    /// nil when it does; else the failure (and `part` reset when its bytes cannot be continued).
+    private static func check(
+        status: Int, _ headers: [String: String], _ length: Int64?, _ part: inout PartFile, url: String
+    ) -> HTTPTransport.Outcome? {
+        if status == 200 && part.have > 0 {
+            // The server ignored our Range (or the If-Range validator changed): start over.
+            part.reset()
+        }
+        if status == 206 {
+            guard let range = headers["content-range"], let (start, total) = Self.parseContentRange(range),
+                start == part.have
+            else {
+                let detail =
+                    "Content-Range \(quoted(headers["content-range"] ?? "")) does not continue at byte \(part.have)"
+                part.reset()
+                return .failed(.badRange(url: url, detail: detail), retryable: false)
+            }
+            if let want = part.total, let total, total != want {
+                part.reset()
+                return .failed(
+                    .badRange(url: url, detail: "Content-Range total \(total), expected \(want)"), retryable: false)
+            }
+        }
+        let cap = (part.expecting.size ?? part.expecting.limit) - part.have
+        if let length, length > cap {
+            return .failed(.tooLarge(url: url, limit: part.expecting.size ?? part.expecting.limit), retryable: false)
+        }
+        return nil
+    }
+
     /// A piece of the body. Nil to go on; else the failure that ends the request.
     package func chunk(_ bytes: UnsafeRawBufferPointer) -> HTTPTransport.Outcome? {
         window.withLock { $0.bytes += Int64(bytes.count) }
-        received += Int64(bytes.count)
         switch sink {
         case .memory(let limit):
-            if succeeded, Int64(body.count + bytes.count) > limit {
-                return .failed(.tooLarge(url: url, limit: limit), retryable: false)
+            return answer.withLock { answer in
+                answer.received += Int64(bytes.count)
+                if answer.succeeded, Int64(answer.body.count + bytes.count) > limit {
+                    return .failed(.tooLarge(url: url, limit: limit), retryable: false)
+                }
+                // An error page is kept only in part: it is never read.
+                if answer.body.count < 64 << 10 || answer.succeeded { answer.body.append(contentsOf: bytes) }
+                return nil
             }
-            // An error page is kept only in part: it is never read.
-            if body.count < 64 << 10 || succeeded { body.append(contentsOf: bytes) }
         case .file(let box, let progress, _):
+            let succeeded = answer.withLock { answer in
+                answer.received += Int64(bytes.count)
+                return answer.succeeded
+            }
             guard succeeded else { return nil }
-            do {
-                try box.part.append(bytes)
+            do throws(FetchError) {
+                try box.part.withLock { part throws(FetchError) in try part.append(bytes) }
                 progress?(Int64(bytes.count))
             } catch {
                 return .failed(error, retryable: false)
             }
+            return nil
         }
-        return nil
     }
 
     /// The transfer's pace, checked every second: a failure when the deadline has passed, or when

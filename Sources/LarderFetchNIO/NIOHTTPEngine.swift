@@ -7,6 +7,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOSSL
+import Synchronization
 import SystemPackage
 
 /// The engine on Linux: AsyncHTTPClient over NIO. One `HTTPClient` per process and
@@ -30,7 +31,7 @@ package struct NIOHTTPEngine: HTTPEngine {
     let bulkClient: HTTPClient
     let options: HTTPOptions
 
-    private static let clients = Locked<[String: (HTTPClient, HTTPClient)]>([:])
+    private static let clients = Mutex<[String: (HTTPClient, HTTPClient)]>([:])
 
     /// The engine for these options, its clients shared with every engine of the same settings.
     package static func engine(_ options: HTTPOptions) throws(FetchError) -> NIOHTTPEngine {

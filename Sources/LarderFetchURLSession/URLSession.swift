@@ -50,11 +50,11 @@ package struct URLSessionEngine: HTTPEngine {
 /// Eight chunks (128 KiB) are enough to keep a loopback transfer at full speed (320 MiB in about
 /// 1 s either way) and hold about 2 MiB less at peak than 64 did.
 final class BoundedDelegateQueue: OperationQueue, @unchecked Sendable {
-    // @unchecked: `pending` and `closed` are guarded by `condition`.
+    // @unchecked: OperationQueue is an open class, whose subclass the compiler cannot check; this
+    // one's own state is `pending`, a `Waitable`.
     static let limit = 8
-    private let condition = NSCondition()
-    private var pending = 0
-    private var closed = false
+    /// Operations added and not yet run, and whether `close()` has ended the blocking.
+    private let pending = Waitable((count: 0, closed: false))
 
     override init() {
         super.init()
@@ -62,24 +62,19 @@ final class BoundedDelegateQueue: OperationQueue, @unchecked Sendable {
     }
 
     override func addOperation(_ block: @escaping @Sendable () -> Void) {
-        condition.lock()
-        while pending >= Self.limit && !closed { condition.wait() }
-        pending += 1
-        condition.unlock()
+        pending.wait { p -> Bool? in
+            guard p.count < Self.limit || p.closed else { return nil }
+            p.count += 1
+            return true
+        }
         super.addOperation {
             block()
-            self.condition.lock()
-            self.pending -= 1
-            self.condition.signal()
-            self.condition.unlock()
+            self.pending.update { $0.count -= 1 }
         }
     }
 
     func close() {
-        condition.lock()
-        closed = true
-        condition.broadcast()
-        condition.unlock()
+        pending.update { $0.closed = true }
     }
 }
 
@@ -297,55 +292,61 @@ package struct URLSessionExchange: NetworkExchange {
 
     /// The body between URLSession's delegate (which puts, and waits while `bound` bytes are
     /// unread) and the reader (which takes, and waits for the next chunk without a thread).
-    final class Mailbox: @unchecked Sendable {
-        // @unchecked: every field is guarded by `condition`.
+    final class Mailbox: Sendable {
         let limit: Int
         static let bound = 256 << 10
-        private let condition = NSCondition()
-        private var chunks: [Data] = []
-        private var buffered = 0
-        private var total = 0
-        private var end: (any Error)??
-        private var waiter: CheckedContinuation<Data?, any Error>?
+        private let box = Waitable(Box())
+
+        private struct Box {
+            var chunks: [Data] = []
+            var buffered = 0
+            var total = 0
+            var end: (any Error)??
+            var waiter: CheckedContinuation<Data?, any Error>?
+        }
 
         init(limit: Int) { self.limit = limit }
 
         /// A chunk from the network (delegate queue): handed to a waiting reader, else kept;
         /// waits while `bound` bytes are unread.
         func put(_ data: Data) {
-            condition.lock()
-            total += data.count
-            if total > limit {
-                condition.unlock()
-                return finish(ForwardTooLarge(limit: limit))
+            enum Put {
+                case tooLarge, kept
+                case handed(CheckedContinuation<Data?, any Error>)
             }
-            if let w = waiter {
-                waiter = nil
-                condition.unlock()
-                return w.resume(returning: data)
-            }
-            chunks.append(data)
-            buffered += data.count
-            // A reader that stops reading for a minute has let the body go: end it rather than
-            // hold the delegate queue (and the session) for ever.
-            let deadline = Date().addingTimeInterval(60)
-            while buffered >= Self.bound && end == nil {
-                if !condition.wait(until: deadline) {
-                    condition.unlock()
-                    return finish(URLError(.timedOut))
+            let limit = self.limit
+            let put: Put = box.update { s in
+                s.total += data.count
+                if s.total > limit { return .tooLarge }
+                if let w = s.waiter {
+                    s.waiter = nil
+                    return .handed(w)
                 }
+                s.chunks.append(data)
+                s.buffered += data.count
+                return .kept
             }
-            condition.unlock()
+            switch put {
+            case .tooLarge:
+                finish(ForwardTooLarge(limit: limit))
+            case .handed(let w):
+                w.resume(returning: data)
+            case .kept:
+                // A reader that stops reading for a minute has let the body go: end it rather than
+                // hold the delegate queue (and the session) for ever.
+                let room = box.wait(
+                    until: { s in s.buffered < Self.bound || s.end != nil ? true : nil }, deadline: .now() + 60)
+                if room == nil { finish(URLError(.timedOut)) }
+            }
         }
 
         /// The end of the body (nil) or its failure.
         func finish(_ error: (any Error)?) {
-            condition.lock()
-            if end == nil { end = .some(error) }
-            let w = waiter
-            waiter = nil
-            condition.broadcast()
-            condition.unlock()
+            let w = box.update { s in
+                if s.end == nil { s.end = .some(error) }
+                defer { s.waiter = nil }
+                return s.waiter
+            }
             guard let w else { return }
             if let error { w.resume(throwing: error) } else { w.resume(returning: nil) }
         }
@@ -353,21 +354,28 @@ package struct URLSessionExchange: NetworkExchange {
         /// The next chunk, or nil at the end.
         func next() async throws -> Data? {
             try await withCheckedThrowingContinuation { (c: CheckedContinuation<Data?, any Error>) in
-                condition.lock()
-                if !chunks.isEmpty {
-                    let d = chunks.removeFirst()
-                    buffered -= d.count
-                    condition.signal()
-                    condition.unlock()
-                    return c.resume(returning: d)
+                enum Next {
+                    case chunk(Data)
+                    case end((any Error)?)
+                    case waiting
                 }
-                if let end {
-                    condition.unlock()
-                    if let e = end { return c.resume(throwing: e) }
-                    return c.resume(returning: nil)
+                // A chunk taken makes room: the delegate waiting in `put` is woken.
+                let next: Next = box.update { s in
+                    if !s.chunks.isEmpty {
+                        let d = s.chunks.removeFirst()
+                        s.buffered -= d.count
+                        return .chunk(d)
+                    }
+                    if let end = s.end { return .end(end) }
+                    s.waiter = c
+                    return .waiting
                 }
-                waiter = c
-                condition.unlock()
+                switch next {
+                case .chunk(let d): c.resume(returning: d)
+                case .end(let e?): c.resume(throwing: e)
+                case .end(nil): c.resume(returning: nil)
+                case .waiting: break
+                }
             }
         }
     }

@@ -319,7 +319,7 @@ final class SynchronizedFaultTable: FaultTable {
     }
 
     private let armed = Atomic<Int>(0)
-    private let state = Locked(State())
+    private let state = Mutex(State())
 
     var isArmed: Bool { armed.load(ordering: .relaxed) != 0 }
 

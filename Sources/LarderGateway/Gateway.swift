@@ -6,6 +6,7 @@ import LarderCore
 import LarderResolve
 import Logging
 import NIOCore
+import Synchronization
 
 /// `larder serve`: an HTTP gateway on loopback over the resource loader.
 ///
@@ -349,7 +350,7 @@ extension HTTPFields {
 
 /// The port the server bound, once known.
 final class BoundPort: Sendable {
-    private let value = Locked<Int?>(nil)
+    private let value = Mutex<Int?>(nil)
     var port: Int? { value.withLock { $0 } }
     func set(_ p: Int) { value.withLock { $0 = p } }
 }

@@ -7,6 +7,7 @@ import LarderResolve
 import Logging
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 /// Hummingbird's HTTP/1.1 channel with the gateway's event-loop responder in its pipeline.
 ///
@@ -218,7 +219,7 @@ final class PackageHits: ChannelDuplexHandler, RemovableChannelHandler {
 /// The `Date` header's value, formatted once a second.
 final class DateField: Sendable {
     /// The second last formatted, and its text.
-    private let formatted = Locked((second: 0, value: ""))
+    private let formatted = Mutex((second: 0, value: ""))
 
     func now() -> String {
         let t = time(nil)

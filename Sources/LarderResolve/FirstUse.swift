@@ -2,6 +2,7 @@ import Foundation
 import LarderCore
 import LarderFileSystem
 import LarderStore
+import Synchronization
 
 /// Fetch at first use: the resolver's callers (the gateway, the web-view driver,
 /// `OfflinePackages`) ask it, for a URL no installed package serves, whether an on-demand package
@@ -42,10 +43,10 @@ public final class FirstUse: Sendable {
     public let onInstall: (@Sendable (PackageID, Outcome) -> Void)?
     let install: Install
     /// The installs under way, by package.
-    private let inFlight = Locked<[PackageID: Task<(String?, Double), Never>]>([:])
+    private let inFlight = Mutex<[PackageID: Task<(String?, Double), Never>]>([:])
     /// The catalog table made for a snapshot, and the sharded catalog's rows for the accepted
     /// index file they were read from.
-    private let catalogs = Locked(Catalogs())
+    private let catalogs = Mutex(Catalogs())
 
     private struct Catalogs {
         var table: (snapshot: ObjectIdentifier, table: RouteTable, settings: [PackageID: ServingSettings])?
@@ -132,7 +133,7 @@ public final class FirstUse: Sendable {
         // the install at its end: awaiting another task's value does not heed cancellation.)
         let deadline = self.deadline
         let result: (String?, Double)? = await withCheckedContinuation { continuation in
-            let answered = Locked(false)
+            let answered = Mutex(false)
             let answer = { @Sendable (value: (String?, Double)?) in
                 if answered.withLock({ done in
                     defer { done = true }

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import LarderCore
+import Synchronization
 
 /// What a front-end does with a request no package serves.
 public enum NetworkMode: Sendable, Equatable {
@@ -23,9 +24,9 @@ public struct Forwarder: Sendable {
     /// Largest request body forwarded, and largest answer relayed.
     package var maxBytes: Int
     /// Requests refused because their package's `networkHosts` does not list the host.
-    package let refusedHosts = Locked<Int>(0)
+    package let refusedHosts = SharedCount()
     /// How many requests were refused because their package's `networkHosts` does not list the host.
-    package var refusedHostCount: Int { refusedHosts.withLock { $0 } }
+    package var refusedHostCount: Int { refusedHosts.value }
 
     /// The header field a forwarded request carries, so a request that comes back is refused (508).
     package static let loopMarker = "X-Larder-Gateway"
@@ -69,7 +70,7 @@ public struct Forwarder: Sendable {
             return .refused(status: 502, reason: "\(reason); a custom-scheme URL with no http(s) route has no network")
         }
         if let why = hostRefusal(to, page: page, url: url, table: table) {
-            refusedHosts.withLock { $0 += 1 }
+            refusedHosts.add()
             return .refused(status: 403, reason: why)
         }
         if marked { return .refused(status: 508, reason: "the request would loop back through a Larder forwarder") }
@@ -147,4 +148,18 @@ public struct ForwardFailure: Error, Sendable, Equatable, CustomStringConvertibl
     public init(message: String) { self.message = message }
     /// The message.
     public var description: String { message }
+}
+
+/// A count every copy of a value shares (a `Mutex` is not copyable, so a struct holds it in a class).
+package final class SharedCount: Sendable {
+    private let count = Mutex(0)
+
+    /// A count of zero.
+    package init() {}
+
+    /// The count now.
+    package var value: Int { count.withLock { $0 } }
+
+    /// Adds one.
+    package func add() { count.withLock { $0 += 1 } }
 }

@@ -2,6 +2,7 @@ import Foundation
 import LarderCore
 import LarderStore
 import Logging
+import Synchronization
 import SystemPackage
 
 /// Where page-health verdicts go (the store, through `StoreHealthRecorder`; a fake in tests).
@@ -23,9 +24,9 @@ public final class PageHealthTracker: Sendable {
     package let recorder: any HealthRecording
     /// Seconds on a monotonic clock (injected in tests).
     let clock: @Sendable () -> TimeInterval
-    private let pages = Locked<[String: HealthMonitor]>([:])
+    private let pages = Mutex<[String: HealthMonitor]>([:])
     /// Pages served but not started: no page script has spoken for them yet (`reserve`).
-    private let unstarted = Locked<[String: (activation: ActivationRef, servedAt: TimeInterval)]>([:])
+    private let unstarted = Mutex<[String: (activation: ActivationRef, servedAt: TimeInterval)]>([:])
     /// The most pages watched at once; a page beyond it is served without a monitor.
     package static let maxPages = 4096
 
@@ -141,7 +142,7 @@ package final class StoreHealthRecorder: HealthRecording, Sendable {
     /// confirmed until the next activation, which has another number: a healthy verdict about
     /// one of these needs neither the lock nor a read of the state (every page load sends one).
     /// (Behind a lock no other thread takes, so that the compiler can check the class.)
-    private let confirmed = Locked<Set<ActivationRef>>([])
+    private let confirmed = Mutex<Set<ActivationRef>>([])
 
     /// A recorder for the sandbox at `root`; `onOutcome` hears each verdict's effect, or why it
     /// could not be recorded. Its state writes are told to `handoff` (the resolver's, when the

@@ -3,6 +3,7 @@ import Foundation
 import LarderCore
 import LarderFileSystem
 import LarderStore
+import Synchronization
 import SystemPackage
 
 /// Resolves URLs to files of a sandbox, for the life of an app or a gateway. Takes no lock on
@@ -34,7 +35,7 @@ public final class Resolver: Sendable {
         var rebuilding = false
     }
 
-    private let live: Locked<Live>
+    private let live: Mutex<Live>
 
     /// Opens the sandbox at `root` for resolving and reads its current state. `handoff`, when
     /// the app's syncs share it, hands this resolver what they wrote (see `ServingHandoff`).
@@ -48,7 +49,7 @@ public final class Resolver: Sendable {
         let token = watch.token()
         handoff?.readerOpened()
         do {
-            live = Locked(
+            live = Mutex(
                 Live(current: try Snapshot.load(root: root, schemes: self.schemes, handoff: handoff), seenToken: token))
         } catch {
             handoff?.readerClosed()
@@ -71,7 +72,7 @@ public final class Resolver: Sendable {
         watch = GenerationWatch(layout: layout)
         let token = watch.token()
         handoff = nil
-        live = Locked(
+        live = Mutex(
             Live(
                 current: try Snapshot.load(root: root, schemes: self.schemes, handoff: nil, onlyFor: url),
                 seenToken: token))
@@ -181,7 +182,7 @@ public final class ResolverSession: Sendable {
     package let leases: [PinLease]
     let pinned: [RoutedPackage]
     /// The last table made, with the snapshot it was made from.
-    private let cache = Locked<(Snapshot, RouteTable)?>(nil)
+    private let cache = Mutex<(Snapshot, RouteTable)?>(nil)
 
     init(resolver: Resolver, leases: [PinLease], pinned: [RoutedPackage]) {
         self.resolver = resolver
@@ -229,7 +230,7 @@ final class GenerationWatch: @unchecked Sendable {
         var lastToken: UInt64 = 0
     }
 
-    private let fallback = Locked(Fallback())
+    private let fallback = Mutex(Fallback())
 
     init(layout: SandboxLayout) {
         self.layout = layout

@@ -4,6 +4,7 @@ import LarderCore
 import LarderFileSystem
 import LarderStore
 import Logging
+import Synchronization
 import SystemPackage
 
 /// A request as every front-end (the HTTP gateway, the WebKit scheme handler) hands it over.
@@ -54,16 +55,15 @@ public enum LoadOutcome: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// A response of the loader: head, then a body read in chunks.
-public final class LoadResponse: @unchecked Sendable {
-    // @unchecked: the body's file descriptor is used by one reader at a time (the front-end's
-    // writing task), as every front-end does.
+public final class LoadResponse: Sendable {
     /// The HTTP status: 200, 206, 304, 404, 405 or 416.
     public let status: Int
     /// Header name and value pairs, in the order to send them.
     public let headers: [(String, String)]
     /// Which version served the response (or the fallback that did), or why nothing was found.
     public let outcome: LoadOutcome
-    private var body: Body
+    /// What is left of the body (read by one front-end task at a time, so the lock is uncontended).
+    private let body: Mutex<Body>
 
     enum Body {
         case none
@@ -76,7 +76,7 @@ public final class LoadResponse: @unchecked Sendable {
         self.status = status
         self.headers = headers
         self.outcome = outcome
-        self.body = body
+        self.body = Mutex(body)
     }
 
     /// The value of a header (case-insensitive name).
@@ -97,19 +97,34 @@ public final class LoadResponse: @unchecked Sendable {
     /// damaged under the server) throws, so a front-end aborts the response instead of sending a
     /// short one.
     public func nextChunk(maxBytes: Int = 64 << 10) throws -> Data? {
-        switch body {
-        case .none:
+        enum Next {
+            case end
+            case bytes(Data)
+            case file(left: Int64)
+        }
+        let next: Next = body.withLock { body in
+            switch body {
+            case .none:
+                return .end
+            case .bytes(let d):
+                guard !d.isEmpty else {
+                    body = .none
+                    return .end
+                }
+                let n = min(maxBytes, d.count)
+                body = n == d.count ? .none : .bytes(d.dropFirst(n))
+                return .bytes(Data(d.prefix(n)))
+            case .file(_, _, let range):
+                return .file(left: Int64(max(range.count, 0)))
+            }
+        }
+        switch next {
+        case .end:
             return nil
         case .bytes(let d):
-            guard !d.isEmpty else {
-                body = .none
-                return nil
-            }
-            let n = min(maxBytes, d.count)
-            body = n == d.count ? .none : .bytes(d.dropFirst(n))
-            return Data(d.prefix(n))
-        case .file(_, _, let range):
-            var chunk = Data(count: Int(min(Int64(maxBytes), Int64(max(range.count, 0)))))
+            return d
+        case .file(let left):
+            var chunk = Data(count: Int(min(Int64(maxBytes), left)))
             let n = try chunk.withUnsafeMutableBytes { try nextChunk(into: $0) }
             guard n > 0 else { return nil }
             if n < chunk.count { chunk.removeSubrange(n...) }
@@ -121,40 +136,42 @@ public final class LoadResponse: @unchecked Sendable {
     /// Throws as `nextChunk(maxBytes:)` does; a front-end that writes into its own buffers (the
     /// gateway's event-loop responder) reads with it, without a `Data` in between.
     public func nextChunk(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
-        switch body {
-        case .none:
-            return 0
-        case .bytes(let d):
-            let n = min(buffer.count, d.count)
-            d.prefix(n).copyBytes(to: buffer)
-            body = n == d.count ? .none : .bytes(d.dropFirst(n))
-            return n
-        case .file(let fd, let path, let range):
-            guard !range.isEmpty else {
-                close()
+        try body.withLock { body throws(LoadError) -> Int in
+            switch body {
+            case .none:
                 return 0
+            case .bytes(let d):
+                let n = min(buffer.count, d.count)
+                d.prefix(n).copyBytes(to: buffer)
+                body = n == d.count ? .none : .bytes(d.dropFirst(n))
+                return n
+            case .file(let fd, let path, let range):
+                guard !range.isEmpty else {
+                    Self.close(&body)
+                    return 0
+                }
+                let want = Int(min(Int64(buffer.count), Int64(range.count)))
+                if want == 0 { return 0 }
+                // Through the funnel: an interrupted read is retried, an I/O error is one.
+                let read = Result { () throws(FileSystemError) in
+                    try SystemCalls.pread(
+                        fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<want]), at: range.lowerBound,
+                        path: path)
+                }
+                let n: Int
+                switch read {
+                case .success(let count) where count > 0:
+                    n = count
+                case .success:
+                    Self.close(&body)
+                    throw LoadError.shortFile(expected: range.upperBound, at: range.lowerBound)
+                case .failure(let error):
+                    Self.close(&body)
+                    throw LoadError.unreadable(error)
+                }
+                body = .file(fd, path, (range.lowerBound + Int64(n))..<range.upperBound)
+                return n
             }
-            let want = Int(min(Int64(buffer.count), Int64(range.count)))
-            if want == 0 { return 0 }
-            // Through the funnel: an interrupted read is retried, an I/O error is one.
-            let read = Result { () throws(FileSystemError) in
-                try SystemCalls.pread(
-                    fd, into: UnsafeMutableRawBufferPointer(rebasing: buffer[..<want]), at: range.lowerBound, path: path
-                )
-            }
-            let n: Int
-            switch read {
-            case .success(let count) where count > 0:
-                n = count
-            case .success:
-                close()
-                throw LoadError.shortFile(expected: range.upperBound, at: range.lowerBound)
-            case .failure(let error):
-                close()
-                throw LoadError.unreadable(error)
-            }
-            body = .file(fd, path, (range.lowerBound + Int64(n))..<range.upperBound)
-            return n
         }
     }
 
@@ -163,14 +180,18 @@ public final class LoadResponse: @unchecked Sendable {
     /// left. Nil, with nothing changed, when the body is not a file. A front-end that can send a
     /// file's bytes without reading them (`sendfile`) takes it.
     public func takeFile() -> (descriptor: CInt, range: Range<Int64>)? {
-        guard case .file(let fd, _, let range) = body else { return nil }
-        body = .none
-        return (fd.rawValue, range)
+        body.withLock { body in
+            guard case .file(let fd, _, let range) = body else { return nil }
+            body = .none
+            return (fd.rawValue, range)
+        }
     }
 
     /// Closes the file (idempotent; also done at the end of the body and on deinit). A front-end
     /// calls it when its request is cancelled.
-    public func close() {
+    public func close() { body.withLock { Self.close(&$0) } }
+
+    private static func close(_ body: inout Body) {
         if case .file(let fd, let path, _) = body { try? SystemCalls.close(fd, path: path) }
         body = .none
     }
@@ -379,7 +400,7 @@ package final class StoreFailureReporter: FailureReporting, Sendable {
     private let queue = DispatchQueue(label: "larder.failure-reporter")
     /// When each package version was last reported (touched on `queue` only; behind a lock no
     /// other thread takes, so that the compiler can check the class).
-    private let last = Locked<[String: Date]>([:])
+    private let last = Mutex<[String: Date]>([:])
 
     /// A reporter for the sandbox at `root`, recording each version at most once per `interval`
     /// seconds; its state writes are told to `handoff` (the resolver's, when the app shares one).

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderStore
+import Synchronization
 
 /// The pinned versions of one web view, renewed at each main-frame navigation: while a page is
 /// shown, its subresources come from the versions it was loaded with (an update or a rollback
@@ -11,7 +12,7 @@ public final class SessionPins: Sendable {
     public let resolver: Resolver
     /// The packages pinned; nil pins every package with an active version.
     public let ids: [String]?
-    private let session = Locked<ResolverSession?>(nil)
+    private let session = Mutex<ResolverSession?>(nil)
 
     /// Pins `ids` (nil: every active package) now.
     public init(resolver: Resolver, ids: [String]? = nil) throws(StoreError) {

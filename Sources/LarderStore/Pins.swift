@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderFileSystem
+import Synchronization
 import SystemPackage
 
 /// A session's hold on a version: while it exists, `gc` (in any process) does not delete the
@@ -14,7 +15,7 @@ package final class PinLease: Sendable {
     package let version: SemanticVersion
     let path: FilePath
     /// Whether `release()` ran.
-    private let released = Locked(false)
+    private let released = Mutex(false)
 
     init(id: PackageID, version: SemanticVersion, path: FilePath) {
         self.id = id

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderFileSystem
+import Synchronization
 import SystemPackage
 
 /// When a package was last used: `usage/<id>`'s modification time, touched by the process that
@@ -12,7 +13,7 @@ package final class UsageRecorder: Sendable {
     /// How long after a touch the next use of the same package is not written.
     let interval: TimeInterval
     /// When each package was last touched by this recorder.
-    private let touched = Locked<[PackageID: Date]>([:])
+    private let touched = Mutex<[PackageID: Date]>([:])
 
     /// A recorder for the sandbox at `root`.
     package init(root: FilePath, interval: TimeInterval = 60) {

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderFileSystem
+import Synchronization
 import SystemPackage
 
 /// What this process last wrote to a sandbox that a resolver reads back — the state's serving
@@ -40,7 +41,7 @@ public final class ServingHandoff: Sendable {
         var roots: [String: Kept] = [:]
     }
 
-    private let shared = Locked(Shared())
+    private let shared = Mutex(Shared())
 
     /// What is kept for one sandbox.
     private struct Kept {

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderFileSystem
+import Synchronization
 import SystemPackage
 
 /// Checks an installed tree against its file list, file by file: every listed file present,
@@ -84,21 +85,14 @@ package enum TreeCheck {
 
 /// One optional problem per listed file, written by the workers of a verification (each slot by
 /// one worker only).
-private final class ProblemSlots: @unchecked Sendable {
-    // @unchecked: the slots are written at distinct indices by distinct workers (through a raw
-    // buffer, so no exclusive access to a shared array is claimed) and read after
-    // `concurrentPerform` returned.
-    private let slots: UnsafeMutableBufferPointer<TreeProblem?>
-    init(_ count: Int) {
-        slots = .allocate(capacity: count)
-        slots.initialize(repeating: nil)
+private final class ProblemSlots: Sendable {
+    private let slots: Mutex<[TreeProblem?]>
+    init(_ count: Int) { slots = Mutex([TreeProblem?](repeating: nil, count: count)) }
+    func set(_ i: Int, _ problem: TreeProblem?) {
+        guard let problem else { return }
+        slots.withLock { $0[i] = problem }
     }
-    deinit {
-        slots.deinitialize()
-        slots.deallocate()
-    }
-    func set(_ i: Int, _ problem: TreeProblem?) { slots[i] = problem }
-    var all: [TreeProblem] { slots.compactMap { $0 } }
+    var all: [TreeProblem] { slots.withLock { $0.compactMap { $0 } } }
 }
 
 /// One way an installed tree differs from its file list.

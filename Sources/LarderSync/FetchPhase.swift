@@ -4,6 +4,7 @@ import LarderCore
 import LarderFetch
 import LarderFileSystem
 import LarderStore
+import Synchronization
 import SystemPackage
 
 // The streamed extraction reads a download's part file as it grows: `GrowingPart` (Fetch) has
@@ -322,7 +323,7 @@ struct FetchPhase {
 
 /// Bytes per package across concurrent transfers.
 final class ByteCounter: Sendable {
-    private let counts = Locked<[String: Int64]>([:])
+    private let counts = Mutex<[String: Int64]>([:])
 
     func add(_ id: String, _ n: Int64) -> Int64 {
         counts.withLock { counts in

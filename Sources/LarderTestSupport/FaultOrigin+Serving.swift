@@ -73,7 +73,7 @@ extension FaultOrigin {
         state.withLock { s in
             for i in s.rules.indices {
                 let r = s.rules[i]
-                guard path.hasPrefix(r.pathPrefix), r.left.map({ $0 > 0 }) ?? true, !r.onlyRange || hasRange else {
+                guard r.matches(path), r.left.map({ $0 > 0 }) ?? true, !r.onlyRange || hasRange else {
                     continue
                 }
                 if let left = r.left { s.rules[i].left = left - 1 }
@@ -161,7 +161,7 @@ extension FaultOrigin {
             case .redirectToOtherHost: location = "\(scheme)://\(otherHost ?? "127.0.0.2"):\(port)\(target)"
             case .redirectToHTTP: location = "http://\(local):\(port)\(target)"
             default:
-                let n = state.withLock { s in s.rules.first { $0.fault == fault && path.hasPrefix($0.pathPrefix) } }
+                let n = state.withLock { s in s.rules.first { $0.fault == fault && $0.matches(path) } }
                 location = "\(scheme)://\(local):\(port)\(path)?redirected=\(n?.applied ?? 1)"
             }
             let text = Data("moved\n".utf8)
@@ -180,7 +180,9 @@ extension FaultOrigin {
     /// and If-Range, shaped by `fault`.
     func answerFile(_ asked: Asked, fault: Fault?, writer: Writer) async throws -> Bool {
         let fields = asked.fields
-        guard let file = resolve(asked.path), let data = try? Data(contentsOf: file) else {
+        var base: URL?
+        if case .serveFrom(let directory) = fault { base = directory }
+        guard let file = resolve(asked.path, under: base), let data = try? Data(contentsOf: file) else {
             let text = Data("not found\n".utf8)
             let id = answer(asked, 404, fault: fault, declared: text.count)
             try await writer.head(404, [("Content-Type", "text/plain"), ("Content-Length", "\(text.count)")])
@@ -317,12 +319,12 @@ extension FaultOrigin {
         }
     }
 
-    /// The file under the root for a URL path, or nil (no traversal, no directories).
-    func resolve(_ path: String) -> URL? {
+    /// The file under the root (or `base`) for a URL path, or nil (no traversal, no directories).
+    func resolve(_ path: String, under base: URL? = nil) -> URL? {
         guard let decoded = path.removingPercentEncoding, !decoded.contains("\0") else { return nil }
         let parts = decoded.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
         guard !parts.isEmpty, !parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else { return nil }
-        let file = parts.reduce(root) { $0.appendingPathComponent(String($1)) }
+        let file = parts.reduce(base ?? root) { $0.appendingPathComponent(String($1)) }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: file.path, isDirectory: &isDirectory), !isDirectory.boolValue
         else { return nil }
@@ -365,4 +367,9 @@ extension FaultOrigin {
         default: "application/octet-stream"
         }
     }
+}
+
+extension FaultOrigin.Rule {
+    /// Whether the rule's path covers `path` (the path itself when `exact`, else every path it prefixes).
+    func matches(_ path: String) -> Bool { exact ? path == pathPrefix : path.hasPrefix(pathPrefix) }
 }

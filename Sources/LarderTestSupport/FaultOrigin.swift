@@ -4,6 +4,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import NIOSSL
+import Synchronization
 
 /// A fault-injecting HTTP origin on loopback, started by a test: the Swift counterpart of
 /// `scripts/integration/fault-origin.py`, in process, for the transport's and the gateway's
@@ -62,6 +63,9 @@ package final class FaultOrigin: Sendable {
         /// The file followed by `count` bytes of junk: with a Content-Length that counts them, or
         /// (`declared: false`) with none, the body ending with the connection.
         case extra(Int, declared: Bool = true)
+        /// The file at the same path under `directory` instead of the root, served healthily (a
+        /// document replayed or substituted).
+        case serveFrom(URL)
 
         /// A short name for logs and failure messages.
         package var description: String {
@@ -81,6 +85,7 @@ package final class FaultOrigin: Sendable {
             case .redirect: "redirect"
             case .redirectToHTTP: "redirect-http"
             case .extra: "extra"
+            case .serveFrom: "serve-from"
             }
         }
 
@@ -132,6 +137,8 @@ package final class FaultOrigin: Sendable {
     package struct Rule: Sendable, Equatable {
         /// The path prefix it applies to.
         package var pathPrefix: String
+        /// Whether it applies to that path only, not to the paths it is a prefix of.
+        package var exact: Bool
         /// The fault.
         package var fault: Fault
         /// Requests it still applies to; nil: every one.
@@ -151,11 +158,11 @@ package final class FaultOrigin: Sendable {
     /// `https` when the origin speaks TLS, else `http`.
     package let scheme: String
     let root: URL
-    let state = Locked(State())
+    let state = Mutex(State())
     private let servers: [NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, Never>, Never>]
-    let running = Locked<Task<Void, Never>?>(nil)
+    let running = Mutex<Task<Void, Never>?>(nil)
     /// The open connections, closed by `stop()` (a stalled answer must not outlive the test).
-    let open = Locked<[ObjectIdentifier: any NIOCore.Channel]>([:])
+    let open = Mutex<[ObjectIdentifier: any NIOCore.Channel]>([:])
 
     struct State {
         var rules: [Rule] = []
@@ -288,11 +295,14 @@ package final class FaultOrigin: Sendable {
 
     /// Adds a rule: `fault` for the next `count` requests (nil: every one) whose path starts with
     /// `pathPrefix`; `onlyRange` (by default true for `ignoreRange` and `badContentRange`) lets
-    /// requests without a Range header through without using the rule up.
-    package func inject(_ fault: Fault, at pathPrefix: String, count: Int? = 1, onlyRange: Bool? = nil) {
+    /// requests without a Range header through without using the rule up; `exact` applies it to
+    /// `pathPrefix` itself only.
+    package func inject(
+        _ fault: Fault, at pathPrefix: String, count: Int? = 1, onlyRange: Bool? = nil, exact: Bool = false
+    ) {
         let rule = Rule(
-            pathPrefix: pathPrefix, fault: fault, left: count, onlyRange: onlyRange ?? fault.rangeOnlyByDefault,
-            applied: 0)
+            pathPrefix: pathPrefix, exact: exact, fault: fault, left: count,
+            onlyRange: onlyRange ?? fault.rangeOnlyByDefault, applied: 0)
         state.withLock { $0.rules.append(rule) }
     }
 

@@ -8,8 +8,7 @@ import SystemPackage
 /// A repository with the sample app packed under `https://app.example.com/` (and a second
 /// package under `/docs/`), and a sandbox that installs from it directly (no sync: the resolver
 /// only needs the state, the file lists and the cached index).
-package final class ResolveEnv: @unchecked Sendable {
-    // @unchecked: one test uses an environment from one task at a time.
+package final class ResolveEnv: Sendable {
     /// The temporary directory holding the repository and the sandbox.
     package let temporary: TemporaryDirectory
     /// The sample repository.

@@ -5,9 +5,7 @@ import SystemPackage
 
 /// A `file://` repository of the sample app, signed with a key of its own: tests publish
 /// versions into it (each from a fresh copy of `Examples/sample-app`) and sync or install from it.
-package final class SampleRepository: @unchecked Sendable {
-    // @unchecked: tests use one repository from one task at a time; nothing here is shared.
-
+package final class SampleRepository: Sendable {
     /// The directory holding the repository and the sources it was packed from.
     package let directory: URL
     /// The publisher's key.

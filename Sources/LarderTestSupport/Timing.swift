@@ -1,5 +1,6 @@
 import Dispatch
 import LarderCore
+import Synchronization
 import Testing
 
 /// Threads of the tests' own for the async work whose timing a test asserts (a server's answers,
@@ -15,7 +16,7 @@ package final class OwnThreads: TaskExecutor {
     package static let shared = OwnThreads(width: 16)
 
     private let queues: [DispatchQueue]
-    private let next = Locked(0)
+    private let next = Mutex(0)
 
     private init(width: Int) {
         queues = (0..<width).map { DispatchQueue(label: "larder.test-threads.\($0)") }

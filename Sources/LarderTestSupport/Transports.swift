@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderFetch
+import Synchronization
 import SystemPackage
 
 /// One call a transport received.
@@ -15,7 +16,7 @@ package enum TransportCall: Sendable, Equatable {
 /// default), so a test can assert how many requests a sync made and in which order.
 package final class RecordingTransport: Transport, Sendable {
     private let inner: any Transport
-    private let recorded = Locked<[TransportCall]>([])
+    private let recorded = Mutex<[TransportCall]>([])
 
     /// Records and forwards to `inner`.
     package init(_ inner: any Transport = FileTransport()) { self.inner = inner }

@@ -3,8 +3,8 @@ import Foundation
 
 /// GLib's main loop (the thread GTK and WebKit run on): closures queued to it from any thread.
 public enum GLibMain {
-    final class Box: @unchecked Sendable {
-        // @unchecked: created on one thread, run once on the main loop's.
+    /// A closure handed to GLib as a source's data (an opaque pointer: no Sendable check applies).
+    final class Box {
         let body: () -> Bool
         init(_ body: @escaping () -> Bool) { self.body = body }
     }
@@ -62,9 +62,9 @@ public enum GLibMain {
     nonisolated(unsafe) private static var current: OpaquePointer?
 }
 
-/// A signal handler: a closure kept alive as long as the connection.
-final class SignalBox<T>: @unchecked Sendable {
-    // @unchecked: GObject emits on the main loop's thread only.
+/// A signal handler: a closure kept alive as long as the connection (GObject holds it as an opaque
+/// pointer and emits on the main loop's thread only).
+final class SignalBox<T> {
     let handler: T
     init(_ handler: T) { self.handler = handler }
 
@@ -84,6 +84,16 @@ final class SignalBox<T>: @unchecked Sendable {
 /// Releases a `SignalBox` (its type does not matter to `release`).
 private let releaseBox: GClosureNotify = { data, _ in
     if let data { Unmanaged<AnyObject>.fromOpaque(data).release() }
+}
+
+/// A value GLib's main loop alone uses — a GObject pointer, GLib bytes — carried across a queue or
+/// task on its way there (its maker hands it over and does not touch it after).
+package struct MainLoopBound<Value>: @unchecked Sendable {
+    // @unchecked: only the main loop's thread uses `value` (GTK and WebKit objects are not thread-safe).
+    /// The value.
+    package let value: Value
+    /// Carries `value`.
+    package init(_ value: Value) { self.value = value }
 }
 
 /// A C string GLib allocated, as a Swift string (freed).

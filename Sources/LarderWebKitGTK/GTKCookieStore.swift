@@ -22,11 +22,11 @@ public final class GTKCookieStore: CookieStore, @unchecked Sendable {
 
     /// Every cookie named `name` the store holds.
     public func cookies(named name: String) async -> [WebCookie] {
-        let manager = Unchecked(manager)
+        let manager = MainLoopBound(manager)
         return await withCheckedContinuation { (done: CheckedContinuation<[WebCookie], Never>) in
             GLibMain.async {
-                GAsync.call({ webkit_cookie_manager_get_all_cookies(manager.pointer, nil, $0, $1) }) { _, result in
-                    let list = webkit_cookie_manager_get_all_cookies_finish(manager.pointer, result, nil)
+                GAsync.call({ webkit_cookie_manager_get_all_cookies(manager.value, nil, $0, $1) }) { _, result in
+                    let list = webkit_cookie_manager_get_all_cookies_finish(manager.value, result, nil)
                     done.resume(returning: Self.take(list).filter { $0.name == name })
                 }
             }
@@ -47,13 +47,13 @@ public final class GTKCookieStore: CookieStore, @unchecked Sendable {
 
     /// The cookies a request to `url` carries, as WebKit matches them.
     public func cookies(for url: URL) async -> [WebCookie] {
-        let manager = Unchecked(manager)
+        let manager = MainLoopBound(manager)
         let uri = url.absoluteString
         return await withCheckedContinuation { (done: CheckedContinuation<[WebCookie], Never>) in
             GLibMain.async {
-                GAsync.call({ webkit_cookie_manager_get_cookies(manager.pointer, uri, nil, $0, $1) }) { _, result in
+                GAsync.call({ webkit_cookie_manager_get_cookies(manager.value, uri, nil, $0, $1) }) { _, result in
                     done.resume(
-                        returning: Self.take(webkit_cookie_manager_get_cookies_finish(manager.pointer, result, nil)))
+                        returning: Self.take(webkit_cookie_manager_get_cookies_finish(manager.value, result, nil)))
                 }
             }
         }
@@ -74,19 +74,19 @@ public final class GTKCookieStore: CookieStore, @unchecked Sendable {
 
     /// One `add_cookie` or `delete_cookie`.
     private func change(_ cookie: WebCookie, delete expired: Bool) async {
-        let manager = Unchecked(manager)
+        let manager = MainLoopBound(manager)
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             GLibMain.async {
                 guard let soup = Self.soup(cookie) else { return done.resume() }
                 if expired {
-                    GAsync.call({ webkit_cookie_manager_delete_cookie(manager.pointer, soup, nil, $0, $1) }) { _, r in
-                        _ = webkit_cookie_manager_delete_cookie_finish(manager.pointer, r, nil)
+                    GAsync.call({ webkit_cookie_manager_delete_cookie(manager.value, soup, nil, $0, $1) }) { _, r in
+                        _ = webkit_cookie_manager_delete_cookie_finish(manager.value, r, nil)
                         soup_cookie_free(soup)
                         done.resume()
                     }
                 } else {
-                    GAsync.call({ webkit_cookie_manager_add_cookie(manager.pointer, soup, nil, $0, $1) }) { _, r in
-                        _ = webkit_cookie_manager_add_cookie_finish(manager.pointer, r, nil)
+                    GAsync.call({ webkit_cookie_manager_add_cookie(manager.value, soup, nil, $0, $1) }) { _, r in
+                        _ = webkit_cookie_manager_add_cookie_finish(manager.value, r, nil)
                         soup_cookie_free(soup)
                         done.resume()
                     }
@@ -133,12 +133,6 @@ public final class GTKCookieStore: CookieStore, @unchecked Sendable {
                 Date(timeIntervalSince1970: TimeInterval(g_date_time_to_unix($0)))
             },
             secure: soup_cookie_get_secure(c) != 0, httpOnly: soup_cookie_get_http_only(c) != 0, sameSite: sameSite)
-    }
-
-    struct Unchecked: @unchecked Sendable {
-        // @unchecked: used on the main loop only.
-        let pointer: OpaquePointer
-        init(_ pointer: OpaquePointer) { self.pointer = pointer }
     }
 }
 

@@ -229,8 +229,8 @@ public final class GTKWebView: @unchecked Sendable {
         let action = recovery.processTerminated(reason, url: url)
         configuration.log("web process \(reason): \(action)")
         if case .reload(let url, let delay) = action {
-            let view = UncheckedView(view)
-            GLibMain.after(delay) { webkit_web_view_load_uri(view.pointer, url) }
+            let view = MainLoopBound(view)
+            GLibMain.after(delay) { webkit_web_view_load_uri(view.value, url) }
         }
     }
 
@@ -275,11 +275,5 @@ public final class GTKWebView: @unchecked Sendable {
                 done(gdk_texture_save_to_png(texture, path) != 0)
                 g_object_unref(UnsafeMutableRawPointer(texture))
             }, box)
-    }
-
-    struct UncheckedView: @unchecked Sendable {
-        // @unchecked: used on the main loop only.
-        let pointer: UnsafeMutablePointer<WebKitWebView>
-        init(_ pointer: UnsafeMutablePointer<WebKitWebView>) { self.pointer = pointer }
     }
 }

@@ -134,7 +134,7 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
     private func respond(
         _ head: SchemeResponseHead, length: Int, stream: @escaping @Sendable () -> UnsafeMutablePointer<GInputStream>?
     ) {
-        let request = Request(self.request)
+        let request = MainLoopBound(self.request)
         GLibMain.async {
             let stream = stream()
             let response = webkit_uri_scheme_response_new(stream, length)
@@ -145,10 +145,10 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
                 soup_message_headers_append(fields, name, value)
             }
             webkit_uri_scheme_response_set_http_headers(response, fields)
-            webkit_uri_scheme_request_finish_with_response(request.pointer, response)
+            webkit_uri_scheme_request_finish_with_response(request.value, response)
             g_object_unref(UnsafeMutableRawPointer(response))
             g_object_unref(UnsafeMutableRawPointer(stream))
-            request.release()
+            g_object_unref(UnsafeMutableRawPointer(request.value))
         }
     }
 
@@ -175,10 +175,10 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
     func didFinish() {
         if let (head, length, body) = gathering {
             gathering = nil
-            let bytes = UncheckedBytes(body.withUnsafeBytes { g_bytes_new($0.baseAddress, gsize($0.count)) })
+            let bytes = MainLoopBound(body.withUnsafeBytes { g_bytes_new($0.baseAddress, gsize($0.count)) })
             respond(head, length: length) {
-                defer { g_bytes_unref(bytes.pointer) }
-                return g_memory_input_stream_new_from_bytes(bytes.pointer)
+                defer { g_bytes_unref(bytes.value) }
+                return g_memory_input_stream_new_from_bytes(bytes.value)
             }
             return
         }
@@ -203,7 +203,7 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
             // The head went out: the body ends short (WebKit sees fewer bytes than announced).
             return didFinish()
         }
-        let request = Request(self.request)
+        let request = MainLoopBound(self.request)
         let code: Int32 =
             switch error.kind {
             case .badURL: 1
@@ -214,24 +214,9 @@ final class GTKSchemeTask: SchemeTask, @unchecked Sendable {
         let message = error.message
         GLibMain.async {
             let e = larder_scheme_error(code, message)
-            webkit_uri_scheme_request_finish_error(request.pointer, e)
+            webkit_uri_scheme_request_finish_error(request.value, e)
             g_error_free(e)
-            request.release()
+            g_object_unref(UnsafeMutableRawPointer(request.value))
         }
-    }
-
-    /// A body's bytes on their way to the main loop.
-    struct UncheckedBytes: @unchecked Sendable {
-        // @unchecked: made on the delivery queue, used once on the main loop.
-        let pointer: OpaquePointer?
-        init(_ pointer: OpaquePointer?) { self.pointer = pointer }
-    }
-
-    /// The task's request, for the main loop (its reference released there once finished).
-    struct Request: @unchecked Sendable {
-        // @unchecked: used on the main loop only.
-        let pointer: OpaquePointer
-        init(_ pointer: OpaquePointer) { self.pointer = pointer }
-        func release() { g_object_unref(UnsafeMutableRawPointer(pointer)) }
     }
 }

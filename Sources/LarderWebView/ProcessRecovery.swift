@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderResolve
+import Synchronization
 
 /// Why a web view's content process ended (WebKit: `webViewWebContentProcessDidTerminate` on
 /// Apple platforms, which gives no reason; WebKitGTK's `web-process-terminated` signal).
@@ -89,7 +90,7 @@ public final class WebViewRecovery: Sendable {
     /// Told about every termination (nil: no page health).
     public let health: WebViewHealth?
     let clock: @Sendable () -> TimeInterval
-    private let state = Locked(State())
+    private let state = Mutex(State())
 
     struct State {
         var streak = 0

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import LarderCore
 import LarderResolve
+import Synchronization
 
 /// Drives scheme tasks over the resource loader: everything a `WKURLSchemeHandler` does but the
 /// WebKit types. A task is answered from the sandbox (head, body in chunks read on a background
@@ -33,7 +34,7 @@ public final class SchemeTaskDriver: Sendable {
     /// request is answered as any URL no package serves.
     public let firstUse: FirstUse?
     private let work = DispatchQueue(label: "larder.scheme-tasks", qos: .userInitiated, attributes: .concurrent)
-    private let active = Locked<Set<ObjectIdentifier>>([])
+    private let active = Mutex<Set<ObjectIdentifier>>([])
 
     /// A driver over `loader` (with `pins`), forwarding with `forwarder`, calling tasks on `delivery`.
     public init(

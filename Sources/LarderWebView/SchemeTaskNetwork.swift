@@ -29,7 +29,7 @@ extension SchemeTaskDriver {
         for hop in 0...Self.maxRedirects {
             // Each hop is held to the page's package's networkHosts, not only the first.
             if hop > 0, let why = forwarder.hostRefusal(url, page: page, url: request.url, table: table) {
-                forwarder.refusedHosts.withLock { $0 += 1 }
+                forwarder.refusedHosts.add()
                 return .failure(ExchangeFailure(url: url, why: why, refused: true))
             }
             let context = cookies.map { siteContext(request, method: method, to: url, $0.suffixes) } ?? .crossSite

@@ -1,6 +1,7 @@
 import Foundation
 import LarderCore
 import LarderResolve
+import Synchronization
 
 /// The page health of one web view, in plain calls: the WebKit glue forwards its navigation
 /// delegate's and script-message handler's events here, and this decides which activation each
@@ -25,7 +26,7 @@ public final class WebViewHealth: Sendable {
     /// What the page-health script of this view's main frame puts in each message (`pageScript`),
     /// 128 random bits in hex: a message from any other frame, package or origin lacks it.
     public let secret: String = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
-    private let state = Locked(State())
+    private let state = Mutex(State())
 
     /// The page-health script to add to this view's main frame only (WebKit: `forMainFrameOnly`,
     /// WebKitGTK: `WEBKIT_USER_CONTENT_INJECT_TOP_FRAME`): it carries `secret`.

@@ -16,6 +16,7 @@ import LarderFileSystem
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import Synchronization
 import SystemPackage
 
 let args = CommandLine.arguments
@@ -26,22 +27,22 @@ guard args.count == 3, let port = Int(args[2]) else {
 let root = args[1].hasSuffix("/") ? String(args[1].dropLast()) : args[1]
 
 /// The `Date` header, formatted once a second per event loop.
-final class DateHeader: @unchecked Sendable {
-    // @unchecked: each is used on its own event loop only.
-    private var second = 0
-    private var value = ""
+final class DateHeader: Sendable {
+    /// The second formatted last, and its text (each used on its own event loop, so uncontended).
+    private let formatted = Mutex((second: 0, value: ""))
     func now() -> String {
         let t = time(nil)
-        if t != second {
-            second = t
-            var t = t
-            var parts = tm()
-            gmtime_r(&t, &parts)
-            var text = [CChar](repeating: 0, count: 64)
-            let n = strftime(&text, text.count, "%a, %d %b %Y %H:%M:%S GMT", &parts)
-            value = String(decoding: text[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return formatted.withLock { formatted in
+            if t != formatted.second {
+                var t = t
+                var parts = tm()
+                gmtime_r(&t, &parts)
+                var text = [CChar](repeating: 0, count: 64)
+                let n = strftime(&text, text.count, "%a, %d %b %Y %H:%M:%S GMT", &parts)
+                formatted = (t, String(decoding: text[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            }
+            return formatted.value
         }
-        return value
     }
 }
 

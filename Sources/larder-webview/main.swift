@@ -5,6 +5,7 @@ import ArgumentParser
 import Foundation
 import Larder
 import LarderWebKitGTK
+import Synchronization
 
 struct WebView: ParsableCommand {
     static let configuration = CommandConfiguration(
@@ -142,17 +143,15 @@ struct WebView: ParsableCommand {
     }
 }
 
-/// A closure made and run on the main loop, carried across a task in between.
-struct MainLoopOnly: @unchecked Sendable {
-    // @unchecked: created and called on the main loop only.
-    let body: () -> Void
-    init(_ body: @escaping () -> Void) { self.body = body }
-}
-
 /// The view, for a verdict's outcome to reload it (set once on the main loop, read there).
-final class Shown: @unchecked Sendable {
-    // @unchecked: `view` is set before the loop runs and read on the loop only.
-    var view: GTKWebView?
+final class Shown: Sendable {
+    private let shown = Mutex<GTKWebView?>(nil)
+
+    /// The view a reload loads into.
+    var view: GTKWebView? {
+        get { shown.withLock { $0 } }
+        set { shown.withLock { $0 = newValue } }
+    }
 
     func reload(_ log: @escaping @Sendable (String) -> Void) {
         GLibMain.async { [self] in
@@ -226,8 +225,8 @@ final class Session: @unchecked Sendable {
                 seen.map { paint != nil || Date().timeIntervalSince($0) >= PageTiming.paintWait }
                 ?? (Date().timeIntervalSince(started) >= PageTiming.loadWait)
             guard done else {
-                let next = MainLoopOnly { self.timePage(since: started, loadSeen: seen, then: then) }
-                return GLibMain.after(0.05) { next.body() }
+                let next = MainLoopBound { self.timePage(since: started, loadSeen: seen, then: then) }
+                return GLibMain.after(0.05) { next.value() }
             }
             say("timing \(json ?? "null")")
             then()
@@ -250,14 +249,14 @@ final class Session: @unchecked Sendable {
             }
         }
         guard let store = view.cookies?.store, !options.dumpCookies.isEmpty else { return dom() }
-        let (urls, next) = (options.dumpCookies, MainLoopOnly(dom))
+        let (urls, next) = (options.dumpCookies, MainLoopBound(dom))
         Task {
             for u in urls {
                 for cookie in await store.cookies(for: URL(string: u) ?? URL(fileURLWithPath: "/")) {
                     say("cookie \(u): \(cookie)")
                 }
             }
-            GLibMain.async { next.body() }
+            GLibMain.async { next.value() }
         }
     }
 

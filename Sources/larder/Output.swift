@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Larder
+import Synchronization
 
 /// A command's result: the document `--json` prints, and the lines of its text form. Every
 /// command renders through this one protocol and `Output.emit`.
@@ -35,11 +36,10 @@ struct OutputSink: Sendable {
 /// wait), so a server that prints a line per request makes one `write` per batch, not one per
 /// request. Lines keep their order; nothing is written, and no timer runs, while none wait.
 /// `flush()` writes what waits (a command calls it before it returns).
-final class LineBatch: @unchecked Sendable {
-    // @unchecked: `sink` holds plain closures. The lines that wait and whether a flush is
-    // scheduled are behind `state`'s lock, and the sink is called under it, so batches reach it
-    // in order.
-    private let state = Locked((pending: Data(), scheduled: false))
+final class LineBatch: Sendable {
+    /// The lines that wait, and whether a flush is scheduled; the sink is called under this
+    /// lock, so batches reach it in order.
+    private let state = Mutex((pending: Data(), scheduled: false))
     private let sink: OutputSink
     private let delay: DispatchTimeInterval
     private let limit: Int

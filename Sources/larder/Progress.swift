@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Larder
+import Synchronization
 
 /// `sync --progress`: how progress reaches stderr.
 enum ProgressMode: String, CaseIterable {
@@ -38,10 +39,7 @@ struct ProgressLine: Encodable, Equatable {
 /// Renders sync events on stderr: a one-line bar on a terminal, or JSON lines. Byte events are
 /// throttled to `interval` (a transfer reports every chunk it writes); index and package events
 /// are never dropped, and the last byte counts are flushed before a package's result.
-final class ProgressRenderer: @unchecked Sendable {
-    // @unchecked: `clock` and `output` are plain closures; every mutable member is in `state`,
-    // behind its lock (events arrive from several transfers).
-
+final class ProgressRenderer: Sendable {
     /// What is drawn.
     enum Mode: Equatable {
         case bar, json, none
@@ -49,9 +47,10 @@ final class ProgressRenderer: @unchecked Sendable {
 
     let mode: Mode
     private let interval: TimeInterval
-    private let clock: () -> Date
-    private let output: (String) -> Void
-    /// The byte counts so far, and what was drawn when.
+    private let clock: @Sendable () -> Date
+    private let output: @Sendable (String) -> Void
+    /// The byte counts so far, and what was drawn when (behind `state`'s lock: events arrive
+    /// from several transfers).
     private struct State {
         var done: [String: Int64] = [:]
         var totals: [String: Int64] = [:]
@@ -60,7 +59,7 @@ final class ProgressRenderer: @unchecked Sendable {
         var pending = false
     }
 
-    private let state = Locked(State())
+    private let state = Mutex(State())
     private let encoder: JSONEncoder = {
         let e = JSONEncoder()
         e.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -69,8 +68,8 @@ final class ProgressRenderer: @unchecked Sendable {
 
     /// A renderer; `output` receives each piece of output (stderr by default).
     init(
-        mode: Mode, interval: TimeInterval = 0.25, clock: @escaping () -> Date = { Date() },
-        output: @escaping (String) -> Void = { [sink = Output.sink] in sink.err(Data($0.utf8)) }
+        mode: Mode, interval: TimeInterval = 0.25, clock: @escaping @Sendable () -> Date = { Date() },
+        output: @escaping @Sendable (String) -> Void = { [sink = Output.sink] in sink.err(Data($0.utf8)) }
     ) {
         self.mode = mode
         self.interval = interval

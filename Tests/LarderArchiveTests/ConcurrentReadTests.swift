@@ -2,6 +2,7 @@ import Foundation
 import LarderArchive
 import LarderCore
 import LarderTestSupport
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -148,12 +149,12 @@ struct ConcurrentReadTests {
             reader.parallelism = parallelism
             var recorder = Recorder()
             #expect(try reader.read(zip, into: &recorder) == expected)
-            #expect(recorder.files.withLock { $0 } == one.files.withLock { $0 })
-            #expect(recorder.directories.withLock { $0 } == one.directories.withLock { $0 })
+            #expect(recorder.shared.files.withLock { $0 } == one.shared.files.withLock { $0 })
+            #expect(recorder.shared.directories.withLock { $0 } == one.shared.directories.withLock { $0 })
             #expect(recorder.absorbed == parallelism.maxWorkers)
         }
         for file in expected.files {
-            #expect(SHA256Digest.of(one.files.withLock { $0[file.path.string] } ?? Data()) == file.sha256)
+            #expect(SHA256Digest.of(one.shared.files.withLock { $0[file.path.string] } ?? Data()) == file.sha256)
         }
     }
 
@@ -264,7 +265,7 @@ struct ConcurrentReadTests {
             var recorder = Recorder()
             _ = try reader.read(zip, into: &recorder)
             #expect(recorder.absorbed == 0)
-            #expect(recorder.made.withLock { $0 } == 0)
+            #expect(recorder.shared.made.withLock { $0 } == 0)
         }
     }
 }
@@ -272,15 +273,19 @@ struct ConcurrentReadTests {
 /// Records what it is given, under a lock shared by its workers: file bytes and directories by
 /// name. Counts the workers made and given back.
 struct Recorder: ConcurrentArchiveConsumer {
-    let files = Locked<[String: Data]>([:])
-    let directories = Locked<Set<String>>([])
-    let made = Locked(0)
+    /// What every worker records into (a class: a `Mutex` is not copied with the worker).
+    final class Shared: Sendable {
+        let files = Mutex<[String: Data]>([:])
+        let directories = Mutex<Set<String>>([])
+        let made = Mutex(0)
+    }
+    let shared = Shared()
     var absorbed = 0
     private var current: String?
     private var bytes = Data()
 
     mutating func directory(_ path: RelativePath) throws {
-        let inserted = directories.withLock { $0.insert(path.string).inserted }
+        let inserted = shared.directories.withLock { $0.insert(path.string).inserted }
         if !inserted { throw Twice() }
     }
     mutating func beginFile(_ path: RelativePath, declaredSize: Int64?) throws {
@@ -291,12 +296,12 @@ struct Recorder: ConcurrentArchiveConsumer {
     mutating func write(_ chunk: UnsafeRawBufferPointer) throws { bytes.append(contentsOf: chunk) }
     mutating func endFile(_ path: RelativePath, size: Int64) throws {
         guard current == path.string, Int64(bytes.count) == size else { throw Twice() }
-        let previous = files.withLock { $0.updateValue(bytes, forKey: path.string) }
+        let previous = shared.files.withLock { $0.updateValue(bytes, forKey: path.string) }
         if previous != nil { throw Twice() }
         current = nil
     }
     func makeWorker() -> Recorder {
-        made.withLock { $0 += 1 }
+        shared.made.withLock { $0 += 1 }
         var worker = self
         worker.current = nil
         worker.absorbed = 0

@@ -1,6 +1,7 @@
 import Foundation
 import Larder
 import LarderTestSupport
+import Synchronization
 import Testing
 
 @testable import larder
@@ -84,12 +85,13 @@ struct RenderingTests {
     @Test("JSON progress is throttled: bursts of byte events become a few lines, none of the others is dropped")
     func progressThrottle() throws {
         let lines = Lines()
-        var now = Date(timeIntervalSince1970: 0)
-        let renderer = ProgressRenderer(mode: .json, interval: 0.25, clock: { now }, output: { lines.append($0) })
+        let now = Mutex(Date(timeIntervalSince1970: 0))
+        let renderer = ProgressRenderer(
+            mode: .json, interval: 0.25, clock: { now.withLock { $0 } }, output: { lines.append($0) })
         renderer.render(.index(serial: 7, changed: true))
         // 1,000 chunks over one simulated second.
         for i in 1...1000 {
-            now = Date(timeIntervalSince1970: Double(i) / 1000)
+            now.withLock { $0 = Date(timeIntervalSince1970: Double(i) / 1000) }
             renderer.render(.bytes(id: "app", done: Int64(i) * 16384, total: 16_384_000))
         }
         renderer.render(.package(id: "app", outcome: .done))
@@ -128,20 +130,10 @@ struct RenderingTests {
 }
 
 /// Lines written by a renderer under test.
-private final class Lines: @unchecked Sendable {
-    // @unchecked: `lock` guards `items`.
-    private let lock = NSLock()
-    private var items: [String] = []
+private final class Lines: Sendable {
+    private let items = Mutex<[String]>([])
 
-    func append(_ s: String) {
-        lock.lock()
-        items.append(s)
-        lock.unlock()
-    }
+    func append(_ s: String) { items.withLock { $0.append(s) } }
 
-    var all: [String] {
-        lock.lock()
-        defer { lock.unlock() }
-        return items
-    }
+    var all: [String] { items.withLock { $0 } }
 }

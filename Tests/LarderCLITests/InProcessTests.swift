@@ -3,6 +3,7 @@ import Foundation
 import Larder
 import LarderPublish
 import LarderTestSupport
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -23,20 +24,17 @@ struct InProcessResult: CustomStringConvertible {
 }
 
 /// Both streams of a command, captured.
-private final class Capture: @unchecked Sendable {
-    // @unchecked: `lock` guards both buffers.
-    private let lock = NSLock()
-    private var out = Data()
-    private var err = Data()
+private final class Capture: Sendable {
+    private let streams = Mutex((out: Data(), err: Data()))
 
     var sink: OutputSink {
         OutputSink(
-            out: { [self] d in lock.withLock { out.append(d) } },
-            err: { [self] d in lock.withLock { err.append(d) } })
+            out: { [self] d in streams.withLock { $0.out.append(d) } },
+            err: { [self] d in streams.withLock { $0.err.append(d) } })
     }
 
     var texts: (String, String) {
-        lock.withLock { (String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self)) }
+        streams.withLock { (String(decoding: $0.out, as: UTF8.self), String(decoding: $0.err, as: UTF8.self)) }
     }
 }
 

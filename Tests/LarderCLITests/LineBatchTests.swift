@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 @testable import larder
@@ -8,16 +9,14 @@ import Testing
 @Suite("Batched output lines")
 struct LineBatchTests {
     /// What a sink received: each write, in order.
-    final class Capture: @unchecked Sendable {
-        // @unchecked: `writes` is guarded by `lock`.
-        private let lock = NSLock()
-        private var writes: [String] = []
+    final class Capture: Sendable {
+        private let writes = Mutex<[String]>([])
         var sink: OutputSink {
             OutputSink(
-                out: { data in self.lock.withLock { self.writes.append(String(decoding: data, as: UTF8.self)) } },
+                out: { data in self.writes.withLock { $0.append(String(decoding: data, as: UTF8.self)) } },
                 err: { _ in })
         }
-        var all: [String] { lock.withLock { writes } }
+        var all: [String] { writes.withLock { $0 } }
     }
 
     @Test("lines from many threads arrive whole, each thread's in order, in fewer writes than lines")

@@ -26,6 +26,38 @@ struct HTTPDocumentTests {
         }
     }
 
+    @Test("serve-from: the same path from another directory while the rule lasts, then the root's again")
+    func serveFrom() async throws {
+        try await withOrigin { env in
+            let current = try env.file("index.json", count: 3_000, seed: 1)
+            let elsewhere = env.dir.appending("replay")
+            try FileManager.default.createDirectory(at: elsewhere, withIntermediateDirectories: true)
+            let old = content(2_000, seed: 2)
+            try old.write(to: elsewhere.appendingPathComponent("index.json"))
+            env.origin.inject(.serveFrom(elsewhere), at: "/index.json")
+            let transport = try HTTPTransport(options: fastOptions())
+            let first = try await transport.document(env.url("index.json"), etag: nil, maxBytes: 1 << 20)
+            let second = try await transport.document(env.url("index.json"), etag: nil, maxBytes: 1 << 20)
+            #expect(first.data == old && second.data == current)
+            #expect(env.requests("index.json").map(\.fault) == [.serveFrom(elsewhere), nil])
+        }
+    }
+
+    @Test("an exact rule faults its own path only, not the paths it is a prefix of")
+    func exactRule() async throws {
+        try await withOrigin { env in
+            let sig = try env.file("index.json.sig", count: 64)
+            try env.file("index.json", count: 1_000)
+            env.origin.inject(.status(404), at: "/index.json", count: nil, exact: true)
+            let transport = try HTTPTransport(options: fastOptions())
+            #expect(try await transport.document(env.url("index.json.sig"), etag: nil, maxBytes: 4096).data == sig)
+            await #expect(throws: FetchError.self) {
+                _ = try await transport.document(env.url("index.json"), etag: nil, maxBytes: 4096)
+            }
+            #expect(env.origin.rules.map(\.applied) == [1])
+        }
+    }
+
     @Test("a document larger than maxBytes: too-large at the head, or while streaming when it has no length")
     func tooLarge() async throws {
         for fault in [FaultOrigin.Fault?.none, .extra(8_000, declared: false)] {

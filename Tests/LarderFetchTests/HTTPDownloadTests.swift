@@ -615,7 +615,7 @@ struct HTTPDownloadTests {
             let watch = GrowingPart(part)
             // The reader blocks while it waits for bytes: a thread of its own, not one of the pool's.
             async let reading = withCheckedContinuation { (done: CheckedContinuation<Result<Data, any Error>, Never>) in
-                Thread.detachNewThread {
+                BlockingWork.start("test.growing-part-reader") {
                     done.resume(
                         returning: Result {
                             var got = Data()

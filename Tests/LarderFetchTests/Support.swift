@@ -5,6 +5,7 @@ import LarderFetchNIO
 import LarderFetchURLSession
 import LarderFileSystem
 import LarderTestSupport
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -134,9 +135,9 @@ func failure(_ body: () async throws -> Void) async -> FetchError? {
 
 /// Adds up progress reports from any thread.
 final class ProgressTotal: Sendable {
-    private let total = Locked<Int64>(0)
+    private let total = Mutex<Int64>(0)
     /// The handler to pass to a transport.
-    var handler: ProgressHandler { { [total] n in total.withLock { $0 += n } } }
+    var handler: ProgressHandler { { [self] n in self.total.withLock { $0 += n } } }
     /// The bytes reported so far.
     var value: Int64 { total.withLock { $0 } }
 }

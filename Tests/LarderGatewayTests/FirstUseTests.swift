@@ -8,6 +8,7 @@ import LarderResolve
 import LarderStore
 import LarderSync
 import LarderTestSupport
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -61,7 +62,7 @@ struct FirstUseTests {
             #expect(cached.count == 1 && cached[0].hasPrefix("catalog-"), "\(cached)")
         }
         let resolver = try Resolver(root: env.root)
-        let installs = Locked<[String]>([])
+        let installs = Mutex<[String]>([])
         // A deadline no loaded machine reaches (the deadline has its own test), and the install on
         // threads of its own: in a whole `swift test`, other suites keep the shared pool busy.
         let fetch = Self.fetch(env.root)
@@ -122,7 +123,7 @@ struct FirstUseTests {
         let resolver = try Resolver(root: env.root)
         // A fault: an install that does not end until the test lets it (a stalled network).
         let (release, released) = AsyncStream<Void>.makeStream()
-        let ended = Locked(false)
+        let ended = Mutex(false)
         let firstUse = FirstUse(resolver: resolver, deadline: .milliseconds(300)) { _ in
             for await _ in release {}
             ended.withLock { $0 = true }

@@ -6,6 +6,7 @@ import LarderResolve
 import LarderStore
 import LarderTestSupport
 import NIOHTTP1
+import Synchronization
 import Testing
 
 /// `serve --page-health`: the script put into each main document, its reserved paths on the
@@ -154,8 +155,8 @@ struct GatewayPageHealthTests {
     @Test(
         "a page served but never started by its script is dropped at the deadline with no verdict; a started one fails")
     func unstartedPages() {
-        let now = Locked<TimeInterval>(0)
-        let verdicts = Locked<[HealthVerdict]>([])
+        let now = Mutex<TimeInterval>(0)
+        let verdicts = Mutex<[HealthVerdict]>([])
         let tracker = PageHealthTracker(
             settings: PageHealthSettings(readyDeadline: 5, maxScriptErrors: 1),
             recorder: RecordingRecorder { verdict in verdicts.withLock { $0.append(verdict) } },

@@ -8,6 +8,7 @@ import LarderStore
 import LarderTestSupport
 import NIOCore
 import NIOHTTP1
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -19,10 +20,15 @@ let appHost = "app.example.com"
 @available(macOS 14, iOS 17, tvOS 17, *)
 final class RunningGateway: Sendable {
     let port: Int
-    let lines: Locked<[String]>
+    let lines: Lines
     private let task: Task<Void, any Error>
 
-    private init(port: Int, lines: Locked<[String]>, task: Task<Void, any Error>) {
+    /// The log lines, shared with the gateway's log closure.
+    final class Lines: Sendable {
+        let all = Mutex<[String]>([])
+    }
+
+    private init(port: Int, lines: Lines, task: Task<Void, any Error>) {
         self.port = port
         self.lines = lines
         self.task = task
@@ -33,9 +39,9 @@ final class RunningGateway: Sendable {
         loader: ResourceLoader, forwarder: Forwarder = Forwarder(network: .offline, exchange: nil),
         health: PageHealthTracker? = nil, firstUse: FirstUse? = nil, answersOnEventLoop: Bool = true
     ) async throws -> RunningGateway {
-        let lines = Locked<[String]>([])
+        let lines = Lines()
         var gateway = Gateway(
-            loader: loader, port: 0, forwarder: forwarder, log: { line in lines.withLock { $0.append(line) } })
+            loader: loader, port: 0, forwarder: forwarder, log: { line in lines.all.withLock { $0.append(line) } })
         gateway.answersOnEventLoop = answersOnEventLoop
         gateway.health = health
         gateway.firstUse = firstUse
@@ -60,7 +66,7 @@ final class RunningGateway: Sendable {
     }
 
     /// The log lines so far.
-    var log: [String] { lines.withLock { $0 } }
+    var log: [String] { lines.all.withLock { $0 } }
 
     /// Sends one request to the gateway (`Host` as given, else the gateway's own address) and
     /// reads the whole answer.

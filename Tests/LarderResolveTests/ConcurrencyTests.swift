@@ -3,6 +3,7 @@ import LarderCore
 import LarderResolve
 import LarderStore
 import LarderTestSupport
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -15,33 +16,27 @@ func larder(_ args: [String]) throws -> String {
 }
 
 /// What the resolving threads saw.
-final class Observations: @unchecked Sendable {
-    // @unchecked: every field is guarded by `lock`.
-    private let lock = NSLock()
-    private var stop = false
-    private(set) var problems: [String] = []
-    private(set) var liveVersions: [String: Int] = [:]
-    private(set) var sessionVersions: [String: Int] = [:]
+final class Observations: Sendable {
+    private struct Seen {
+        var stop = false
+        var problems: [String] = []
+        var liveVersions: [String: Int] = [:]
+        var sessionVersions: [String: Int] = [:]
+    }
+    private let seen = Mutex(Seen())
 
-    var stopped: Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        return stop
-    }
-    func finish() {
-        lock.lock()
-        stop = true
-        lock.unlock()
-    }
+    var problems: [String] { seen.withLock { $0.problems } }
+    var liveVersions: [String: Int] { seen.withLock { $0.liveVersions } }
+    var sessionVersions: [String: Int] { seen.withLock { $0.sessionVersions } }
+    var stopped: Bool { seen.withLock { $0.stop } }
+    func finish() { seen.withLock { $0.stop = true } }
     func problem(_ p: String) {
-        lock.lock()
-        if problems.count < 20 { problems.append(p) }
-        lock.unlock()
+        seen.withLock { if $0.problems.count < 20 { $0.problems.append(p) } }
     }
     func saw(_ v: String, session: Bool) {
-        lock.lock()
-        if session { sessionVersions[v, default: 0] += 1 } else { liveVersions[v, default: 0] += 1 }
-        lock.unlock()
+        seen.withLock { s in
+            if session { s.sessionVersions[v, default: 0] += 1 } else { s.liveVersions[v, default: 0] += 1 }
+        }
     }
 }
 
@@ -71,7 +66,7 @@ struct ConcurrencyTests {
             let url =
                 pinned ? "https://app.example.com/docs/data/catalog.json" : "https://app.example.com/data/catalog.json"
             group.enter()
-            Thread.detachNewThread { [session] in
+            BlockingWork.start("test.resolver-\(t)") { [session] in
                 defer { group.leave() }
                 while !seen.stopped {
                     guard case .response(let r) = loader.load(LoadRequest(url: url), session: pinned ? session : nil)

@@ -4,12 +4,13 @@ import LarderFileSystem
 import LarderResolve
 import LarderStore
 import LarderTestSupport
+import Synchronization
 import SystemPackage
 import Testing
 
 /// Records verdicts; fails loudly on none expected.
 final class FakeRecorder: HealthRecording, Sendable {
-    let verdicts = Locked<[(HealthVerdict, ActivationRef)]>([])
+    let verdicts = Mutex<[(HealthVerdict, ActivationRef)]>([])
     func record(_ verdict: HealthVerdict, for activation: ActivationRef) {
         verdicts.withLock { $0.append((verdict, activation)) }
     }
@@ -18,7 +19,7 @@ final class FakeRecorder: HealthRecording, Sendable {
 
 /// A clock the test moves.
 final class FakeClock: Sendable {
-    let now = Locked<TimeInterval>(0)
+    let now = Mutex<TimeInterval>(0)
     func advance(_ s: TimeInterval) { now.withLock { $0 += s } }
     var read: @Sendable () -> TimeInterval { { self.now.withLock { $0 } } }
 }
@@ -87,7 +88,7 @@ struct PageHealthTests {
         try env.install("1.0.0")
         try env.withSandbox { _ = try $0.confirm(id: try packageID("sample-app")) }
         try env.install("2.0.0")
-        let outcomes = Locked<[PageHealthOutcome]>([])
+        let outcomes = Mutex<[PageHealthOutcome]>([])
         let recorder = StoreHealthRecorder(root: env.root) { r in
             if case .success(let o) = r { outcomes.withLock { $0.append(o) } }
         }
@@ -111,8 +112,8 @@ struct PageHealthTests {
         defer { env.cleanup() }
         try env.publish("1.0.0")
         try env.install("1.0.0")
-        let outcomes = Locked<[PageHealthOutcome.Effect]>([])
-        let failures = Locked<[StoreError]>([])
+        let outcomes = Mutex<[PageHealthOutcome.Effect]>([])
+        let failures = Mutex<[StoreError]>([])
         let recorder = StoreHealthRecorder(root: env.root) { r in
             switch r {
             case .success(let o): outcomes.withLock { $0.append(o.effect) }

@@ -4,6 +4,7 @@ import LarderPublish
 import LarderResolve
 import LarderStore
 import LarderTestSupport
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -34,19 +35,12 @@ func response(_ result: LoadResult, _ context: String = "") -> LoadResponse? {
 }
 
 /// Collects failure reports in memory.
-final class RecordingReporter: FailureReporting, @unchecked Sendable {
-    private let lock = NSLock()
-    private var items: [String] = []
+final class RecordingReporter: FailureReporting, Sendable {
+    private let items = Mutex<[String]>([])
     func report(package: PackageID, version: SemanticVersion, reason: String) {
-        lock.lock()
-        items.append("\(package)@\(version): \(reason)")
-        lock.unlock()
+        items.withLock { $0.append("\(package)@\(version): \(reason)") }
     }
-    var reports: [String] {
-        lock.lock()
-        defer { lock.unlock() }
-        return items
-    }
+    var reports: [String] { items.withLock { $0 } }
 }
 
 @Suite("Resolver, sessions and the resource loader")

@@ -5,6 +5,7 @@ import LarderPublish
 import LarderStore
 import LarderTestSupport
 import Logging
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -51,22 +52,20 @@ struct FixtureError: Error, CustomStringConvertible {
 
 /// A clock that moves one minute forward at every reading, from a whole second (state.json keeps
 /// whole seconds), so that timestamps are distinct, ordered and survive a round trip.
-final class TestClock: @unchecked Sendable {
-    // @unchecked: `time` is guarded by `lock`.
-    private let lock = NSLock()
-    private var time: Date
+final class TestClock: Sendable {
+    private let time: Mutex<Date>
     private let step: TimeInterval
 
     init(start: Date = Date(timeIntervalSince1970: 1_750_000_000), step: TimeInterval = 60) {
-        time = start
+        time = Mutex(start)
         self.step = step
     }
 
     func now() -> Date {
-        lock.lock()
-        defer { lock.unlock() }
-        time = time.addingTimeInterval(step)
-        return time
+        time.withLock { time in
+            time = time.addingTimeInterval(step)
+            return time
+        }
     }
 }
 

@@ -7,6 +7,7 @@ import LarderPublish
 import LarderStore
 import LarderSync
 import LarderTestSupport
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -463,30 +464,15 @@ struct SyncTests {
 
 /// Forwards to a `FileTransport`, holding every download until `release()`; `reached` says a
 /// download arrived (the sync holding the sandbox lock got that far).
-final class GatedTransport: Transport, @unchecked Sendable {
-    // @unchecked: `released` and `arrived` are guarded by `lock`; `inner` is immutable.
-    private let lock = NSLock()
-    private var released = false
-    private var arrived = false
+final class GatedTransport: Transport, Sendable {
+    private let gate = Mutex((released: false, arrived: false))
     private let inner = FileTransport()
 
-    var reached: Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        return arrived
-    }
+    var reached: Bool { gate.withLock { $0.arrived } }
 
-    private var isReleased: Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        return released
-    }
+    private var isReleased: Bool { gate.withLock { $0.released } }
 
-    func release() {
-        lock.lock()
-        released = true
-        lock.unlock()
-    }
+    func release() { gate.withLock { $0.released = true } }
 
     func document(_ url: URL, etag: String?, maxBytes: Int) async throws(FetchError) -> FetchedDocument {
         try await inner.document(url, etag: etag, maxBytes: maxBytes)
@@ -496,7 +482,7 @@ final class GatedTransport: Transport, @unchecked Sendable {
         _ url: URL, to part: FilePath, expecting: LarderFetch.Expectation, progress: ProgressHandler?,
         watch: GrowingPart?
     ) async throws(FetchError) {
-        lock.withLock { arrived = true }
+        gate.withLock { $0.arrived = true }
         while !isReleased { try? await Task.sleep(for: .milliseconds(10)) }
         try await inner.download(url, to: part, expecting: expecting, progress: progress, watch: watch)
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Larder
 import LarderTestSupport
+import Synchronization
 import Testing
 
 /// `OfflinePackages`, the one object an app creates at launch, through its public API only: the
@@ -70,7 +71,7 @@ struct OfflinePackagesTests {
         let world = try AppWorld()
         defer { world.cleanup() }
         try world.publish("1.0.0")
-        let veto = Locked(true)
+        let veto = Mutex(true)
         var config = world.configuration()
         config.syncInterval = 0.02
         config.allowSync = { !veto.withLock { $0 } }

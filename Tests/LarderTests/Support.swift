@@ -1,6 +1,7 @@
 import Foundation
 import Larder
 import LarderTestSupport
+import Synchronization
 import Testing
 
 /// An app's world: a `file://` repository of the sample app (routed at `https://app.example.com/`)
@@ -39,26 +40,30 @@ final class AppWorld: Sendable {
 
 /// Every event an `OfflinePackages` publishes, collected from one subscription.
 final class EventLog: Sendable {
-    private let events = Locked<[OfflinePackages.Event]>([])
-    private let ended = Locked(false)
+    /// The events so far and whether the stream has ended, shared with the collecting task.
+    private final class Seen: Sendable {
+        let events = Mutex<[OfflinePackages.Event]>([])
+        let ended = Mutex(false)
+    }
+    private let seen: Seen
     private let task: Task<Void, Never>
 
     /// Subscribes now (before `start()`, as the README says).
     init(_ packages: OfflinePackages) {
         let stream = packages.events()
-        let events = self.events
-        let ended = self.ended
+        let seen = Seen()
+        self.seen = seen
         task = Task {
-            for await event in stream { events.withLock { $0.append(event) } }
-            ended.withLock { $0 = true }
+            for await event in stream { seen.events.withLock { $0.append(event) } }
+            seen.ended.withLock { $0 = true }
         }
     }
 
     /// The events so far.
-    var all: [OfflinePackages.Event] { events.withLock { $0 } }
+    var all: [OfflinePackages.Event] { seen.events.withLock { $0 } }
 
     /// Whether the stream has ended.
-    var hasEnded: Bool { ended.withLock { $0 } }
+    var hasEnded: Bool { seen.ended.withLock { $0 } }
 
     /// Waits (polling every 10 ms, at most `seconds`: generous, for a whole `swift test` run on a
     /// busy machine, where the background syncs queue behind other suites) until `condition` holds
@@ -109,9 +114,9 @@ func localVersion(_ packages: OfflinePackages, _ url: String) -> String? {
 /// A scheme task as WebKit would hand it to the driver, recording what it is told.
 final class RecordingTask: SchemeTask, Sendable {
     let schemeRequest: SchemeRequest
-    private let heads = Locked<[SchemeResponseHead]>([])
-    private let bytes = Locked(Data())
-    private let end = Locked<Result<Void, SchemeTaskError>?>(nil)
+    private let heads = Mutex<[SchemeResponseHead]>([])
+    private let bytes = Mutex(Data())
+    private let end = Mutex<Result<Void, SchemeTaskError>?>(nil)
 
     init(_ request: SchemeRequest) { schemeRequest = request }
 

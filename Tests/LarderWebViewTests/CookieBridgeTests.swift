@@ -3,12 +3,13 @@ import LarderCore
 import LarderResolve
 import LarderTestSupport
 import LarderWebView
+import Synchronization
 import Testing
 
 /// An engine's cookie jar in memory, recording every call (the bridge must make one per cookie).
 final class FakeCookieStore: CookieStore, Sendable {
-    let jar = Locked<[WebCookie]>([])
-    let saves = Locked<[WebCookie]>([])
+    let jar = Mutex<[WebCookie]>([])
+    let saves = Mutex<[WebCookie]>([])
     let now: Date
 
     init(now: Date = Date(timeIntervalSince1970: 1_800_000_000)) { self.now = now }

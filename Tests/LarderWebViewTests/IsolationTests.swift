@@ -3,6 +3,7 @@ import LarderCore
 import LarderResolve
 import LarderTestSupport
 import LarderWebView
+import Synchronization
 import Testing
 
 /// Two packages on two origins in one sandbox: `sample-app` (`app://sample-app`, network origin
@@ -83,7 +84,7 @@ struct CookieBridgeOriginTests {
         let two = try TwoPackages()
         defer { two.env.cleanup() }
         await two.logIn()
-        let lines = Locked<[String]>([])
+        let lines = Mutex<[String]>([])
         let d = SchemeTaskDriver(
             loader: two.loader, forwarder: Forwarder(network: .forward(scheme: "https"), exchange: nil),
             delivery: DeliveryQueue(label: "test.isolation"), cookies: CookieBridge(store: two.store),

@@ -3,18 +3,19 @@ import LarderCore
 import LarderResolve
 import LarderTestSupport
 import LarderWebView
+import Synchronization
 import Testing
 
 @Suite("WebKit path: recovery from a dead web content process")
 struct ProcessRecoveryTests {
-    let now = Locked<TimeInterval>(0)
+    let now = ManualClock()
 
     func recovery(_ policy: RecoveryPolicy = .standard) -> WebViewRecovery {
         let clock = now
-        return WebViewRecovery(policy: policy, clock: { clock.withLock { $0 } })
+        return WebViewRecovery(policy: policy, clock: { clock.time })
     }
 
-    func advance(_ s: TimeInterval) { now.withLock { $0 += s } }
+    func advance(_ s: TimeInterval) { now.advance(s) }
 
     @Test("the page shown is reloaded, each termination in a row waiting twice as long, up to the cap")
     func backoff() {
@@ -89,4 +90,15 @@ struct RecoveryActionTests {
         #expect(RecoveryAction.reload(url: "larder://app/", delay: 0.5).reload?.delay == 0.5)
         #expect(RecoveryAction.giveUp(reason: "x").reload == nil)
     }
+}
+
+/// A clock a test moves by hand, shared by the suite and what it reads.
+final class ManualClock: Sendable {
+    private let now = Mutex<TimeInterval>(0)
+
+    /// The time now, in seconds from zero.
+    var time: TimeInterval { now.withLock { $0 } }
+
+    /// Moves the clock `s` seconds on.
+    func advance(_ s: TimeInterval) { now.withLock { $0 += s } }
 }

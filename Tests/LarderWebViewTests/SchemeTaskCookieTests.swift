@@ -4,11 +4,12 @@ import LarderResolve
 import LarderStore
 import LarderTestSupport
 import LarderWebView
+import Synchronization
 import Testing
 
 /// A network answering by path, recording what each request carried.
 final class ScriptedExchange: NetworkExchange, Sendable {
-    let sent = Locked<[ForwardRequest]>([])
+    let sent = Mutex<[ForwardRequest]>([])
     let answers: [String: (Int, [(String, String)], String)]
 
     init(_ answers: [String: (Int, [(String, String)], String)]) { self.answers = answers }
@@ -70,7 +71,7 @@ struct SchemeTaskCookieTests {
         ])
         let d = driver(exchange)
         let task = FakeTask(SchemeRequest(url: "app://sample-app/api/login", mainDocumentURL: "app://sample-app/"))
-        let storedAtHead = Locked<[String]>([])
+        let storedAtHead = Mutex<[String]>([])
         task.onHead = { [store] _ in storedAtHead.withLock { $0 = store.names } }
         d.start(task)
         #expect(await task.waitForEnd())

@@ -4,6 +4,7 @@ import LarderResolve
 import LarderStore
 import LarderTestSupport
 import LarderWebView
+import Synchronization
 import SystemPackage
 import Testing
 
@@ -24,12 +25,12 @@ final class FakeTask: SchemeTask, @unchecked Sendable {
         case fail(SchemeTaskError)
     }
     let schemeRequest: SchemeRequest
-    let calls = Locked<[Call]>([])
-    let afterStop = Locked<[Call]>([])
-    let stopped = Locked(false)
+    let calls = Mutex<[Call]>([])
+    let afterStop = Mutex<[Call]>([])
+    let stopped = Mutex(false)
     var onHead: (@Sendable (FakeTask) -> Void)?
     var onChunk: (@Sendable (FakeTask, Int) -> Void)?
-    let ended = Locked(false)
+    let ended = Mutex(false)
 
     init(_ request: SchemeRequest) { schemeRequest = request }
 
@@ -78,7 +79,7 @@ func until(_ seconds: Double, _ condition: @Sendable () -> Bool) async -> Bool {
 
 /// A gate a fake network body waits at, without blocking a thread.
 final class Gate: Sendable {
-    let open = Locked(false)
+    let open = Mutex(false)
     func release() { open.withLock { $0 = true } }
     func wait() async { _ = await until(30) { self.open.withLock { $0 } } }
 }
@@ -86,7 +87,7 @@ final class Gate: Sendable {
 /// A network that records what it was sent and answers as told; fails loudly when not expected.
 final class FakeExchange: NetworkExchange, @unchecked Sendable {
     // @unchecked: `sent` is behind a lock; the rest is set before use.
-    let sent = Locked<[ForwardRequest]>([])
+    let sent = Mutex<[ForwardRequest]>([])
     let status: Int
     let headers: [(String, String)]
     let chunks: [Data]
@@ -111,7 +112,7 @@ final class FakeExchange: NetworkExchange, @unchecked Sendable {
     func send(_ request: ForwardRequest, maxBytes: Int) async throws -> ForwardResponse {
         #expect(expected, "the network was not expected to be asked for \(request.url)")
         sent.withLock { $0.append(request) }
-        let index = Locked(0)
+        let index = Mutex(0)
         let (chunks, failAfter, gate) = (self.chunks, self.failAfter, self.gate)
         return ForwardResponse(
             status: status, headers: headers,
@@ -203,7 +204,7 @@ struct SchemeTaskDriverTests {
         try env2.install("1.0.0")
         let d = SchemeTaskDriver(loader: ResourceLoader(resolver: try Resolver(root: env2.root)), delivery: delivery)
         let task = FakeTask(SchemeRequest(url: "larder://sample-app/data/big.txt"))
-        let stoppedAt = Locked(false)
+        let stoppedAt = Mutex(false)
         task.onChunk = { t, n in
             guard n == 3 else { return }
             // WebKit stops the task on the delivery thread (the main thread) — here, from inside a delivery.

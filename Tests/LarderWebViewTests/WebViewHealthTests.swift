@@ -4,11 +4,12 @@ import LarderResolve
 import LarderStore
 import LarderTestSupport
 import LarderWebView
+import Synchronization
 import Testing
 
 /// Records verdicts.
 final class Verdicts: HealthRecording, Sendable {
-    let all = Locked<[(HealthVerdict, ActivationRef)]>([])
+    let all = Mutex<[(HealthVerdict, ActivationRef)]>([])
     func record(_ verdict: HealthVerdict, for activation: ActivationRef) {
         all.withLock { $0.append((verdict, activation)) }
     }
@@ -19,7 +20,7 @@ final class Verdicts: HealthRecording, Sendable {
 struct WebViewHealthTests {
     let env: ResolveEnv
     let loader: ResourceLoader
-    let now = Locked<TimeInterval>(0)
+    let now = ManualClock()
     let verdicts = Verdicts()
     let health: WebViewHealth
 
@@ -34,11 +35,11 @@ struct WebViewHealthTests {
         let clock = now
         let tracker = PageHealthTracker(
             settings: PageHealthSettings(readyDeadline: 10, maxScriptErrors: 3), recorder: verdicts,
-            clock: { clock.withLock { $0 } })
+            clock: { clock.time })
         health = WebViewHealth(tracker: tracker, loader: loader)
     }
 
-    func advance(_ s: TimeInterval) { now.withLock { $0 += s } }
+    func advance(_ s: TimeInterval) { now.advance(s) }
 
     @Test("navigation, load event and the script's ready message confirm the page's activation")
     func ready() throws {

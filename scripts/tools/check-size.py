@@ -6,10 +6,10 @@ structure targets limit and fails when a count is over its limit:
   - functions (func, init, subscripts and accessors with a body) over 60 lines, brace to brace;
   - files over 400 lines;
   - `@unchecked Sendable` conformances, each of which must have a reason on its line or the next;
-  - lock idioms other than `Synchronization.Mutex` and the `Locked` wrapper: `NSLock`,
-    `NSRecursiveLock`, `pthread_mutex`, `os_unfair_lock`, and `Thread` (threads made by hand) —
-    outside Sources/LarderCore/Concurrency.swift, where `Locked` keeps its one `NSLock` (why is
-    written there) and `BlockingWork` makes the threads that block;
+  - lock idioms other than `Synchronization.Mutex`: `NSLock`, `NSRecursiveLock`, `NSCondition`,
+    `pthread_mutex`, `os_unfair_lock`, a hand-made `Locked` wrapper, and `Thread` (threads made by
+    hand; `BlockingWork` in Sources/LarderCore/Concurrency.swift gives blocking work a dispatch
+    queue of its own) — in every file, Concurrency.swift included;
   - and, in scripts/, files over 600 lines (Python, shell, and the entry points without an
     extension; a subject's scenarios go in scripts/lib/larder_scripts/ beside the shared library).
 Each limit is a ratchet at the count the tree had when the gate came (it may go down, never up),
@@ -33,9 +33,9 @@ LIMITS = {
     "public declarations in the product modules": (533, 600),
     "functions over 60 lines": (9, 9),
     "files over 400 lines": (4, 6),
-    "@unchecked Sendable": (36, 15),
+    "@unchecked Sendable": (15, 15),
     "@unchecked Sendable without a reason": (0, 0),
-    "lock idioms other than Mutex and Locked (NSLock, Thread, pthread_mutex, os_unfair_lock)": (0, 0),
+    "lock idioms other than Mutex (NSLock, NSCondition, Locked, Thread, pthread_mutex, os_unfair_lock)": (0, 0),
     "scripts over 600 lines": (0, 0),
 }
 
@@ -45,8 +45,8 @@ FUNC = re.compile(r"^\s*(?:@\w+(?:\([^)]*\))?\s+)*(?:(?:public|package|private|f
                   r"class|final|override|mutating|nonisolated|convenience|required|@\w+)\s+)*"
                   r"(?:func\s+\S+|init[?!]?\s*[(<]|subscript\s*[(<])", re.M)
 PUBLIC = re.compile(r"^\s*(?:@\w+(?:\([^)]*\))?\s+)*(?:public|open)\s+(?!extension\b|import\b)", re.M)
-LOCKS = re.compile(r"\bNSLock\b|\bNSRecursiveLock\b|\bpthread_mutex_t\b|\bos_unfair_lock\b|\bThread\s*\(|"
-                   r"\bThread\.detachNewThread|\bThread\.sleep")
+LOCKS = re.compile(r"\bNSLock\b|\bNSRecursiveLock\b|\bNSCondition\b|\bpthread_mutex_t\b|\bos_unfair_lock\b|"
+                   r"\bLocked\s*[<(]|\bThread\s*\(|\bThread\.detachNewThread|\bThread\.sleep")
 
 
 def blank(text):
@@ -113,8 +113,8 @@ def main():
                     if not reason:
                         counts["@unchecked Sendable without a reason"] += 1
                         details["@unchecked Sendable without a reason"].append("%s:%d" % (rel, i + 1))
-            for m in ([] if rel == os.path.join("Sources", "LarderCore", "Concurrency.swift") else LOCKS.finditer(code)):
-                key = "lock idioms other than Mutex and Locked (NSLock, Thread, pthread_mutex, os_unfair_lock)"
+            for m in LOCKS.finditer(code):
+                key = "lock idioms other than Mutex (NSLock, NSCondition, Locked, Thread, pthread_mutex, os_unfair_lock)"
                 counts[key] += 1
                 details[key].append("%s:%d %s" % (rel, code.count("\n", 0, m.start()) + 1, m.group(0)))
     for root, _, files in os.walk(os.path.join(CHECKOUT, "scripts")):
