@@ -14,7 +14,7 @@ public struct ActivationRef: Hashable, Sendable, CustomStringConvertible {
     public let number: UInt64
 
     /// Creates a reference.
-    public init(package: PackageID, version: SemanticVersion, number: UInt64) {
+    package init(package: PackageID, version: SemanticVersion, number: UInt64) {
         self.package = package
         self.version = version
         self.number = number
@@ -235,5 +235,5 @@ public struct PageSignalError: Error, Sendable, Equatable, CustomStringConvertib
     /// What was wrong.
     public let description: String
     /// Creates an error.
-    public init(_ description: String) { self.description = description }
+    package init(_ description: String) { self.description = description }
 }

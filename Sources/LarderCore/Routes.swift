@@ -118,7 +118,7 @@ public struct Channel: RawRepresentable, Codable, Hashable, Comparable, Sendable
     public static func < (a: Channel, b: Channel) -> Bool { a.rawValue < b.rawValue }
 
     /// Whether `name` is a valid channel name.
-    public static func isValid(_ name: String) -> Bool {
+    package static func isValid(_ name: String) -> Bool {
         name.utf8.count <= 32 && PackageID.isValid(name)
     }
 }

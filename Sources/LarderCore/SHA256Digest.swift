@@ -67,7 +67,7 @@ public struct SHA256Digest: Hashable, Sendable, Codable, CustomStringConvertible
     }
 
     /// Wraps a finished swift-crypto digest.
-    public init(finished digest: SHA256.Digest) {
+    package init(finished digest: SHA256.Digest) {
         let raw = Array(digest)
         self.init { raw[$0] }
     }
