@@ -29,7 +29,8 @@ let apple: [Platform] = [.macOS, .iOS, .tvOS, .watchOS, .visionOS, .macCatalyst]
 
 var package = Package(
     name: "Larder",
-    platforms: [.macOS(.v15), .iOS(.v18)],  // Synchronization.Mutex (docs/platforms.md)
+    // Synchronization.Mutex, the one lock idiom, sets the floor on every Apple platform (docs/platforms.md).
+    platforms: [.macOS(.v15), .iOS(.v18), .macCatalyst(.v18), .tvOS(.v18), .watchOS(.v11), .visionOS(.v2)],
     products: [
         .library(name: "Larder", targets: ["Larder"]),
         .library(name: "LarderWebKit", targets: ["LarderWebKit"]),

@@ -245,17 +245,11 @@ protocol FaultTable: AnyObject, Sendable {
     func hits(_ id: Int) -> [Int]
 }
 
-/// The process's fault table; `nil` where `Synchronization` is not available.
-let faultTable: (any FaultTable)? = {
-    if #available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *) {
-        return SynchronizedFaultTable()
-    }
-    return nil
-}()
+/// The process's fault table (optional only so that a platform without it could leave it out).
+let faultTable: (any FaultTable)? = SynchronizedFaultTable()
 
 /// The fault table: an atomic count of installed scopes for the hot path, and the scopes with
 /// their per-fault counters behind a lock.
-@available(macOS 15.0, iOS 18.0, tvOS 18.0, watchOS 11.0, visionOS 2.0, *)
 final class SynchronizedFaultTable: FaultTable {
     private struct Installed {
         let id: Int

@@ -263,12 +263,7 @@ package final class FaultOrigin: Sendable {
                 }
             }
         }
-        let task: Task<Void, Never>
-        if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *) {
-            task = Task(executorPreference: OwnThreads.shared, operation: work)
-        } else {
-            task = Task(operation: work)
-        }
+        let task = Task(executorPreference: OwnThreads.shared, operation: work)
         running.withLock { $0 = task }
     }
 

@@ -10,7 +10,6 @@ import Testing
 ///
 /// Jobs go round-robin to a few serial dispatch queues; those get threads of their own even when
 /// the pool is saturated.
-@available(macOS 15, iOS 18, tvOS 18, watchOS 11, *)
 package final class OwnThreads: TaskExecutor {
     /// The one instance the suites share.
     package static let shared = OwnThreads(width: 16)
@@ -35,25 +34,17 @@ package final class OwnThreads: TaskExecutor {
     }
 }
 
-/// Runs `body` (and the child tasks it makes) on `OwnThreads` where the platform has task
-/// executors, else as it is.
+/// Runs `body` (and the child tasks it makes) on `OwnThreads`.
 package func onOwnThreads<T>(_ body: () async throws -> T) async throws -> T {
-    if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *) {
-        return try await withTaskExecutorPreference(OwnThreads.shared) { try await body() }
-    }
-    return try await body()
+    try await withTaskExecutorPreference(OwnThreads.shared) { try await body() }
 }
 
-/// Starts an unstructured task on `OwnThreads` where the platform has task executors, else on
-/// the global executor.
+/// Starts an unstructured task on `OwnThreads`.
 @discardableResult
 package func detachedOnOwnThreads<T: Sendable>(
     _ body: @escaping @Sendable () async throws -> T
 ) -> Task<T, any Error> {
-    if #available(macOS 15, iOS 18, tvOS 18, watchOS 11, *) {
-        return Task(executorPreference: OwnThreads.shared) { try await body() }
-    }
-    return Task { try await body() }
+    Task(executorPreference: OwnThreads.shared) { try await body() }
 }
 
 extension Trait where Self == TimeLimitTrait {
