@@ -6,7 +6,7 @@ import Foundation
 import LarderFileSystem
 @_exported import LarderResolve  // Resolver, ResourceLoader, Forwarder, PageHealthTracker, SessionPins
 @_exported import LarderStore  // StoreError, HealthOutcome, PageHealthOutcome, BudgetReport, ServingHandoff
-@_exported import LarderSync  // SyncReport, SyncOptions, SyncError, PackageFailure
+@_exported import LarderSync  // SyncReport, SyncSetup, SyncRequest, SyncError, PackageFailure
 @_exported import LarderWebView  // SchemeTaskDriver, WebViewHealth, CookieStore: a web-view engine's glue
 @_exported import SystemPackage  // FilePath
 

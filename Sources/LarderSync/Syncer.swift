@@ -9,10 +9,12 @@ import SystemPackage
 
 /// Larder's main job: keep the sandbox in step with the signed repository index.
 ///
-/// A sync runs in phases, each in its own place: `prepare` (lock, recover, accept the index —
-/// `Syncer+Index.swift` — plan, fetch file lists, plan again), `download`
-/// (`Syncer+Downloads.swift`), then here: place each version, activate each dependency group
-/// whole, remove what left the index, and clean up.
+/// A sync carries each install or update as one `Release` through phases, each a small type in a
+/// file of its own: accept the index (`Syncer+Index.swift`), `PlanPhase`, the room check
+/// (`Syncer+Space.swift`), `FetchPhase`, `PatchPhase`, `StagePhase` and `ActivatePhase` (one
+/// durable state write for both, `placeAndActivate`), then removal, clean-up and gc here
+/// (docs/architecture.md, "Where a release goes, phase by phase"). What the app sets once is its
+/// `SyncSetup`; what one sync asks, a `SyncRequest`.
 public struct Syncer: Sendable {
     /// The sandbox directory.
     package let root: FilePath
