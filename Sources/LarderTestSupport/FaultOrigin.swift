@@ -6,9 +6,9 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
-/// A fault-injecting HTTP origin on loopback, started by a test: the Swift counterpart of
-/// `scripts/integration/fault-origin.py`, in process, for the transport's and the gateway's
-/// suites.
+/// A fault-injecting HTTP origin on loopback, started by a test: in process for the transport's,
+/// the sync's and the gateway's suites, and as a process (`larder-fault-origin`, driven through
+/// its control endpoint) for `scripts/integration/faults.py`.
 ///
 /// It serves the files under a directory on `127.0.0.1` (port chosen by the system) and, when it
 /// can, on a second loopback address with the same port (`127.0.0.2`), so that a redirect "to
