@@ -84,7 +84,8 @@ func note(_ message: String) {
 
 /// JSON text of a value made of dictionaries, arrays, strings, numbers, booleans and NSNull.
 func json(_ value: Any) -> Data {
-    let data = try? JSONSerialization.data(withJSONObject: value, options: [.prettyPrinted, .sortedKeys])
+    let data = try? JSONSerialization.data(
+        withJSONObject: value, options: [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes])
     return (data ?? Data("null".utf8)) + Data("\n".utf8)
 }
 
