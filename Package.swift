@@ -256,6 +256,8 @@ var package = Package(
             ],
             swiftSettings: strict
         ),
+        // The fault origin of LarderTestSupport as a process, for scripts/integration/faults.py; not a product.
+        .executableTarget(name: "larder-fault-origin", dependencies: ["LarderTestSupport"], swiftSettings: strict),
         // Test support, not a product: temporary-directory trait, sample repository, process
         // runner, binary locator, recording and failing transports, and the fault-injecting HTTP
         // origin (on NIO, with NIOSSL for its TLS mode) that the transport and gateway suites start.

@@ -86,12 +86,17 @@ extension FaultOrigin {
 
     func log(_ r: Request) -> Int {
         state.withLock {
-            $0.log.append(r)
-            return $0.log.count - 1
+            $0.lastID += 1
+            $0.log.append((id: $0.lastID, request: r))
+            return $0.lastID
         }
     }
 
-    func update(_ index: Int, sent: Int) { state.withLock { $0.log[index].sent = sent } }
+    func update(_ id: Int, sent: Int) {
+        state.withLock { s in
+            if let i = s.log.lastIndex(where: { $0.id == id }) { s.log[i].request.sent = sent }
+        }
+    }
 
     /// One request as the origin reads it, and how to log its answer.
     struct Asked {
@@ -126,6 +131,16 @@ extension FaultOrigin {
                 host: local, method: method, path: target, headers: fields, body: body, status: 0, fault: nil,
                 sent: 0, declared: nil, arrived: .now),
             fields: fields, path: String(target.prefix { $0 != "?" }), local: local)
+        if let control, asked.path.hasPrefix("/__"), let (status, json) = await control(asked.entry) {
+            try await writer.head(
+                status,
+                [
+                    ("Content-Type", "application/json"), ("Content-Length", "\(json.count)"),
+                    ("Cache-Control", "no-store"),
+                ])
+            try await writer.body(json)
+            return true
+        }
         if method != "GET" && method != "HEAD" {
             let echo = Data("\(method) \(target) body=".utf8) + body
             let id = answer(asked, 201, fault: nil, declared: echo.count)
@@ -319,10 +334,14 @@ extension FaultOrigin {
         }
     }
 
-    /// The file under the root (or `base`) for a URL path, or nil (no traversal, no directories).
+    /// The file under the root (or `base`) for a URL path, or nil (no traversal, no directories);
+    /// `/lanes/NAME/REST` is `/REST`.
     func resolve(_ path: String, under base: URL? = nil) -> URL? {
         guard let decoded = path.removingPercentEncoding, !decoded.contains("\0") else { return nil }
-        let parts = decoded.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        var parts = decoded.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        if parts.count > 2, parts.first == "lanes", parts.dropFirst().first?.isEmpty == false {
+            parts = parts.dropFirst(2)
+        }
         guard !parts.isEmpty, !parts.contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else { return nil }
         let file = parts.reduce(base ?? root) { $0.appendingPathComponent(String($1)) }
         var isDirectory: ObjCBool = false

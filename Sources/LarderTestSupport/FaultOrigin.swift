@@ -6,9 +6,9 @@ import NIOPosix
 import NIOSSL
 import Synchronization
 
-/// A fault-injecting HTTP origin on loopback, started by a test: the Swift counterpart of
-/// `scripts/integration/fault-origin.py`, in process, for the transport's and the gateway's
-/// suites.
+/// A fault-injecting HTTP origin on loopback, started by a test: in process for the transport's,
+/// the sync's and the gateway's suites, and as a process (`larder-fault-origin`, driven through
+/// its control endpoint) for `scripts/integration/faults.py`.
 ///
 /// It serves the files under a directory on `127.0.0.1` (port chosen by the system) and, when it
 /// can, on a second loopback address with the same port (`127.0.0.2`), so that a redirect "to
@@ -17,7 +17,9 @@ import Synchronization
 /// If-None-Match answered 304; one byte range (`bytes=A-B`, `bytes=A-`, `bytes=-N`) answered 206
 /// with Content-Range, If-Range honoured (a validator that does not match gets the whole file
 /// with 200), an unsatisfiable range answered 416. Any other method is echoed: 201 with a body
-/// naming the method, path and request body. Every response carries `X-Origin: fault-origin`.
+/// naming the method, path and request body. Every response carries `X-Origin: fault-origin`. A
+/// path `/lanes/NAME/REST` is served as `/REST` (a lane per test case: its rules touch no other),
+/// and with a `control` handler, the paths starting with `/__` go to it, unlogged and unfaulted.
 ///
 /// Faults are injected per path prefix (`inject`); the first rule whose prefix the request's
 /// path (without its query) starts with, and that has requests left, applies. Responses are
@@ -135,6 +137,8 @@ package final class FaultOrigin: Sendable {
 
     /// A rule as injected, with how many requests it hit so far.
     package struct Rule: Sendable, Equatable {
+        /// Its number, in the order rules were injected (from 1).
+        package var id: Int
         /// The path prefix it applies to.
         package var pathPrefix: String
         /// Whether it applies to that path only, not to the paths it is a prefix of.
@@ -163,10 +167,19 @@ package final class FaultOrigin: Sendable {
     let running = Mutex<Task<Void, Never>?>(nil)
     /// The open connections, closed by `stop()` (a stalled answer must not outlive the test).
     let open = Mutex<[ObjectIdentifier: any NIOCore.Channel]>([:])
+    let control: Control?
+
+    /// Answers a control request (a path starting with `/__`): a status and a JSON body, or nil
+    /// to serve the path like any other.
+    package typealias Control = @Sendable (Request) async -> (status: Int, body: Data)?
 
     struct State {
         var rules: [Rule] = []
-        var log: [Request] = []
+        /// The requests, each with its number (an answer still being sent updates its entry by
+        /// number, so a reset that drops entries drops its updates too).
+        var log: [(id: Int, request: Request)] = []
+        var lastID = 0
+        var lastRule = 0
         var etags: [String: String] = [:]
     }
 
@@ -185,8 +198,9 @@ package final class FaultOrigin: Sendable {
 
     private init(
         root: URL, host: String, otherHost: String?, port: Int, scheme: String,
-        servers: [NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, Never>, Never>]
+        servers: [NIOAsyncChannel<NIOAsyncChannel<HTTPServerRequestPart, Never>, Never>], control: Control?
     ) {
+        self.control = control
         self.root = root
         self.host = host
         self.otherHost = otherHost
@@ -195,10 +209,12 @@ package final class FaultOrigin: Sendable {
         self.servers = servers
     }
 
-    /// Starts serving `root` on `127.0.0.1` and, when it can take the same port there, on
-    /// `otherHost`; over TLS with `tls`. Stop it with `stop()`.
+    /// Starts serving `root` on `host` (port `port`, 0: chosen by the system) and, when it can
+    /// take the same port there, on `otherHost`; over TLS with `tls`; `/__` paths answered by
+    /// `control` when given. Stop it with `stop()`.
     package static func start(
-        serving root: URL, otherHost: String? = "127.0.0.2", tls: TLSFiles? = nil
+        serving root: URL, host: String = "127.0.0.1", port: Int = 0, otherHost: String? = "127.0.0.2",
+        tls: TLSFiles? = nil, control: Control? = nil
     ) async throws -> FaultOrigin {
         let context: NIOSSLContext?
         if let tls {
@@ -211,8 +227,7 @@ package final class FaultOrigin: Sendable {
         } else {
             context = nil
         }
-        let host = "127.0.0.1"
-        var servers = [try await bind(host, port: 0, tls: context)]
+        var servers = [try await bind(host, port: port, tls: context)]
         let port = servers[0].channel.localAddress?.port ?? 0
         var other: String?
         if let otherHost {
@@ -225,7 +240,7 @@ package final class FaultOrigin: Sendable {
         }
         let origin = FaultOrigin(
             root: root, host: host, otherHost: other, port: port, scheme: tls == nil ? "http" : "https",
-            servers: servers)
+            servers: servers, control: control)
         origin.run()
         return origin
     }
@@ -291,14 +306,28 @@ package final class FaultOrigin: Sendable {
     /// Adds a rule: `fault` for the next `count` requests (nil: every one) whose path starts with
     /// `pathPrefix`; `onlyRange` (by default true for `ignoreRange` and `badContentRange`) lets
     /// requests without a Range header through without using the rule up; `exact` applies it to
-    /// `pathPrefix` itself only.
+    /// `pathPrefix` itself only. Returns the rule's id.
+    @discardableResult
     package func inject(
         _ fault: Fault, at pathPrefix: String, count: Int? = 1, onlyRange: Bool? = nil, exact: Bool = false
-    ) {
-        let rule = Rule(
-            pathPrefix: pathPrefix, exact: exact, fault: fault, left: count,
-            onlyRange: onlyRange ?? fault.rangeOnlyByDefault, applied: 0)
-        state.withLock { $0.rules.append(rule) }
+    ) -> Int {
+        state.withLock { s in
+            s.lastRule += 1
+            s.rules.append(
+                Rule(
+                    id: s.lastRule, pathPrefix: pathPrefix, exact: exact, fault: fault, left: count,
+                    onlyRange: onlyRange ?? fault.rangeOnlyByDefault, applied: 0))
+            return s.lastRule
+        }
+    }
+
+    /// Removes the rules whose prefix starts with `prefix` and the log entries whose path does
+    /// (an answer under it still being sent, a drip the client abandoned, is not logged either).
+    package func reset(under prefix: String) {
+        state.withLock { s in
+            s.rules.removeAll { $0.pathPrefix.hasPrefix(prefix) }
+            s.log.removeAll { $0.request.path.hasPrefix(prefix) }
+        }
     }
 
     /// The rules, with how many requests each hit.
@@ -308,7 +337,7 @@ package final class FaultOrigin: Sendable {
     package func heal() { state.withLock { $0.rules = [] } }
 
     /// Every request so far, in the order they arrived.
-    package var requests: [Request] { state.withLock { $0.log } }
+    package var requests: [Request] { state.withLock { $0.log.map(\.request) } }
 
     /// The requests whose path starts with `prefix`.
     package func requests(under prefix: String) -> [Request] { requests.filter { $0.path.hasPrefix(prefix) } }

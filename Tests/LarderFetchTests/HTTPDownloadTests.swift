@@ -6,7 +6,7 @@ import SystemPackage
 import Testing
 
 /// Downloads over HTTP against a fault-injecting origin on loopback (the cases of
-/// `scripts/integration/fault-origin.py`, at the transport's level): each fault ends in the
+/// `scripts/integration/faults.py`, at the transport's level): each fault ends in the
 /// documented `FetchError`, or in a verified file after a retry, a resume or a restart, with the
 /// requests the origin logged showing how the client got there.
 @Suite("HTTP downloads against a fault-injecting origin", .hangGuard)

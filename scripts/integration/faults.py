@@ -10,8 +10,9 @@ update downloads the bundle) and o/ (2.0.0 changes one small file, so it downloa
 Replacement indexes are kept aside: serial 1 (a replay), a 2.0.0 index that expired a second
 after it was signed (--ttl-days 0.00001), and one signed by an untrusted key.
 
-scripts/integration/fault-origin.py serves them on 127.0.0.1 (and 127.0.0.2, the "other host"),
-with ETag/304 and Range. A template sandbox per repository has 1.0.0 installed by a healthy sync
+larder-fault-origin (Sources/larder-fault-origin: LarderTestSupport's FaultOrigin, the origin the
+Swift suites start in process, as a process driven through its control endpoint) serves them on
+127.0.0.1 (and 127.0.0.2, the "other host"), with ETag/304 and Range. A template sandbox per repository has 1.0.0 installed by a healthy sync
 and confirmed. Each case gets a copy of it and its own lane of the origin (/lanes/CASE/...), so
 cases run concurrently without touching each other's faults. For each case:
 
@@ -30,7 +31,8 @@ must end within 30 s.
 
 Prints one line per check and ends with `faults: N passed, M failed`; exits 1 on any failure.
 
-Environment: LARDER_BIN (a built larder; else `swift build` here), FAULTS_JOBS (cases at once,
+Environment: LARDER_BIN (a built larder; else `swift build` here), FAULT_ORIGIN_BIN (a built
+larder-fault-origin; else `swift build` here), FAULTS_JOBS (cases at once,
 default 6), FAULTS_SLOW=1 (adds the permanent drip and stall cases, which take minutes because
 the CLI cannot shorten the HTTP client's timeouts), FAULTS_DIR (parent of the work directory,
 default $TMPDIR or /tmp), FAULTS_KEEP=1 (keep the work directory; it is kept anyway on failure).
@@ -58,7 +60,6 @@ from larder_scripts import die, say  # noqa: E402
 from larder_scripts.fault_cases import NEW, OLD, PKG, REASONS, cases  # noqa: E402
 
 ls.NAME = "faults"
-ORIGIN = os.path.join(HERE, "fault-origin.py")
 
 # The larder under test (an ls.Larder: proxies off, so it talks to loopback only), set by main().
 LARDER = None
@@ -68,10 +69,10 @@ LARDER = None
 
 
 class Origin:
-    def __init__(self, root, logfile):
+    def __init__(self, binary, root, logfile):
         self.log = open(logfile, "w")
         self.proc = subprocess.Popen(
-            [sys.executable, ORIGIN, "--root", root, "--lifetime", "600", "--parent-pid", str(os.getpid())],
+            [binary, "--root", root, "--lifetime", "600", "--parent-pid", str(os.getpid())],
             stdout=subprocess.PIPE, stderr=self.log, text=True)
         ready, _, _ = select.select([self.proc.stdout], [], [], 15)
         line = self.proc.stdout.readline() if ready else ""
@@ -362,6 +363,7 @@ def main():
         return 64
     started = time.time()
     LARDER = ls.Larder(ls.larder_binary())
+    origin_bin = ls.fault_origin_binary()
     work = ls.scratch_dir("larder-faults.", "FAULTS_DIR")
     say("faults: work directory %s, larder %s" % (work, LARDER.binary))
     keys = os.path.join(work, "keys")
@@ -370,7 +372,7 @@ def main():
     k = {"key": os.path.join(keys, "publisher.key"), "rogue": os.path.join(keys, "rogue.key")}
     pub = os.path.join(keys, "publisher.pub")
     root, snaps = build_repositories(work, k)
-    origin = Origin(root, os.path.join(work, "origin.log"))
+    origin = Origin(origin_bin, root, os.path.join(work, "origin.log"))
     results = ls.Checks()
     try:
         say("faults: origin on %s (other host 127.0.0.2:%d)" % (origin.url, origin.port))

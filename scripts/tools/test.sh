@@ -56,7 +56,7 @@ started=$SECONDS
 (swift build --build-tests >&2) || die "swift build --build-tests failed (the compiler's output is above)"
 echo "-- $((SECONDS - started)) s: swift build --build-tests"
 bin=$(swift_bin_dir debug)
-export LARDER_BIN="$bin/larder"
+export LARDER_BIN="$bin/larder" FAULT_ORIGIN_BIN="$bin/larder-fault-origin"
 
 # Two lanes side by side for the steps that measure no time (each on scratch directories and
 # ports of its own): in the background the Swift suites and then the reliability classes that

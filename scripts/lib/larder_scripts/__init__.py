@@ -8,7 +8,6 @@ with its modules for the servers and scenarios more than one script runs:
     larder_scripts.nginx_sync       nginx-sync.py's scenarios, by subject (basics, deltas, indexes,
                                     transport) over their common checks
     larder_scripts.fault_cases      faults.py's cases: rules, expected outcomes, log checks
-    larder_scripts.fault_server     the fault origin's rule table, log and handler (fault-origin.py)
 
 A script (scripts/FOLDER/X.py) finds it by its own location and names itself once:
 
@@ -113,6 +112,17 @@ def larder_binary(mode="debug"):
     """The larder binary: $LARDER_BIN when set, else built from this checkout in `mode`
     (debug or release), the compiler's output on stderr."""
     return _common("larder_bin", mode)
+
+
+def fault_origin_binary():
+    """The fault origin (larder-fault-origin, LarderTestSupport's FaultOrigin as a process):
+    $FAULT_ORIGIN_BIN when set, else built from this checkout (debug)."""
+    given = os.environ.get("FAULT_ORIGIN_BIN")
+    if given:
+        if not os.access(given, os.X_OK):
+            raise SetupError("FAULT_ORIGIN_BIN=%s is not an executable" % given)
+        return given
+    return _common("swift_product_bin", "larder-fault-origin")
 
 
 def python_with_modules():
