@@ -20,8 +20,9 @@
 #                `.contents(atPath:`
 # Where: every *.swift under Sources/ except Sources/LarderFileSystem/Syscalls.swift, the
 # funnel's one helper file (the rest of LarderFileSystem is held to the same rule), and
-# Sources/LarderTestSupport, which is test code (fixtures, temporary directories) kept out of
-# the products, held to Tests/' rules. Comments (after `//`) and the insides of one-line string
+# Sources/LarderTestSupport and Sources/larder-fault-origin (the fault-injecting origin the
+# integration tests start, over LarderTestSupport), which are test code (fixtures, temporary
+# directories, an origin's directory) kept out of the products, held to Tests/' rules. Comments (after `//`) and the insides of one-line string
 # literals are ignored; C files are not read.
 #
 # Calls that are not file-system calls are allowed and not matched at all: isatty, getpid,
@@ -63,7 +64,7 @@ cd "$root"
 found=$(
     # shellcheck disable=SC2016 # the single quotes hold an awk program
     find Sources -name '*.swift' ! -path 'Sources/LarderFileSystem/Syscalls.swift' \
-        ! -path 'Sources/LarderTestSupport/*' -print0 | sort -z |
+        ! -path 'Sources/LarderTestSupport/*' ! -path 'Sources/larder-fault-origin/*' -print0 | sort -z |
         xargs -0 awk -v exceptions="$exceptions" '
         BEGIN {
             calls = "open|openat|creat|close|read|pread|readv|write|pwrite|writev|fsync|fdatasync|syncfs|" \
