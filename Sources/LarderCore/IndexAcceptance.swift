@@ -18,6 +18,8 @@ package enum IndexRefusal: Error, Sendable, Equatable, CustomStringConvertible {
     /// The signature names other index bytes than those fetched: the two come from different
     /// publications (a cache holding one longer than the other), not a forgery.
     case torn(String)
+    /// A delegated repository's index is not signed by its root's index keys (format §18).
+    case delegation(DelegationRefusal)
 
     /// What was wrong, for a person.
     package var description: String {
@@ -29,6 +31,7 @@ package enum IndexRefusal: Error, Sendable, Equatable, CustomStringConvertible {
         case .expired(let at): "expired at \(ManifestCoding.formatRFC3339(at))"
         case .unusableRotatedKeys(let d): "a rotated key is not usable: \(d)"
         case .torn(let detail): detail
+        case .delegation(let e): e.description
         }
     }
 }
@@ -67,12 +70,16 @@ package enum IndexAcceptance {
         package var accepted: AcceptedIndex?
         /// The time to check expiry against.
         package var now: Date
+        /// In a delegated repository, the root already followed to the one the signature names:
+        /// the index keys it names sign instead of the trusted keys, and `keys` rotates nothing.
+        package var root: RootDocument?
 
         /// Creates an input.
         package init(
             bytes: Data, signature: Data, notModified: Bool, trustedKeys: [KeyFile], trusted: [PublicKey],
-            accepted: AcceptedIndex?, now: Date
+            accepted: AcceptedIndex?, now: Date, root: RootDocument? = nil
         ) {
+            self.root = root
             self.trusted = trusted
             self.bytes = bytes
             self.signature = signature
@@ -121,8 +128,15 @@ package enum IndexAcceptance {
         if let named = signatures.index, !named.names(input.bytes) {
             throw .torn(Self.tornDetail(named: named, got: IndexName(of: input.bytes)))
         }
-        do { _ = try IndexSignature.verify(input.bytes, signatures: signatures, trusted: input.trusted) } catch {
-            throw .signature(error)
+        if let root = input.root {
+            do {
+                try DelegationCheck.requireIndexSignature(
+                    input.bytes, signatures: signatures, root: root, now: input.now)
+            } catch { throw .delegation(error) }
+        } else {
+            do { _ = try IndexSignature.verify(input.bytes, signatures: signatures, trusted: input.trusted) } catch {
+                throw .signature(error)
+            }
         }
         let index: RepositoryIndex
         do {
@@ -139,7 +153,7 @@ package enum IndexAcceptance {
         if index.expires <= input.now { throw .expired(index.expires) }
         let fresh = isFresh(bytes: input.bytes, notModified: input.notModified, accepted: input.accepted)
         var rotated: [KeyFile]?
-        if fresh, let keys = index.keys, !keys.isEmpty, keys != input.trustedKeys {
+        if input.root == nil, fresh, let keys = index.keys, !keys.isEmpty, keys != input.trustedKeys {
             do { _ = try publicKeys(keys, document: "config.json") } catch {
                 throw .unusableRotatedKeys("\(error)")
             }

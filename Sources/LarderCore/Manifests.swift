@@ -326,11 +326,13 @@ package struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument
     package var keys: [KeyFile]?
     /// A sharded index's on-demand entries, in files it names (schema version 2 only).
     package var shards: IndexShards?
+    /// A delegated repository's composition (format §18): the root and each team's part.
+    package var delegations: Delegations?
 
     /// Creates an index.
     package init(
         schemaVersion: Int = currentSchemaVersion, serial: UInt64, expires: Date, packages: [PackageEntry],
-        keys: [KeyFile]? = nil, shards: IndexShards? = nil
+        keys: [KeyFile]? = nil, shards: IndexShards? = nil, delegations: Delegations? = nil
     ) {
         self.schemaVersion = schemaVersion
         self.serial = serial
@@ -338,9 +340,10 @@ package struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument
         self.packages = packages
         self.keys = keys
         self.shards = shards
+        self.delegations = delegations
     }
 
-    enum CodingKeys: String, CodingKey { case schemaVersion, serial, expires, packages, keys, shards }
+    enum CodingKeys: String, CodingKey { case schemaVersion, serial, expires, packages, keys, shards, delegations }
 
     /// Decodes an index, refusing `shards` in schema version 1 and its absence in 2.
     package init(from decoder: Decoder) throws {
@@ -351,6 +354,7 @@ package struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument
         packages = try c.decode([PackageEntry].self, forKey: .packages)
         keys = try c.decodeIfPresent([KeyFile].self, forKey: .keys)
         shards = try c.decodeIfPresent(IndexShards.self, forKey: .shards)
+        delegations = try c.decodeIfPresent(Delegations.self, forKey: .delegations)
         if (shards != nil) != (schemaVersion == ShardedIndex.schemaVersion),
             Self.supportedSchemaVersions.contains(schemaVersion)
         {

@@ -49,15 +49,23 @@ package struct SignatureFile: Codable, Sendable, Equatable, RepositoryDocument {
     package var index: IndexName?
     /// One signature per signing key over the same bytes; never empty once decoded.
     package var signatures: [SignatureEntry]
+    /// In a delegated repository (format §18), the root whose index keys signed: a name, not a
+    /// proof (the index says it again, signed), so that a device can check the signature before
+    /// it decodes the index.
+    package var root: RootName?
 
     /// Creates a signature file.
-    package init(schemaVersion: Int = currentSchemaVersion, index: IndexName? = nil, signatures: [SignatureEntry]) {
+    package init(
+        schemaVersion: Int = currentSchemaVersion, index: IndexName? = nil, signatures: [SignatureEntry],
+        root: RootName? = nil
+    ) {
         self.schemaVersion = schemaVersion
         self.index = index
         self.signatures = signatures
+        self.root = root
     }
 
-    enum CodingKeys: String, CodingKey { case schemaVersion, index, signatures }
+    enum CodingKeys: String, CodingKey { case schemaVersion, index, signatures, root }
 
     /// Decodes a signature file, refusing one with no signatures.
     package init(from decoder: Decoder) throws {
@@ -65,6 +73,7 @@ package struct SignatureFile: Codable, Sendable, Equatable, RepositoryDocument {
         schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
         index = try c.decodeIfPresent(IndexName.self, forKey: .index)
         signatures = try c.decode([SignatureEntry].self, forKey: .signatures)
+        root = try c.decodeIfPresent(RootName.self, forKey: .root)
         if signatures.isEmpty {
             throw DecodingError.dataCorruptedError(forKey: .signatures, in: c, debugDescription: "no signatures")
         }

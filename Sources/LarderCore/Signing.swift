@@ -153,13 +153,15 @@ package struct KeyFile: Codable, Sendable, Equatable, RepositoryDocument {
 /// Signing and checking `index.json`.
 package enum IndexSignature {
     /// A signature file with one signature per key over `indexBytes`, naming them.
-    package static func sign(_ indexBytes: Data, with keys: [PrivateKey]) throws -> SignatureFile {
+    /// `root` names a delegated repository's root (format §18).
+    package static func sign(_ indexBytes: Data, with keys: [PrivateKey], root: RootName? = nil) throws -> SignatureFile
+    {
         SignatureFile(
             index: IndexName(of: indexBytes),
             signatures: try keys.map { key in
                 SignatureEntry(
                     keyID: key.publicKey.keyID, signature: try key.signature(for: indexBytes).base64EncodedString())
-            })
+            }, root: root)
     }
 
     /// Checks that at least one signature is by a trusted key and that every signature by a

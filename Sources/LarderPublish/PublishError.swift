@@ -75,6 +75,10 @@ package enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     case encryption(String)
     /// Padding was asked for a version in the clear (`pack --pad` needs `--encrypt-to`).
     case padWithoutEncryption
+    /// A delegated repository's root or a team part breaks a trust rule (format §18).
+    case delegation(DelegationRefusal)
+    /// A delegated publication cannot be made as asked (the detail says why and what to do).
+    case delegationSetup(String)
 
     /// A stable machine-readable code.
     package var code: ReasonCode {
@@ -113,6 +117,8 @@ package enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .delta: "delta"
         case .encryption: "encryption"
         case .padWithoutEncryption: "pad-without-encryption"
+        case .delegation(let e): e.code
+        case .delegationSetup: "delegation"
         }
     }
 
@@ -159,6 +165,8 @@ package enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .encryption(let detail): "encryption: \(detail)"
         case .padWithoutEncryption:
             "padding rounds up the sizes of sealed blobs: it needs --encrypt-to (a version in the clear is not padded)"
+        case .delegation(let e): e.description
+        case .delegationSetup(let d): d
         }
     }
 }

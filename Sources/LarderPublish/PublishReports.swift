@@ -102,6 +102,8 @@ package struct PackReport: Sendable, Codable, Equatable {
     package var deltas: [DeltaReport] = []
     /// The key ids of the recipients the version is encrypted to; absent when it is in the clear.
     package var encryptedTo: [String]?
+    /// In a delegated repository, the team part written and whether the index was composed.
+    package var part: PartReport?
 }
 
 /// What `revoke` did.
@@ -116,4 +118,18 @@ package struct RevokeReport: Sendable, Codable, Equatable {
     package var expires: Date
     /// The key id of the publisher's own key (co-signers are not listed).
     package var signedBy: String
+    /// In a delegated repository, the team part written and whether the index was composed.
+    package var part: PartReport?
+}
+
+/// What a delegated publication wrote (format §18): the team's part and whether the index that
+/// devices read names it yet.
+package struct PartReport: Sendable, Codable, Equatable {
+    /// The publishing team.
+    package var team: String
+    /// The serial of the part written (the newest one when nothing of the team's changed).
+    package var serial: UInt64
+    /// Whether the index was composed with it (false without the index keys: `larder compose`
+    /// publishes it).
+    package var composed: Bool
 }

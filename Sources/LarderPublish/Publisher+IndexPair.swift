@@ -10,8 +10,9 @@ import SystemPackage
 extension Publisher {
     /// Reads the current index, first completing or discarding a half-published pair. The index
     /// must be signed by this publisher's key; `nil` for a repository with no index yet.
-    func loadIndex(_ layout: RepositoryLayout) throws(PublishError) -> RepositoryIndex? {
-        let trusted = ownKeys
+    /// `trusted` defaults to the publisher's own keys.
+    func loadIndex(_ layout: RepositoryLayout, trusted: [PublicKey]? = nil) throws(PublishError) -> RepositoryIndex? {
+        let trusted = trusted ?? ownKeys
         try recoverPending(layout, trusted: trusted)
         guard AtomicFile.exists(layout.index) else {
             if AtomicFile.exists(layout.signature) {
@@ -91,9 +92,12 @@ extension Publisher {
 
     /// Bumps the serial and expiry, signs, and publishes the pair: both written as `.pending`
     /// files, then the signature renamed into place, then the index.
-    func publish(_ index: inout RepositoryIndex, _ layout: RepositoryLayout, ttl: TimeInterval) throws(PublishError)
-        -> RepositoryIndex
-    {
+    /// `signers` default to the publisher's key and co-signers; a delegated repository's index is
+    /// signed by the index keys, and its signature file names the `root`.
+    func publish(
+        _ index: inout RepositoryIndex, _ layout: RepositoryLayout, ttl: TimeInterval, signers: [PrivateKey]? = nil,
+        root: RootName? = nil
+    ) throws(PublishError) -> RepositoryIndex {
         guard index.serial < UInt64.max else { throw .serialExhausted }
         index.serial += 1
         index.expires = Date(timeIntervalSince1970: (now().timeIntervalSince1970 + ttl).rounded(.down))
@@ -124,7 +128,7 @@ extension Publisher {
         }
         let bytes = try encode(signed)
         let sig: SignatureFile
-        do { sig = try IndexSignature.sign(bytes, with: [key] + coSigners) } catch {
+        do { sig = try IndexSignature.sign(bytes, with: signers ?? ([key] + coSigners), root: root) } catch {
             throw .signing(.badKeyFile(path: "(signing key)", detail: "\(error)"))
         }
         let sigBytes = try encode(sig)

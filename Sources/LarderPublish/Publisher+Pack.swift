@@ -33,7 +33,11 @@ extension Publisher {
         try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(layout.root) }
         let lock = try publishLock(layout)
         defer { lock.unlock() }
-        var index = try loadIndex(layout) ?? RepositoryIndex(serial: 0, expires: now(), packages: [])
+        let (loaded, target) = try openTarget(layout)
+        var index = loaded ?? RepositoryIndex(serial: 0, expires: now(), packages: [])
+        if let team = target.team, let root = target.delegated?.root {
+            for v in valid { try requireOwned(v.id, by: team, root) }
+        }
         var staged: [StagedVersion] = []
         var placed = 0
         defer { for s in staged.dropFirst(placed) { try? SystemCalls.removeTree(s.staging) } }
@@ -84,7 +88,8 @@ extension Publisher {
                 try AtomicFile.syncDirectory(s.versionDir.parentPath)
             }
         }
-        let published = try publish(&index, layout, ttl: requests.map(\.timeToLive).min() ?? 30 * 24 * 3600)
+        let (published, part) = try publishChange(
+            &index, target, layout, ttl: requests.map(\.timeToLive).min() ?? 30 * 24 * 3600)
         return zip(requests, staged).map { request, s in
             logger.debug(
                 "packed",
@@ -98,7 +103,7 @@ extension Publisher {
                 fileCount: s.fileCount, totalSize: s.totalSize, objectsWritten: s.objects.written,
                 objectsReused: s.objects.reused, objectBytesWritten: s.objects.bytes,
                 signedBy: key.publicKey.keyID, filesGzip: s.filesGzip, deltas: s.deltas,
-                encryptedTo: s.encryption?.recipients.map(\.keyId))
+                encryptedTo: s.encryption?.recipients.map(\.keyId), part: part)
         }
     }
 

@@ -18,9 +18,11 @@ extension Publisher {
         let layout = RepositoryLayout(root: repository)
         let lock = try publishLock(layout)
         defer { lock.unlock() }
-        guard var index = try loadIndex(layout) else {
+        let (loaded, target) = try openTarget(layout)
+        guard var index = loaded else {
             throw .existingIndexUntrusted(detail: "\(layout.index) does not exist")
         }
+        if let team = target.team, let root = target.delegated?.root { try requireOwned(id, by: team, root) }
         let entries = index.packages.indices.filter { index.packages[$0].id == id }
         let published = AtomicFile.isDirectory(layout.resolve(RepositoryLayout.versionPath(id, version)))
         guard !entries.isEmpty, published else { throw .unknownVersion(id: id.rawValue, version: version.description) }
@@ -31,10 +33,10 @@ extension Publisher {
             index.packages[i].revoked.append(version)
             index.packages[i].revoked.sort()
         }
-        let result = try publish(&index, layout, ttl: timeToLive)
+        let (result, part) = try publishChange(&index, target, layout, ttl: timeToLive)
         return RevokeReport(
             id: id.rawValue, version: version.description, serial: result.serial, expires: result.expires,
-            signedBy: key.publicKey.keyID)
+            signedBy: key.publicKey.keyID, part: part)
     }
 
 }

@@ -16,6 +16,10 @@ package struct Publisher: Sendable {
     let coSigners: [PrivateKey]
     let now: @Sendable () -> Date
     let logger: Logger
+    /// In a delegated repository (format §18), the online keys that sign the composed index
+    /// (`--index-key`); without enough of them a team's publication writes its part only, and
+    /// `compose` publishes it later.
+    package var indexKeys: [PrivateKey] = []
     /// Seconds to wait for another publisher of the same repository.
     package var lockTimeout: Double = 60
     /// How bundles, objects, documents and patches are encoded (`BytePipeline.standard`).
@@ -65,6 +69,11 @@ package struct Publisher: Sendable {
         throws(PublishError) -> RotationReport
     {
         let layout = RepositoryLayout(root: repository)
+        guard !layout.isDelegated else {
+            throw .delegationSetup(
+                "\(repository) is delegated: its keys rotate with `larder delegate` (a team's keys) or `larder delegate root`"
+            )
+        }
         let lock = try publishLock(layout)
         defer { lock.unlock() }
         guard var index = try loadIndex(layout) else {

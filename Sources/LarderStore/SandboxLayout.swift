@@ -45,6 +45,16 @@ package struct SandboxLayout: Sendable {
     package func cachedCatalog(_ digest: SHA256Digest) -> FilePath {
         indexShards.joined("catalog-\(digest.hex).json")
     }
+    /// `trust/`: a delegated repository's trust (format §18): `root.json` (the root this device
+    /// follows, as verified), `parts.json` (each team's accepted part serial and digest) and
+    /// `parts/<sha256>.json` (the parts of the accepted index, verified).
+    package var trust: FilePath { root.joined("trust") }
+    /// `trust/root.json`.
+    package var heldRoot: FilePath { trust.joined("root.json") }
+    /// `trust/parts.json`.
+    package var acceptedParts: FilePath { trust.joined("parts.json") }
+    /// `trust/parts/<sha256>.json`: a verified team part, by its digest.
+    package func cachedPart(_ digest: SHA256Digest) -> FilePath { trust.joined("parts").joined("\(digest.hex).json") }
     /// `generation`: the last state's generation as 8 bytes, for readers to notice a change.
     package var generation: FilePath { root.joined("generation") }
     /// `last-sync.json`: the record of the last sync that left nothing to do, which lets the

@@ -28,6 +28,10 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
     case indexShard(String)
     /// The sandbox could not be opened, read or written (locked, corrupt state, I/O).
     case store(StoreError)
+    /// A delegated repository's root, index signature, team part or composition broke a trust
+    /// rule (format §18): the code names which (`delegation-root`, `delegation-threshold`,
+    /// `delegation-outside`, …). Nothing was recorded or changed.
+    case delegation(code: ReasonCode, detail: String)
 
     /// A stable machine-readable code.
     public var code: ReasonCode {
@@ -42,6 +46,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case .indexTorn: "index-torn"
         case .indexShard: "index-shard"
         case .store(let e): e.code
+        case .delegation(let code, _): code
         }
     }
 
@@ -62,6 +67,7 @@ public enum SyncError: Error, Sendable, Equatable, CustomStringConvertible {
         case .indexShard(let detail):
             "the index was refused: \(detail); nothing was changed"
         case .store(let e): e.description
+        case .delegation(_, let detail): "the index was refused: \(detail); nothing was changed"
         }
     }
 }

@@ -32,18 +32,30 @@ extension Syncer {
             sandbox: sandbox, transport: transport, base: base, prefetchedSignature: prefetchedSignature)
         let trusted: [PublicKey]
         do { trusted = try config.publicKeys() } catch { throw .config(error) }
+        // A delegated repository (format §18): the root its signature file names, followed first.
+        let followed = try await followRoot(
+            signature: sigBytes, sandbox: sandbox, trusted: trusted, transport: transport, base: base)
         let decision: AcceptedIndexDecision
         do {
             decision = try IndexAcceptance.decide(
                 IndexAcceptance.Input(
                     bytes: bytes, signature: sigBytes, notModified: notModified, trustedKeys: config.trustedKeys,
-                    trusted: trusted, accepted: sandbox.state.index, now: setup.clock()))
+                    trusted: trusted, accepted: sandbox.state.index, now: setup.clock(),
+                    root: followed?.root.document))
         } catch { throw SyncError(refusal: error) }
+        var delegation: VerifiedDelegation?
+        if let followed {
+            delegation = try await checkParts(
+                decision.index, followed, sandbox: sandbox, transport: transport, base: base)
+        }
         // A sharded index: the entries of the shards this device needs, read before anything is
         // recorded (a held package's settings must never be missing from what it serves with).
         let read = try await readShards(
-            decision.index, sandbox: sandbox, transport: transport, base: base, write: record)
+            decision.index, sandbox: sandbox, transport: transport, base: base, write: record, delegation: delegation)
         let index = read.index
+        if record, let delegation, decision.fresh || delegation.rootChanged {
+            try recordDelegation(delegation, index: decision.index, layout: sandbox.layout)
+        }
         if record, let keys = decision.rotatedKeys {
             do { _ = try config.withKeys(keys, root: root) } catch { throw .config(error) }
             setup.logger.notice(
@@ -213,6 +225,12 @@ extension SyncError {
         case .expired(let at): self = .expired(ManifestCoding.formatRFC3339(at))
         case .unusableRotatedKeys(let d): self = .config(.invalid("a trusted key in config.json is not usable: \(d)"))
         case .torn(let detail): self = .indexTorn(detail)
+        case .delegation(let e): self = .init(e)
         }
+    }
+
+    /// The sync's error for a delegation refusal.
+    init(_ refusal: DelegationRefusal) {
+        self = .delegation(code: refusal.code, detail: refusal.description)
     }
 }

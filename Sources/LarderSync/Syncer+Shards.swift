@@ -22,7 +22,8 @@ extension Syncer {
     /// cannot be fetched or breaks the rules stops the sync (`index-shard`) before anything is
     /// recorded.
     func readShards(
-        _ root: RepositoryIndex, sandbox: Sandbox, transport: any Transport, base: URL, write: Bool
+        _ root: RepositoryIndex, sandbox: Sandbox, transport: any Transport, base: URL, write: Bool,
+        delegation: VerifiedDelegation? = nil
     ) async throws(SyncError) -> ShardRead {
         guard let refs = root.shards else { return ShardRead(index: root) }
         var out = ShardRead(index: root)
@@ -91,6 +92,13 @@ extension Syncer {
                 let entries: [PackageEntry]
                 do throws(ShardError) { entries = try ShardedIndex.entries(of: bytes, number: b, root: root) } catch {
                     throw .indexShard(error.description)
+                }
+                if let d = delegation {
+                    // Under delegations each shard holds exactly its bucket's entries of the parts.
+                    do {
+                        try DelegationCheck.checkShard(
+                            entries, number: b, count: count, parts: d.parts, root: d.root.document)
+                    } catch { throw SyncError(error) }
                 }
                 let path = layout.cachedShard(refs.files[b].sha256)
                 if write, !AtomicFile.exists(path) {

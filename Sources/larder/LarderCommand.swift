@@ -10,7 +10,7 @@ struct LarderCommand: AsyncParsableCommand {
         commandName: "larder",
         abstract: "Keep offline web packages in step with a signed repository.",
         discussion: """
-            Publisher commands: keygen, pack, revoke, rotate-key, verify.
+            Publisher commands: keygen, pack, revoke, rotate-key, delegate, compose, verify.
             Device commands: init, sync, plan, resolve, serve, install, status, confirm, rollback, \
             gc, doctor (each with --root DIR).
 
@@ -22,7 +22,8 @@ struct LarderCommand: AsyncParsableCommand {
         // root flag: `pack --version` is the package version, and with the root flag ArgumentParser
         // would answer a pack missing a required option with the tool's version and exit 0.
         subcommands: [
-            Keygen.self, Pack.self, Revoke.self, RotateKey.self, Rewrap.self, Verify.self, Upload.self,
+            Keygen.self, Pack.self, Revoke.self, RotateKey.self, Rewrap.self, Delegate.self, Compose.self, Verify.self,
+            Upload.self,
             Init.self, Sync.self, Fetch.self, Plan.self, Resolve.self, Serve.self,
             Install.self, Status.self, Confirm.self, Rollback.self, GC.self, Doctor.self,
             ShowVersion.self,

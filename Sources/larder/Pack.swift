@@ -131,6 +131,13 @@ extension LarderCommand {
         var coSign: [FilePath] = []
 
         @Option(
+            name: .customLong("index-key"),
+            help: ArgumentHelp(
+                "In a delegated repository, the online key that composes the index after the team's part is written (default: $LARDER_INDEX_KEY).",
+                valueName: "KEY"))
+        var indexKey: FilePath?
+
+        @Option(
             help: ArgumentHelp(
                 "Stricter file-count limit for this pack (at most the default, \(TreeLimits.standard.maxFiles)).",
                 valueName: "N"))
@@ -213,10 +220,12 @@ extension LarderCommand {
         func run() throws {
             let privateKey: PrivateKey
             let coSigners: [PrivateKey]
+            let indexKeys: [PrivateKey]
             var request = PackRequest(source: directory, repository: repo, id: id, version: version)
             do {
                 privateKey = try PublisherKeys.loadPrivateKey(key)
                 coSigners = try coSign.map { try PublisherKeys.loadPrivateKey($0) }
+                indexKeys = try DelegationKeys.indexKeys(indexKey)
                 request.encryptTo = try encryptTo.map { try PublisherKeys.loadRecipientPublicKey($0) }
                 request.recipientKeys = try recipientKeys.map { try PublisherKeys.loadRecipientKey($0) }
             } catch {
@@ -246,6 +255,7 @@ extension LarderCommand {
             do {
                 var publisher = Publisher(key: privateKey, coSigners: coSigners)
                 publisher.indexLayout = indexLayout
+                publisher.indexKeys = indexKeys
                 report = try publisher.pack(request)
             } catch {
                 throw Output.failure(command: "pack", code: error.code, message: error.description, json: output.json)

@@ -26,6 +26,11 @@ extension PackReport: RenderedReport {
             "  index   serial \(serial), expires \(ManifestCoding.formatRFC3339(expires)), signed by \(signedBy)",
         ]
             + (encryptedTo.map { ["  sealed  encrypted to [\($0.joined(separator: ", "))]"] } ?? [])
+            + (part.map {
+                [
+                    "  part    team \($0.team) serial \($0.serial)\($0.composed ? "" : " (index not composed: run `larder compose`)")"
+                ]
+            } ?? [])
             + deltas.map { d in
                 "  delta   from \(d.from): \(d.patches) patch(es) \(Output.bytes(d.patchBytes)), \(d.objects) object(s) "
                     + "\(Output.bytes(d.objectBytes)), \(d.linked) linked, manifest \(Output.bytes(d.manifest.size)) "
@@ -35,7 +40,14 @@ extension PackReport: RenderedReport {
 }
 
 extension RevokeReport: RenderedReport {
-    var textLines: [String] { ["revoked \(id) \(version): index serial \(serial), signed by \(signedBy)"] }
+    var textLines: [String] {
+        ["revoked \(id) \(version): index serial \(serial), signed by \(signedBy)"]
+            + (part.map {
+                [
+                    "  part    team \($0.team) serial \($0.serial)\($0.composed ? "" : " (index not composed: run `larder compose`)")"
+                ]
+            } ?? [])
+    }
 }
 
 extension RewrapReport: RenderedReport {

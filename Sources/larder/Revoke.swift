@@ -23,6 +23,12 @@ extension LarderCommand {
             name: .customLong("co-sign"),
             help: ArgumentHelp("Another private key that also signs the index (repeatable).", valueName: "KEY"))
         var coSign: [FilePath] = []
+        @Option(
+            name: .customLong("index-key"),
+            help: ArgumentHelp(
+                "In a delegated repository, the online key that composes the index (default: $LARDER_INDEX_KEY).",
+                valueName: "KEY"))
+        var indexKey: FilePath?
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
@@ -34,7 +40,9 @@ extension LarderCommand {
             do {
                 let privateKey = try PublisherKeys.loadPrivateKey(key)
                 let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey($0) }
-                report = try Publisher(key: privateKey, coSigners: coSigners).revoke(
+                var publisher = Publisher(key: privateKey, coSigners: coSigners)
+                publisher.indexKeys = try DelegationKeys.indexKeys(indexKey)
+                report = try publisher.revoke(
                     id: id, version: version, repository: repo, timeToLive: ttlDays * 24 * 3600)
             } catch let e as PublishError {
                 throw Output.failure(command: "revoke", code: e.code, message: e.description, json: output.json)

@@ -1,0 +1,374 @@
+import Foundation
+
+/// Why a delegated repository's root, index or part was refused (format §18). Each case has its
+/// own reason code; a device that meets one keeps what it runs and what it accepted before.
+package enum DelegationRefusal: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A root is not the next one, is not signed by the previous root's threshold and its own,
+    /// is older than the one held, breaks a root rule, or is not the one named.
+    case root(String)
+    /// Fewer distinct keys of the role signed than its threshold.
+    case threshold(role: String, signed: Int, threshold: Int)
+    /// The threshold was missed, and a revoked key's signature would have counted.
+    case keyRevoked(role: String, keyID: String)
+    /// The threshold was missed, and an expired key's signature would have counted.
+    case keyExpired(role: String, keyID: String)
+    /// A signature by one of the role's keys does not match the bytes.
+    case invalidSignature(role: String, keyID: String)
+    /// The index names a team the root does not know.
+    case unknownTeam(String)
+    /// A part is not the one named or signed, or the index's entries are not the parts' entries.
+    case partMismatch(team: String, detail: String)
+    /// A team's part is older than the one accepted, or reuses its serial with other bytes.
+    case partRollback(team: String, serial: UInt64, accepted: UInt64)
+    /// A package outside the patterns of the team that signed it, or owned by no team.
+    case outside(team: String?, id: PackageID, detail: String)
+    /// A root or part document cannot be read.
+    case malformed(ManifestError)
+
+    /// The reason code.
+    package var code: ReasonCode {
+        switch self {
+        case .root: "delegation-root"
+        case .threshold: "delegation-threshold"
+        case .keyRevoked: "delegation-key-revoked"
+        case .keyExpired: "delegation-key-expired"
+        case .invalidSignature: "signature"
+        case .unknownTeam: "delegation-unknown-team"
+        case .partMismatch: "delegation-part-mismatch"
+        case .partRollback: "delegation-part-rollback"
+        case .outside: "delegation-outside"
+        case .malformed(let e): e.code(or: "delegation-document")
+        }
+    }
+
+    /// What was wrong, naming the role, team, key or package.
+    package var description: String {
+        switch self {
+        case .root(let d): "root: \(d)"
+        case .threshold(let role, let signed, let threshold):
+            "\(role) is signed by \(signed) of its keys; its threshold is \(threshold)"
+        case .keyRevoked(let role, let key):
+            "\(role) misses its threshold: key \(key) is revoked, its signature does not count"
+        case .keyExpired(let role, let key):
+            "\(role) misses its threshold: key \(key) has expired, its signature does not count"
+        case .invalidSignature(let role, let key):
+            "the signature by \(role) key \(key) does not match the bytes (edited after signing, or corrupted)"
+        case .unknownTeam(let t): "the index names a part of team \(quoted(t)), which the root does not delegate to"
+        case .partMismatch(let team, let d): "team \(team)'s part: \(d)"
+        case .partRollback(let team, let serial, let accepted):
+            serial == accepted
+                ? "team \(team)'s part \(serial) was accepted with different contents"
+                : "team \(team)'s part \(serial) is older than the accepted \(accepted)"
+        case .outside(let team, let id, let d):
+            team.map { "team \($0) may not publish package \(id): \(d)" } ?? "package \(id): \(d)"
+        case .malformed(let e): "\(e)"
+        }
+    }
+}
+
+/// A part this device accepted for a team: its serial and bytes' digest.
+package struct AcceptedPart: Codable, Sendable, Equatable {
+    /// The part's serial.
+    package var serial: UInt64
+    /// SHA-256 of its bytes.
+    package var sha256: SHA256Digest
+
+    /// Creates a record.
+    package init(serial: UInt64, sha256: SHA256Digest) {
+        self.serial = serial
+        self.sha256 = sha256
+    }
+}
+
+/// A root a device trusts: the document and the name of its bytes.
+package struct HeldRoot: Sendable, Equatable {
+    /// The root.
+    package var document: RootDocument
+    /// Its version and bytes' size and SHA-256.
+    package var name: RootName
+
+    /// Creates the pair.
+    package init(document: RootDocument, name: RootName) {
+        self.document = document
+        self.name = name
+    }
+}
+
+/// The trust rules of a delegated repository (format §18), pure: the caller fetches, these decide.
+package enum DelegationCheck {
+    /// A document and its signature file, as fetched.
+    package struct Signed: Sendable {
+        /// The document's bytes.
+        package var bytes: Data
+        /// Its signature file's bytes.
+        package var signature: Data
+
+        /// Creates the pair.
+        package init(bytes: Data, signature: Data) {
+            self.bytes = bytes
+            self.signature = signature
+        }
+    }
+
+    /// Counts the distinct keys of `keyIDs` that signed `message` validly and may still sign;
+    /// throws when fewer than `threshold` did. A signature by a key of the role that does not
+    /// verify is refused outright (as in §6), one by a key outside the role is ignored.
+    package static func requireThreshold(
+        role: String, message: Data, signatures: [SignatureEntry], keyIDs: [String], threshold: Int,
+        root: RootDocument?, extra: [PublicKey] = [], now: Date
+    ) throws(DelegationRefusal) {
+        var byID: [String: (PublicKey, Date?)] = [:]
+        for k in root?.keys ?? [] { if let pk = k.publicKey { byID[k.keyId] = (pk, k.expires) } }
+        for pk in extra { byID[pk.keyID] = (pk, nil) }
+        let allowed = Set(keyIDs)
+        let revoked = Set(root?.revokedKeys ?? [])
+        var good = Set<String>()
+        var revokedSeen: String?
+        var expiredSeen: String?
+        for e in signatures {
+            if revoked.contains(e.keyID) {
+                revokedSeen = revokedSeen ?? e.keyID
+                continue
+            }
+            guard allowed.contains(e.keyID), let (key, expires) = byID[e.keyID] else { continue }
+            guard e.algorithm == "ed25519", let sig = Data(base64Encoded: e.signature),
+                key.isValidSignature(sig, for: message)
+            else { throw .invalidSignature(role: role, keyID: e.keyID) }
+            if let expires, expires <= now {
+                expiredSeen = expiredSeen ?? e.keyID
+                continue
+            }
+            good.insert(e.keyID)
+        }
+        guard good.count < threshold else { return }
+        if let k = revokedSeen { throw .keyRevoked(role: role, keyID: k) }
+        if let k = expiredSeen { throw .keyExpired(role: role, keyID: k) }
+        throw .threshold(role: role, signed: good.count, threshold: threshold)
+    }
+
+    /// Decodes a root and checks its own rules.
+    package static func decodeRoot(_ bytes: Data, document: String) throws(DelegationRefusal) -> RootDocument {
+        let root: RootDocument
+        do { root = try ManifestCoding.decode(RootDocument.self, from: bytes, document: document) } catch {
+            throw .malformed(error)
+        }
+        if let p = root.problem() { throw .root("root \(root.version): \(p)") }
+        return root
+    }
+
+    /// Follows the roots from the one held to the one named (TUF 5.3.4): each next version is
+    /// signed by the threshold of the previous root's root keys and by its own; the first a device
+    /// meets, with none held, by one of the keys it was configured with and by its own threshold.
+    /// `chain` holds the versions after the held one, in order, ending at the one named. Returns
+    /// the root now trusted (the held one when `chain` is empty).
+    package static func followRoots(
+        held: HeldRoot?, configured: [PublicKey], chain: [Signed], named: RootName, now: Date
+    ) throws(DelegationRefusal) -> HeldRoot {
+        let first: UInt64
+        if let held {
+            guard named.version >= held.document.version else {
+                throw .root("the index names root \(named.version), older than the held \(held.document.version)")
+            }
+            first = held.document.version + 1
+        } else {
+            guard UInt64(chain.count) <= named.version, !chain.isEmpty else {
+                throw .root("no root up to \(named.version) was given to check")
+            }
+            first = named.version - UInt64(chain.count) + 1
+        }
+        guard first + UInt64(chain.count) == named.version + 1 else {
+            throw .root("the roots given do not lead to root \(named.version)")
+        }
+        do {
+            return try walkRoots(held: held, first: first, configured: configured, chain: chain, named: named, now: now)
+        } catch {
+            // A root change the thresholds do not carry is a refusal of the root, whatever key missed.
+            switch error {
+            case .threshold, .keyRevoked, .keyExpired, .invalidSignature: throw .root(error.description)
+            default: throw error
+            }
+        }
+    }
+
+    private static func walkRoots(
+        held: HeldRoot?, first: UInt64, configured: [PublicKey], chain: [Signed], named: RootName, now: Date
+    ) throws(DelegationRefusal) -> HeldRoot {
+        var current = held
+        for (n, file) in chain.enumerated() {
+            let want = first + UInt64(n)
+            let next = try decodeRoot(file.bytes, document: RootName.path(version: want))
+            guard next.version == want else { throw .root("roots/\(want).json says version \(next.version)") }
+            let sig = try signatureFile(file.signature, document: "roots/\(want).json.sig")
+            if let prev = current?.document {
+                try requireThreshold(
+                    role: "root \(want) (by root \(prev.version)'s keys)", message: file.bytes,
+                    signatures: sig.signatures, keyIDs: prev.roles.root.keyIds, threshold: prev.roles.root.threshold,
+                    root: prev, now: now)
+            } else {
+                try requireThreshold(
+                    role: "root \(want) (by a configured key)", message: file.bytes, signatures: sig.signatures,
+                    keyIDs: configured.map(\.keyID), threshold: 1, root: nil, extra: configured, now: now)
+            }
+            try requireThreshold(
+                role: "root \(want)", message: file.bytes, signatures: sig.signatures,
+                keyIDs: next.roles.root.keyIds, threshold: next.roles.root.threshold, root: next, now: now)
+            current = HeldRoot(document: next, name: RootName(version: want, of: file.bytes))
+        }
+        guard let root = current, root.name == named else {
+            throw .root("root \(named.version) is not the bytes the index names")
+        }
+        return root
+    }
+
+    /// Checks the index signature against the root's index role.
+    package static func requireIndexSignature(_ bytes: Data, signatures: SignatureFile, root: RootDocument, now: Date)
+        throws(DelegationRefusal)
+    {
+        guard root.expires > now else {
+            throw .root("root \(root.version) expired at \(ManifestCoding.formatRFC3339(root.expires))")
+        }
+        try requireThreshold(
+            role: "the index", message: bytes, signatures: signatures.signatures, keyIDs: root.roles.index.keyIds,
+            threshold: root.roles.index.threshold, root: root, now: now)
+    }
+
+    /// Checks each part the index names (team known, bytes as named, team threshold, serial not
+    /// going back, entries within the team's patterns) and returns them by team.
+    /// `partBytes` maps a team to its part's bytes as fetched.
+    package static func checkParts(
+        _ rows: [PartRow], partBytes: [String: Data], root: RootDocument, accepted: [String: AcceptedPart], now: Date
+    ) throws(DelegationRefusal) -> [String: TeamPart] {
+        var parts: [String: TeamPart] = [:]
+        for row in rows {
+            guard let team = root.team(named: row.team) else { throw .unknownTeam(row.team) }
+            guard parts[row.team] == nil else {
+                throw .partMismatch(team: row.team, detail: "the index names two parts of the team")
+            }
+            guard row.part.path == TeamPart.path(team: row.team, serial: row.serial) else {
+                throw .partMismatch(team: row.team, detail: "the part's path is \(quoted(row.part.path))")
+            }
+            guard let bytes = partBytes[row.team],
+                Int64(bytes.count) == row.part.size, SHA256Digest.of(bytes) == row.part.sha256
+            else {
+                throw .partMismatch(team: row.team, detail: "\(row.part.path) is not the bytes the index names")
+            }
+            try requireThreshold(
+                role: "team \(row.team)", message: bytes, signatures: row.signatures, keyIDs: team.keyIds,
+                threshold: team.threshold, root: root, now: now)
+            let part: TeamPart
+            do { part = try ManifestCoding.decode(TeamPart.self, from: bytes, document: row.part.path) } catch {
+                throw .malformed(error)
+            }
+            guard part.team == row.team, part.serial == row.serial else {
+                throw .partMismatch(
+                    team: row.team,
+                    detail: "the part says team \(quoted(part.team)) serial \(part.serial), the index \(row.serial)")
+            }
+            if let acc = accepted[row.team] {
+                if row.serial < acc.serial || (row.serial == acc.serial && row.part.sha256 != acc.sha256) {
+                    throw .partRollback(team: row.team, serial: row.serial, accepted: acc.serial)
+                }
+            }
+            try checkOwnership(part, team: team, root: root)
+            parts[row.team] = part
+        }
+        return parts
+    }
+
+    /// Every entry of a part is of a package its team owns; a rollout team's part has none.
+    static func checkOwnership(_ part: TeamPart, team: Team, root: RootDocument) throws(DelegationRefusal) {
+        var seen = Set<EntryKey>()
+        for e in part.packages {
+            guard seen.insert(EntryKey(e)).inserted else {
+                throw .partMismatch(team: team.name, detail: "it lists \(e.id) (\(e.channel)) twice")
+            }
+            guard team.role == .release else {
+                throw .outside(team: team.name, id: e.id, detail: "a rollout team's part holds no package entries")
+            }
+            guard team.claims(e.id) else {
+                throw .outside(
+                    team: team.name, id: e.id,
+                    detail: "not matched by its patterns \(team.packages.map(\.text).joined(separator: ", "))")
+            }
+        }
+    }
+
+    /// The index's entries are exactly the parts' entries: each listed entry equals its owner's,
+    /// and each part entry is listed, except on-demand ones of a sharded index (checked shard by
+    /// shard, `checkShard`).
+    package static func checkComposition(_ index: RepositoryIndex, parts: [String: TeamPart], root: RootDocument)
+        throws(DelegationRefusal)
+    {
+        let signed = signedEntries(parts)
+        var listed = Set<EntryKey>()
+        for e in index.packages {
+            try requireSigned(e, signed: signed, root: root)
+            listed.insert(EntryKey(e))
+        }
+        for (key, e) in signed where !listed.contains(key) {
+            let sharded = index.shards != nil && e.install?.mode == .onDemand
+            if !sharded {
+                throw .partMismatch(
+                    team: root.owner(of: e.id)?.name ?? "?",
+                    detail: "its entry for \(e.id) (\(e.channel)) is missing from the index")
+            }
+        }
+    }
+
+    /// A shard's entries are exactly the parts' on-demand entries of its bucket.
+    package static func checkShard(
+        _ entries: [PackageEntry], number: Int, count: Int, parts: [String: TeamPart], root: RootDocument
+    ) throws(DelegationRefusal) {
+        let signed = signedEntries(parts)
+        var seen = Set<EntryKey>()
+        for e in entries {
+            try requireSigned(e, signed: signed, root: root)
+            seen.insert(EntryKey(e))
+        }
+        for (key, e) in signed
+        where e.install?.mode == .onDemand && IndexShards.bucket(of: e.id, count: count) == number
+            && !seen.contains(key)
+        {
+            throw .partMismatch(
+                team: root.owner(of: e.id)?.name ?? "?",
+                detail: "its entry for \(e.id) (\(e.channel)) is missing from shard \(number)")
+        }
+    }
+
+    private struct EntryKey: Hashable {
+        var id: PackageID
+        var channel: Channel
+        init(_ e: PackageEntry) {
+            id = e.id
+            channel = e.channel
+        }
+    }
+
+    private static func signedEntries(_ parts: [String: TeamPart]) -> [EntryKey: PackageEntry] {
+        var out: [EntryKey: PackageEntry] = [:]
+        for p in parts.values { for e in p.packages { out[EntryKey(e)] = e } }
+        return out
+    }
+
+    private static func requireSigned(_ e: PackageEntry, signed: [EntryKey: PackageEntry], root: RootDocument)
+        throws(DelegationRefusal)
+    {
+        guard let owner = root.owner(of: e.id) else {
+            throw .outside(team: nil, id: e.id, detail: "no team of the root owns it")
+        }
+        guard let s = signed[EntryKey(e)] else {
+            throw .partMismatch(
+                team: owner.name, detail: "the index lists \(e.id) (\(e.channel)), which the team's part does not")
+        }
+        guard s == e else {
+            throw .partMismatch(
+                team: owner.name, detail: "the index's entry for \(e.id) (\(e.channel)) differs from the one it signed")
+        }
+    }
+
+    package static func signatureFile(_ bytes: Data, document: String) throws(DelegationRefusal) -> SignatureFile {
+        do { return try ManifestCoding.decode(SignatureFile.self, from: bytes, document: document) } catch {
+            throw .malformed(error)
+        }
+    }
+}
