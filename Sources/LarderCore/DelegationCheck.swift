@@ -252,9 +252,17 @@ package enum DelegationCheck {
             else {
                 throw .partMismatch(team: row.team, detail: "\(row.part.path) is not the bytes the index names")
             }
-            try requireThreshold(
-                role: "team \(row.team)", message: bytes, signatures: row.signatures, keyIDs: team.keyIds,
-                threshold: team.threshold, root: root, now: now)
+            do {
+                try requireThreshold(
+                    role: "team \(row.team)", message: bytes, signatures: row.signatures, keyIDs: team.keyIds,
+                    threshold: team.threshold, root: root, now: now)
+            } catch {
+                // A team key's signature over other bytes: the part named is not the one it signed.
+                guard case .invalidSignature(_, let key) = error else { throw error }
+                throw .partMismatch(
+                    team: row.team,
+                    detail: "\(row.part.path) is not the part the team signed (key \(key)'s signature does not match it)")
+            }
             let part: TeamPart
             do { part = try ManifestCoding.decode(TeamPart.self, from: bytes, document: row.part.path) } catch {
                 throw .malformed(error)

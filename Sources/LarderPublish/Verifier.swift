@@ -56,7 +56,15 @@ package struct Verifier: Sendable {
             return report
         }
         report.signatureChecked = checkSignature
-        if checkSignature {
+        var delegatedRoot: HeldRoot?
+        if isDelegated(layout) {
+            // The chain from root 1, whether or not keys were given (without them, structure only).
+            guard let (root, signer) = checkDelegatedSignature(indexBytes, layout: layout, problem: { problem($0, $1, file: $2) })
+            else { return report }
+            delegatedRoot = root
+            report.signedBy = signer
+            report.rootVersion = root.document.version
+        } else if checkSignature {
             report.signedBy = checkIndexSignature(indexBytes, layout: layout) { problem($0, $1, file: $2) }
         }
         var index: RepositoryIndex
@@ -80,6 +88,10 @@ package struct Verifier: Sendable {
         }
         report.serial = index.serial
         report.problems += indexProblems(index)
+        if let delegatedRoot {
+            report.problems += delegationProblems(index, root: delegatedRoot, layout: layout)
+            report.teamsChecked = index.delegations?.parts.count ?? 0
+        }
         var checkedObjects: [SHA256Digest: Bool] = [:]
         for entry in index.packages {
             report.packagesChecked += 1

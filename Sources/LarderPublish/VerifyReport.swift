@@ -58,6 +58,10 @@ package struct VerifyReport: Sendable, Codable, Equatable {
     package var objectsChecked: Int
     /// Shards of a sharded index checked (repositories only; 0 for an inline index).
     package var shardsChecked = 0
+    /// In a delegated repository, the root version the chain was followed to.
+    package var rootVersion: UInt64?
+    /// In a delegated repository, the team parts checked.
+    package var teamsChecked = 0
     /// Encrypted versions checked (repositories only).
     package var encryptedChecked = 0
     /// Of those, the ones opened with a recipient key and checked fully; the others were

@@ -81,6 +81,7 @@ struct VerifyOutput: RenderedReport {
             + (report.deltasChecked > 0 ? ", \(report.deltasChecked) delta(s)" : "")
             + (report.shardsChecked > 0 ? ", \(report.shardsChecked) index shard(s)" : "") + " checked"
         if let s = report.serial { summary += "; serial \(s)" }
+        if let r = report.rootVersion { summary += "; root \(r), \(report.teamsChecked) team part(s)" }
         if let k = report.signedBy { summary += "; signed by \(k)" }
         if signatureSkipped { summary += "; signature NOT checked" }
         if report.encryptedChecked > 0 {
