@@ -46,19 +46,29 @@ extension Verifier {
             }
             chain.append(DelegationCheck.Signed(bytes: bytes, signature: s))
         }
+        // Every link of the chain, root 1 anchored on its own keys (the structure), then whether a
+        // device configured with the keys given accepts the newest root as it would: the newest
+        // root alone (an app shipped with its keys), or the chain from root 1.
         let root: HeldRoot
         do {
-            // Without keys (structure only), root 1 is taken as its own anchor.
-            let anchor =
-                checkSignature
-                ? trustedKeys
-                : ((try? DelegationCheck.decodeRoot(chain[0].bytes, document: "roots/1.json"))?.keys ?? []).compactMap(
-                    \.publicKey)
-            root = try DelegationCheck.followRoots(
-                held: nil, configured: anchor, chain: chain, named: named, now: now())
+            let own = (try DelegationCheck.decodeRoot(chain[0].bytes, document: "roots/1.json")).keys.compactMap(\.publicKey)
+            root = try DelegationCheck.followRoots(held: nil, configured: own, chain: chain, named: named, now: now())
         } catch {
             problem(error.code, error.description, RootName.path(version: named.version))
             return nil
+        }
+        if checkSignature {
+            let alone = try? DelegationCheck.followRoots(
+                held: nil, configured: trustedKeys, chain: [chain[chain.count - 1]], named: named, now: now())
+            let walked = try? DelegationCheck.followRoots(
+                held: nil, configured: trustedKeys, chain: chain, named: named, now: now())
+            if alone == nil && walked == nil {
+                problem(
+                    "delegation-root",
+                    "no root is signed by a trusted key: a device configured with [\(trustedKeys.map(\.keyID).joined(separator: ", "))] accepts neither root \(named.version) nor root 1",
+                    RootName.path(version: named.version))
+                return nil
+            }
         }
         if let copy = try? AtomicFile.read(layout.rootDocument, limit: 1 << 20), !named.names(copy) {
             problem("delegation-root", "root.json is not the newest root (roots/\(named.version).json)", "root.json")
