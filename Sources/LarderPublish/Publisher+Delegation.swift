@@ -185,9 +185,11 @@ extension Publisher {
         let signed = Set(repo.parts.values.flatMap(\.part.packages).map { "\($0.id)\u{0}\($0.channel)" })
         let missing = (current?.packages ?? []).filter { !signed.contains("\($0.id)\u{0}\($0.channel)") }
         guard !missing.isEmpty else { return nil }
-        let owners = Set(missing.map(\.id)).sorted().map { id in
+        let ids = Set(missing.map(\.id)).sorted()
+        var owners = ids.prefix(8).map { id in
             "\(id) (\(repo.root.owner(of: id).map { "team \($0.name)" } ?? "no team"))"
         }
+        if ids.count > 8 { owners.append("and \(ids.count - 8) more") }
         return
             "not composed: no team part lists \(owners.joined(separator: ", ")); the owning team runs `larder delegate claim`, or a team is added for them"
     }

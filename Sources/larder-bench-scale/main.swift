@@ -3,6 +3,7 @@
 // release, so making 10,000 packages costs 10,000 packs, not 10,000 index rewrites).
 //
 // Usage: larder-bench-scale REPO KEYFILE --packages N [--files F] [--version V] [--only I] [--on-demand] [--sharded]
+//          [--teams T]
 //        larder-bench-scale --after-sync ROOT URL
 //
 // `--after-sync` is the app's side, in one process: a resolver opened on the sandbox resolves URL
@@ -13,6 +14,10 @@
 //   image and data, 0.3–3 KB each, distinct per package and version) and routes
 //   https://pkg-NNNNN.bench.example/. `--only I` packs just package number I (an update of one
 //   package); sources are written under REPO/../scale-src and removed afterwards.
+//   `--teams T` delegates the repository (manifests §18) after the first pack: KEYFILE becomes the
+//   root and index key, T teams each own the packages of every T-th decade (`pkg-0012*` …), with
+//   their keys written beside KEYFILE as `team-<t>.key`, and each claims its packages; with
+//   `--only I` the package is packed by its team's key and the index composed with KEYFILE.
 import Foundation
 import LarderCore
 import LarderFetchNIO
@@ -123,10 +128,40 @@ for p in only.map({ [$0] }) ?? Array(0..<packages) {
     if onDemand { request.install = InstallPolicy(mode: .onDemand) }
     requests.append(request)
 }
+/// `--teams T`: the number of delegated teams (0: one key signs everything).
+let teams = option("--teams").flatMap(Int.init) ?? 0
+let keyDir = FilePath(args[2]).parentPath
+func teamOf(_ p: Int) -> Int { (p / 10) % teams }
+func teamKeyPath(_ t: Int) -> FilePath { keyDir.joined("team-\(t)") }
 do {
     var publisher = Publisher(key: key)
+    if teams > 0, let only {
+        publisher = Publisher(key: try PublisherKeys.loadPrivateKey(FilePath(teamKeyPath(teamOf(only)).string + ".key")))
+        publisher.indexKeys = [key]
+    }
     if sharded { publisher.indexLayout = .sharded }
     let reports = try publisher.pack(batch: requests)
     print("packed \(reports.count) package(s) of \(files) files, serial \(reports.first?.serial ?? 0)")
+    if teams > 0, only == nil {
+        // Every team with its key and its decades, then each claims what is already published.
+        for t in 0..<teams {
+            _ = try? SystemCalls.unlink(FilePath(teamKeyPath(t).string + ".key"))
+            _ = try? SystemCalls.unlink(FilePath(teamKeyPath(t).string + ".pub"))
+            _ = try PublisherKeys.generate(out: teamKeyPath(t))
+            let decades = stride(from: t, to: (packages + 9) / 10, by: teams)
+            let patterns = decades.compactMap { PackagePattern(String(id($0 * 10).dropLast()) + "*") }
+            let pub = try PublisherKeys.loadPublicKey(FilePath(teamKeyPath(t).string + ".pub"))
+            _ = try Publisher(key: key).delegateAdd(
+                TeamRequest(name: "team-\(t)", publicKeys: [pub], patterns: patterns), repository: repo)
+        }
+        var composed = false
+        for t in 0..<teams {
+            var team = Publisher(key: try PublisherKeys.loadPrivateKey(FilePath(teamKeyPath(t).string + ".key")))
+            team.indexKeys = [key]
+            composed = try team.claim(repository: repo).composed
+        }
+        guard composed else { fail("the delegated index was not composed") }
+        print("delegated to \(teams) teams")
+    }
 } catch { fail("\(error)") }
 try? SystemCalls.removeTree(sources)

@@ -11,6 +11,7 @@ Usage: scripts/bench [--quick] [-k RUNS] [--no-write]   every row in one table (
        scripts/bench --on-demand [-k RUNS] [--no-write]         (see bench_on_demand.py)
        scripts/bench --encrypted [-k RUNS] [--no-write]         (see bench_encrypted.py)
        scripts/bench --pageload [-k RUNS] [--no-write]          (see bench_pageload.py)
+       scripts/bench --delegations [-k RUNS] [--no-write]       (see bench_delegations.py)
 (scripts/bench runs this file, scripts/benchmarks/bench.py; the modules named are beside it.)
 
 Without a mode, the script measures every row (install, resolve, serve, network, memory, deltas,
@@ -106,6 +107,8 @@ def main():
                     help="real apps' pages in headless Chromium through larder serve against nginx: to the load "
                          "event and first contentful paint, cold and warm (scripts/benchmarks/bench_pageload.py); "
                          "writes its table into BENCHMARKS.md")
+    ap.add_argument("--delegations", action="store_true",
+                    help="a sync of 1,000 packages in 20 delegated teams against one key's (bench_delegations.py)")
     ap.add_argument("--offline", action="store_true",
                     help="instead: how fast a forwarded request fails in a network namespace with no route or "
                          "resolver, beside curl (root)")
@@ -121,7 +124,7 @@ def main():
     if a.runs is not None and a.runs < 1:
         die("the number of runs must be at least 1")
     if not (a.install or a.scale or a.net or a.edge or a.deltas or a.offline or a.on_demand or a.encrypted
-            or a.pageload):
+            or a.pageload or a.delegations):
         import bench_table
         write = a.write or not (a.quick or a.no_write)
         sys.exit(bench_table.main(a.quick, a.runs, write))
@@ -134,6 +137,10 @@ def main():
     if a.encrypted:
         import bench_encrypted
         sys.exit(bench_encrypted.main(ls.larder_binary("release"), bi.wheel_of, a.runs or 5, not a.no_write))
+    if a.delegations:
+        import bench_delegations
+        scale = ls._common("swift_product_bin", "larder-bench-scale", "release")
+        sys.exit(bench_delegations.main(ls.larder_binary("release"), scale, a.runs or 5, not a.no_write))
     if a.pageload:
         import bench_pageload
         sys.exit(bench_pageload.main(ls.larder_binary("release"), bi.wheel_of, a.runs or 11, not a.no_write))
