@@ -27,10 +27,25 @@ extension Larder {
             report.problems = copy.problems
             return report
         }
-        if let named = try? ManifestCoding.decode(SignatureFile.self, from: sig, document: "sig").index {
+        let signature = try? ManifestCoding.decode(SignatureFile.self, from: sig, document: "sig")
+        if let named = signature?.index {
             _ = await copy.document(RepositoryLayout.indexCopyPath(named.sha256), maxBytes: maxIndex)
         }
+        if let root = signature?.root, root.version <= 4096 {
+            // A delegated repository (manifests §18): every root from 1, as a device may walk them.
+            for v in 1...max(1, root.version) {
+                _ = await copy.document(RootName.path(version: v), maxBytes: 1 << 20)
+                _ = await copy.document(RootName.path(version: v) + ".sig", maxBytes: 1 << 16)
+            }
+        }
         if let decoded = try? ManifestCoding.decode(RepositoryIndex.self, from: index, document: "index") {
+            // Only a part at its own path (a team name is a package id's grammar: no `/`, no `..`).
+            for row in decoded.delegations?.parts ?? []
+            where PackageID.isValid(row.team) && row.part.path == TeamPart.path(team: row.team, serial: row.serial)
+                && copy.seen.insert(row.part.path).inserted
+            {
+                _ = await copy.document(row.part.path, maxBytes: Int(min(max(row.part.size, 0), Int64(maxIndex))))
+            }
             var entries = decoded.packages
             if let refs = decoded.shards {
                 // Every shard and the catalog (the verifier checks them against the index).
@@ -70,9 +85,12 @@ extension Larder {
 
         /// Fetches a document into the copy; nil (and a problem) when it cannot be fetched.
         mutating func document(_ path: String, maxBytes: Int) async -> Data? {
+            guard let target = Larder.remoteTarget(path, in: scratch) else {
+                problems.append(Larder.unsafePath(path))
+                return nil
+            }
             do throws(FetchError) {
                 let doc = try await transport.document(base.appendingPathComponent(path), etag: nil, maxBytes: maxBytes)
-                let target = scratch.joined(path)
                 try? AtomicFile.makeDirectories(target.parentPath)
                 try? AtomicFile.write(doc.data, to: target, durable: false)
                 return doc.data
@@ -157,6 +175,20 @@ extension Larder {
         }
     }
 
+    /// Where a repository path is copied: inside `scratch`, or nil for a path a hostile index
+    /// could use to leave it (absolute, `..`, or anything else the path rules refuse).
+    static func remoteTarget(_ path: String, in scratch: FilePath) -> FilePath? {
+        guard case .success = RelativePath.validate(path) else { return nil }
+        return scratch.joined(path)
+    }
+
+    /// The problem of a path `target` refused: nothing is fetched for it.
+    static func unsafePath(_ path: String) -> VerifyProblem {
+        VerifyProblem(
+            code: "unsafe-path", file: path,
+            message: "the index names \(quoted(path)), which is not a relative path inside the repository; not fetched")
+    }
+
     /// Downloads `files` (path, size limit) four at a time; the failures as problems.
     private static func download(
         _ files: [(String, Int64)], base: URL, transport: any Transport, scratch: FilePath
@@ -169,7 +201,7 @@ extension Larder {
                 let (path, limit) = files[next]
                 next += 1
                 group.addTask {
-                    let target = scratch.joined(path)
+                    guard let target = Larder.remoteTarget(path, in: scratch) else { return Larder.unsafePath(path) }
                     try? AtomicFile.makeDirectories(target.parentPath)
                     do throws(FetchError) {
                         try await transport.download(

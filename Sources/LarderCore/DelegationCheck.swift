@@ -1,99 +1,5 @@
 import Foundation
 
-/// Why a delegated repository's root, index or part was refused (format §18). Each case has its
-/// own reason code; a device that meets one keeps what it runs and what it accepted before.
-package enum DelegationRefusal: Error, Sendable, Equatable, CustomStringConvertible {
-    /// A root is not the next one, is not signed by the previous root's threshold and its own,
-    /// is older than the one held, breaks a root rule, or is not the one named.
-    case root(String)
-    /// Fewer distinct keys of the role signed than its threshold.
-    case threshold(role: String, signed: Int, threshold: Int)
-    /// The threshold was missed, and a revoked key's signature would have counted.
-    case keyRevoked(role: String, keyID: String)
-    /// The threshold was missed, and an expired key's signature would have counted.
-    case keyExpired(role: String, keyID: String)
-    /// A signature by one of the role's keys does not match the bytes.
-    case invalidSignature(role: String, keyID: String)
-    /// The index names a team the root does not know.
-    case unknownTeam(String)
-    /// A part is not the one named or signed, or the index's entries are not the parts' entries.
-    case partMismatch(team: String, detail: String)
-    /// A team's part is older than the one accepted, or reuses its serial with other bytes.
-    case partRollback(team: String, serial: UInt64, accepted: UInt64)
-    /// A package outside the patterns of the team that signed it, or owned by no team.
-    case outside(team: String?, id: PackageID, detail: String)
-    /// A root or part document cannot be read.
-    case malformed(ManifestError)
-
-    /// The reason code.
-    package var code: ReasonCode {
-        switch self {
-        case .root: "delegation-root"
-        case .threshold: "delegation-threshold"
-        case .keyRevoked: "delegation-key-revoked"
-        case .keyExpired: "delegation-key-expired"
-        case .invalidSignature: "signature"
-        case .unknownTeam: "delegation-unknown-team"
-        case .partMismatch: "delegation-part-mismatch"
-        case .partRollback: "delegation-part-rollback"
-        case .outside: "delegation-outside"
-        case .malformed(let e): e.code(or: "delegation-document")
-        }
-    }
-
-    /// What was wrong, naming the role, team, key or package.
-    package var description: String {
-        switch self {
-        case .root(let d): "root: \(d)"
-        case .threshold(let role, let signed, let threshold):
-            "\(role) is signed by \(signed) of its keys; its threshold is \(threshold)"
-        case .keyRevoked(let role, let key):
-            "\(role) misses its threshold: key \(key) is revoked, its signature does not count"
-        case .keyExpired(let role, let key):
-            "\(role) misses its threshold: key \(key) has expired, its signature does not count"
-        case .invalidSignature(let role, let key):
-            "the signature by \(role) key \(key) does not match the bytes (edited after signing, or corrupted)"
-        case .unknownTeam(let t): "the index names a part of team \(quoted(t)), which the root does not delegate to"
-        case .partMismatch(let team, let d): "team \(team)'s part: \(d)"
-        case .partRollback(let team, let serial, let accepted):
-            serial == accepted
-                ? "team \(team)'s part \(serial) was accepted with different contents"
-                : "team \(team)'s part \(serial) is older than the accepted \(accepted)"
-        case .outside(let team, let id, let d):
-            team.map { "team \($0) may not publish package \(id): \(d)" } ?? "package \(id): \(d)"
-        case .malformed(let e): "\(e)"
-        }
-    }
-}
-
-/// A part this device accepted for a team: its serial and bytes' digest.
-package struct AcceptedPart: Codable, Sendable, Equatable {
-    /// The part's serial.
-    package var serial: UInt64
-    /// SHA-256 of its bytes.
-    package var sha256: SHA256Digest
-
-    /// Creates a record.
-    package init(serial: UInt64, sha256: SHA256Digest) {
-        self.serial = serial
-        self.sha256 = sha256
-    }
-}
-
-/// A root a device trusts: the document and the name of its bytes.
-package struct HeldRoot: Sendable, Equatable {
-    /// The root.
-    package var document: RootDocument
-    /// Its version and bytes' size and SHA-256.
-    package var name: RootName
-
-    /// Creates the pair.
-    package init(document: RootDocument, name: RootName) {
-        self.document = document
-        self.name = name
-    }
-}
-
 /// The trust rules of a delegated repository (format §18), pure: the caller fetches, these decide.
 package enum DelegationCheck {
     /// A document and its signature file, as fetched.
@@ -236,33 +142,26 @@ package enum DelegationCheck {
     /// going back, entries within the team's patterns) and returns them by team.
     /// `partBytes` maps a team to its part's bytes as fetched.
     package static func checkParts(
-        _ rows: [PartRow], partBytes: [String: Data], root: RootDocument, accepted: [String: AcceptedPart], now: Date
+        _ rows: [PartRow], partBytes: [String: Data], root: RootDocument, accepted: [String: AcceptedPart], now: Date,
+        decode: Bool = true
     ) throws(DelegationRefusal) -> [String: TeamPart] {
         var parts: [String: TeamPart] = [:]
+        var seen = Set<String>()
         for row in rows {
             guard let team = root.team(named: row.team) else { throw .unknownTeam(row.team) }
-            guard parts[row.team] == nil else {
+            guard seen.insert(row.team).inserted else {
                 throw .partMismatch(team: row.team, detail: "the index names two parts of the team")
             }
-            guard row.part.path == TeamPart.path(team: row.team, serial: row.serial) else {
-                throw .partMismatch(team: row.team, detail: "the part's path is \(quoted(row.part.path))")
-            }
-            guard let bytes = partBytes[row.team],
-                Int64(bytes.count) == row.part.size, SHA256Digest.of(bytes) == row.part.sha256
-            else {
+            guard let bytes = partBytes[row.team] else {
                 throw .partMismatch(team: row.team, detail: "\(row.part.path) is not the bytes the index names")
             }
-            do {
-                try requireThreshold(
-                    role: "team \(row.team)", message: bytes, signatures: row.signatures, keyIDs: team.keyIds,
-                    threshold: team.threshold, root: root, now: now)
-            } catch {
-                // A team key's signature over other bytes: the part named is not the one it signed.
-                guard case .invalidSignature(_, let key) = error else { throw error }
-                throw .partMismatch(
-                    team: row.team,
-                    detail: "\(row.part.path) is not the part the team signed (key \(key)'s signature does not match it)")
+            try checkSigned(row, bytes: bytes, team: team, root: root, now: now)
+            if let acc = accepted[row.team] {
+                if row.serial < acc.serial || (row.serial == acc.serial && row.part.sha256 != acc.sha256) {
+                    throw .partRollback(team: row.team, serial: row.serial, accepted: acc.serial)
+                }
             }
+            guard decode else { continue }
             let part: TeamPart
             do { part = try ManifestCoding.decode(TeamPart.self, from: bytes, document: row.part.path) } catch {
                 throw .malformed(error)
@@ -272,15 +171,33 @@ package enum DelegationCheck {
                     team: row.team,
                     detail: "the part says team \(quoted(part.team)) serial \(part.serial), the index \(row.serial)")
             }
-            if let acc = accepted[row.team] {
-                if row.serial < acc.serial || (row.serial == acc.serial && row.part.sha256 != acc.sha256) {
-                    throw .partRollback(team: row.team, serial: row.serial, accepted: acc.serial)
-                }
-            }
             try checkOwnership(part, team: team, root: root)
             parts[row.team] = part
         }
         return parts
+    }
+
+    /// A part row's path, bytes and the team's threshold of signatures over them.
+    static func checkSigned(_ row: PartRow, bytes: Data, team: Team, root: RootDocument, now: Date)
+        throws(DelegationRefusal)
+    {
+        guard row.part.path == TeamPart.path(team: row.team, serial: row.serial) else {
+            throw .partMismatch(team: row.team, detail: "the part's path is \(quoted(row.part.path))")
+        }
+        guard Int64(bytes.count) == row.part.size, SHA256Digest.of(bytes) == row.part.sha256 else {
+            throw .partMismatch(team: row.team, detail: "\(row.part.path) is not the bytes the index names")
+        }
+        do {
+            try requireThreshold(
+                role: "team \(row.team)", message: bytes, signatures: row.signatures, keyIDs: team.keyIds,
+                threshold: team.threshold, root: root, now: now)
+        } catch {
+            // A team key's signature over other bytes: the part named is not the one it signed.
+            guard case .invalidSignature(_, let key) = error else { throw error }
+            throw .partMismatch(
+                team: row.team,
+                detail: "\(row.part.path) is not the part the team signed (key \(key)'s signature does not match it)")
+        }
     }
 
     /// Every entry of a part is of a package its team owns; a rollout team's part has none.
@@ -301,17 +218,35 @@ package enum DelegationCheck {
         }
     }
 
+    /// A digest of a team's entries as this build encodes them, in `(id, channel)` order: equal
+    /// entries give equal digests on one device (the encoding is canonical), which is all a
+    /// device's own record needs.
+    package static func entriesDigest(_ entries: [PackageEntry]) -> SHA256Digest? {
+        let sorted = entries.sorted { ($0.id, $0.channel) < ($1.id, $1.channel) }
+        return (try? ManifestCoding.encode(sorted, compact: true)).map(SHA256Digest.of)
+    }
+
     /// The index's entries are exactly the parts' entries: each listed entry equals its owner's,
     /// and each part entry is listed, except on-demand ones of a sharded index (checked shard by
-    /// shard, `checkShard`).
-    package static func checkComposition(_ index: RepositoryIndex, parts: [String: TeamPart], root: RootDocument)
-        throws(DelegationRefusal)
-    {
+    /// shard, `checkShard`). `known` gives, for teams whose part this device accepted before
+    /// (same bytes, same root) and did not decode again, the digest of that part's entries: the
+    /// index's entries of such a team must have it.
+    package static func checkComposition(
+        _ index: RepositoryIndex, parts: [String: TeamPart], root: RootDocument, known: [String: SHA256Digest] = [:]
+    ) throws(DelegationRefusal) {
         let signed = signedEntries(parts)
         var listed = Set<EntryKey>()
+        var ofKnown: [String: [PackageEntry]] = [:]
         for e in index.packages {
+            if let owner = root.owner(of: e.id)?.name, known[owner] != nil {
+                ofKnown[owner, default: []].append(e)
+                continue
+            }
             try requireSigned(e, signed: signed, root: root)
             listed.insert(EntryKey(e))
+        }
+        for (team, digest) in known where entriesDigest(ofKnown[team] ?? []) != digest {
+            throw .partMismatch(team: team, detail: "the index's entries of the team differ from those of its part")
         }
         for (key, e) in signed where !listed.contains(key) {
             let sharded = index.shards != nil && e.install?.mode == .onDemand

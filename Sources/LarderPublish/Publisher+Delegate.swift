@@ -161,7 +161,9 @@ extension Publisher {
 
     /// The team of this publisher's key signs, as its next part, its entries of the composed view:
     /// the packages it owns that were published before the repository was delegated (or before
-    /// the team was given them). Then the index is composed when it can be.
+    /// the team was given them). A part is written even when nothing changed, so a claim also
+    /// re-signs the team's part with the keys given (before a threshold is raised, or a key
+    /// dropped). Then the index is composed when it can be.
     package func claim(repository: FilePath, timeToLive: TimeInterval = 30 * 24 * 3600) throws(PublishError)
         -> DelegationReport
     {
@@ -172,7 +174,7 @@ extension Publisher {
         guard let delegated = target.delegated, var view = loaded else {
             throw .delegationSetup("\(repository) is not delegated (no root): `larder delegate add` makes one")
         }
-        let (index, part) = try publishChange(&view, target, layout, ttl: timeToLive)
+        let (index, part) = try publishChange(&view, target, layout, ttl: timeToLive, resign: true)
         let repo = try loadDelegated(layout) ?? delegated
         var report = Self.report(repo)
         report.part = part
@@ -242,6 +244,7 @@ extension Publisher {
         _ change: (inout RootDocument) throws(PublishError) -> Void
     ) throws(PublishError) -> DelegationReport {
         let layout = RepositoryLayout(root: repository)
+        try io { () throws(FileSystemError) in try AtomicFile.makeDirectories(layout.root) }
         let lock = try publishLock(layout)
         defer { lock.unlock() }
         let existing = try loadDelegated(layout)

@@ -140,11 +140,12 @@ extension Publisher {
     /// keys of this publisher that are the team's, when they differ from its newest part. Returns
     /// the part written, or nil when nothing of the team's changed.
     func writePart(
-        _ view: RepositoryIndex, team: Team, _ repo: inout DelegatedRepository, _ layout: RepositoryLayout
+        _ view: RepositoryIndex, team: Team, _ repo: inout DelegatedRepository, _ layout: RepositoryLayout,
+        always: Bool = false
     ) throws(PublishError) -> TeamPart? {
         let entries = view.packages.filter { repo.root.owner(of: $0.id)?.name == team.name }
         let previous = repo.parts[team.name]
-        if let previous, previous.part.packages == entries { return nil }
+        if let previous, previous.part.packages == entries, !always { return nil }
         let part = TeamPart(team: team.name, serial: (previous?.part.serial ?? 0) + 1, packages: entries)
         let bytes = try encode(part)
         let signers = ([key] + coSigners).filter { team.keyIds.contains($0.publicKey.keyID) }
@@ -233,6 +234,15 @@ extension Publisher {
     func openTarget(_ layout: RepositoryLayout) throws(PublishError) -> (RepositoryIndex?, PublicationTarget) {
         guard let repo = try loadDelegated(layout) else { return (try loadIndex(layout), PublicationTarget()) }
         let team = try publishingTeam(repo.root)
+        // The team's threshold from this publisher's keys, checked before anything is written.
+        let now = now()
+        let usable = Set(([key] + coSigners).map(\.publicKey.keyID)).filter { id in
+            team.keyIds.contains(id) && !repo.root.revokedKeys.contains(id)
+                && !(repo.root.keys.first { $0.keyId == id }?.expires.map { $0 <= now } ?? false)
+        }
+        guard usable.count >= team.threshold else {
+            throw .delegation(.threshold(role: "team \(team.name)", signed: usable.count, threshold: team.threshold))
+        }
         let current = try loadIndex(layout, trusted: trustedForIndex(repo.root))
         return (delegatedView(repo, current: current), PublicationTarget(delegated: repo, team: team, current: current))
     }
@@ -240,13 +250,16 @@ extension Publisher {
     /// Publishes a changed index: signed as it is in a single-key repository; in a delegated one
     /// as the team's next part, then composed when this publisher holds the index keys and every
     /// entry has a part.
+    /// `resign`: write the part even when its entries did not change (a claim signs it anew, with
+    /// the keys given).
     func publishChange(
-        _ view: inout RepositoryIndex, _ target: PublicationTarget, _ layout: RepositoryLayout, ttl: TimeInterval
+        _ view: inout RepositoryIndex, _ target: PublicationTarget, _ layout: RepositoryLayout, ttl: TimeInterval,
+        resign: Bool = false
     ) throws(PublishError) -> (RepositoryIndex, PartReport?) {
         guard var repo = target.delegated, let team = target.team else {
             return (try publish(&view, layout, ttl: ttl), nil)
         }
-        let written = try writePart(view, team: team, &repo, layout)
+        let written = try writePart(view, team: team, &repo, layout, always: resign)
         let serial = written?.serial ?? repo.parts[team.name]?.part.serial ?? 0
         if let signers = indexSigners(repo.root) {
             if let why = unclaimed(repo, current: target.current) {

@@ -23,7 +23,8 @@ extension Verifier {
         let sig: SignatureFile
         do {
             let sigBytes = try AtomicFile.read(layout.signature, limit: 1 << 20)
-            sig = try ManifestCoding.decode(SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
+            sig = try ManifestCoding.decode(
+                SignatureFile.self, from: sigBytes, document: RepositoryLayout.signatureName)
         } catch {
             problem("signature-malformed", "\(error)", RepositoryLayout.signatureName)
             return nil
@@ -35,23 +36,14 @@ extension Verifier {
                 RepositoryLayout.signatureName)
             return nil
         }
-        var chain: [DelegationCheck.Signed] = []
-        for v in 1...max(1, named.version) {
-            let rel = RootName.path(version: v)
-            guard let bytes = try? AtomicFile.read(layout.resolve(rel), limit: 1 << 20),
-                let s = try? AtomicFile.read(layout.resolve(rel + ".sig"), limit: 1 << 20)
-            else {
-                problem("delegation-root", "\(rel) or its signature is missing: a device could not follow the roots", rel)
-                return nil
-            }
-            chain.append(DelegationCheck.Signed(bytes: bytes, signature: s))
-        }
+        guard let chain = rootChain(upTo: named.version, layout: layout, problem: problem) else { return nil }
         // Every link of the chain, root 1 anchored on its own keys (the structure), then whether a
         // device configured with the keys given accepts the newest root as it would: the newest
         // root alone (an app shipped with its keys), or the chain from root 1.
         let root: HeldRoot
         do {
-            let own = (try DelegationCheck.decodeRoot(chain[0].bytes, document: "roots/1.json")).keys.compactMap(\.publicKey)
+            let own = (try DelegationCheck.decodeRoot(chain[0].bytes, document: "roots/1.json")).keys.compactMap(
+                \.publicKey)
             root = try DelegationCheck.followRoots(held: nil, configured: own, chain: chain, named: named, now: now())
         } catch {
             problem(error.code, error.description, RootName.path(version: named.version))
@@ -84,6 +76,26 @@ extension Verifier {
         return (root, sig.signatures.first { indexKeys.contains($0.keyID) }?.keyID)
     }
 
+    /// `roots/1.json` … `roots/<version>.json` with their signatures, as a device may fetch them;
+    /// nil (and a problem) when one is missing.
+    func rootChain(upTo version: UInt64, layout: RepositoryLayout, problem: (ReasonCode, String, String) -> Void)
+        -> [DelegationCheck.Signed]?
+    {
+        var chain: [DelegationCheck.Signed] = []
+        for v in 1...max(1, version) {
+            let rel = RootName.path(version: v)
+            guard let bytes = try? AtomicFile.read(layout.resolve(rel), limit: 1 << 20),
+                let s = try? AtomicFile.read(layout.resolve(rel + ".sig"), limit: 1 << 20)
+            else {
+                problem(
+                    "delegation-root", "\(rel) or its signature is missing: a device could not follow the roots", rel)
+                return nil
+            }
+            chain.append(DelegationCheck.Signed(bytes: bytes, signature: s))
+        }
+        return chain
+    }
+
     /// The index's delegations: the root it names, every part (bytes, team threshold, patterns) and
     /// the whole index (`full`, shards read) against the parts' entries.
     func delegationProblems(_ full: RepositoryIndex, root: HeldRoot, layout: RepositoryLayout) -> [VerifyProblem] {
@@ -99,12 +111,14 @@ extension Verifier {
             return [
                 VerifyProblem(
                     code: "delegation-root", file: file,
-                    message: "the index names root \(member.root.version), its signature file root \(root.name.version)")
+                    message: "the index names root \(member.root.version), its signature file root \(root.name.version)"
+                )
             ]
         }
         var bytes: [String: Data] = [:]
         for row in member.parts {
-            bytes[row.team] = try? AtomicFile.read(layout.resolve(row.part.path), limit: ManifestCoding.maxDocumentBytes)
+            bytes[row.team] = try? AtomicFile.read(
+                layout.resolve(row.part.path), limit: ManifestCoding.maxDocumentBytes)
         }
         do {
             let parts = try DelegationCheck.checkParts(

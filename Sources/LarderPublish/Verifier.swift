@@ -43,30 +43,13 @@ package struct Verifier: Sendable {
             report.problems.append(
                 VerifyProblem(code: code, package: package, version: version, file: file, message: message))
         }
-        for pending in [RepositoryLayout.indexName, RepositoryLayout.signatureName] {
-            if AtomicFile.exists(root.joined(pending + RepositoryLayout.pendingSuffix)) {
-                problem(
-                    "publication-interrupted",
-                    "a pack or revoke was interrupted; run it again to complete or discard it",
-                    file: pending + RepositoryLayout.pendingSuffix)
-            }
-        }
+        report.problems += pendingProblems(layout)
         guard let indexBytes = try? AtomicFile.read(layout.index, limit: ManifestCoding.maxDocumentBytes + 1) else {
             problem("index-missing", "cannot read \(RepositoryLayout.indexName)", file: RepositoryLayout.indexName)
             return report
         }
         report.signatureChecked = checkSignature
-        var delegatedRoot: HeldRoot?
-        if isDelegated(layout) {
-            // The chain from root 1, whether or not keys were given (without them, structure only).
-            guard let (root, signer) = checkDelegatedSignature(indexBytes, layout: layout, problem: { problem($0, $1, file: $2) })
-            else { return report }
-            delegatedRoot = root
-            report.signedBy = signer
-            report.rootVersion = root.document.version
-        } else if checkSignature {
-            report.signedBy = checkIndexSignature(indexBytes, layout: layout) { problem($0, $1, file: $2) }
-        }
+        guard let delegatedRoot = checkTrust(indexBytes, layout: layout, report: &report) else { return report }
         var index: RepositoryIndex
         do {
             index = try ManifestCoding.decode(
@@ -88,7 +71,7 @@ package struct Verifier: Sendable {
         }
         report.serial = index.serial
         report.problems += indexProblems(index)
-        if let delegatedRoot {
+        if let delegatedRoot = delegatedRoot.root {
             report.problems += delegationProblems(index, root: delegatedRoot, layout: layout)
             report.teamsChecked = index.delegations?.parts.count ?? 0
         }
@@ -99,6 +82,44 @@ package struct Verifier: Sendable {
         }
         report.objectsChecked = checkedObjects.count
         return report
+    }
+
+    /// The index's signature: in a delegated repository the chain from root 1 (checked whether or
+    /// not keys were given; without them, structure only), else the trusted keys. Nil when the
+    /// report is final (the chain cannot be followed); otherwise the root followed, if any.
+    func checkTrust(_ indexBytes: Data, layout: RepositoryLayout, report: inout VerifyReport) -> Trusted? {
+        var problems: [VerifyProblem] = []
+        defer { report.problems += problems }
+        let problem = { (code: ReasonCode, message: String, file: String) in
+            problems.append(VerifyProblem(code: code, file: file, message: message))
+        }
+        if isDelegated(layout) {
+            guard let (root, signer) = checkDelegatedSignature(indexBytes, layout: layout, problem: problem) else {
+                return nil
+            }
+            report.signedBy = signer
+            report.rootVersion = root.document.version
+            return Trusted(root: root)
+        }
+        if checkSignature { report.signedBy = checkIndexSignature(indexBytes, layout: layout, problem: problem) }
+        return Trusted(root: nil)
+    }
+
+    /// What `checkTrust` found: the root followed in a delegated repository.
+    struct Trusted {
+        /// The root, or nil for a single-key repository.
+        var root: HeldRoot?
+    }
+
+    /// Pending index or signature files: a publication under way or interrupted.
+    func pendingProblems(_ layout: RepositoryLayout) -> [VerifyProblem] {
+        [RepositoryLayout.indexName, RepositoryLayout.signatureName].compactMap { name in
+            let pending = name + RepositoryLayout.pendingSuffix
+            guard AtomicFile.exists(layout.root.joined(pending)) else { return nil }
+            return VerifyProblem(
+                code: "publication-interrupted", file: pending,
+                message: "a pack or revoke was interrupted; run it again to complete or discard it")
+        }
     }
 
     /// What the decoded index itself breaks: a serial of 0, an expiry passed, the index rules.

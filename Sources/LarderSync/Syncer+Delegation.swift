@@ -18,6 +18,8 @@ struct VerifiedDelegation {
     var parts: [String: TeamPart] = [:]
     /// Their bytes, by team.
     var partBytes: [String: Data] = [:]
+    /// The teams whose part was accepted before and not decoded again, with its entries' digest.
+    var known: [String: SHA256Digest] = [:]
 }
 
 extension Syncer {
@@ -117,7 +119,10 @@ extension Syncer {
     }
 
     /// Checks the parts an accepted index names (each from this device's cache when its digest is
-    /// there, else fetched) and that the index lists exactly their entries.
+    /// there, else fetched) and that the index lists exactly their entries. A part this device
+    /// accepted before, under the same root, is not decoded again: the index's entries of its
+    /// team are compared with the digest recorded then (an inline index only; a sharded index's
+    /// shards are checked against decoded parts).
     func checkParts(
         _ index: RepositoryIndex, _ delegation: VerifiedDelegation, sandbox: Sandbox, transport: any Transport,
         base: URL
@@ -126,32 +131,59 @@ extension Syncer {
             throw SyncError(
                 DelegationRefusal.root("the index's delegations name another root than its signature file"))
         }
+        if let twice = Dictionary(grouping: member.parts, by: \.team).first(where: { $0.value.count > 1 })?.key {
+            throw SyncError(
+                DelegationRefusal.partMismatch(team: twice, detail: "the index names two parts of the team"))
+        }
         var out = delegation
+        let accepted = acceptedParts(sandbox.layout)
+        var known: [String: SHA256Digest] = [:]
+        var rows: [PartRow] = []
+        var knownRows: [PartRow] = []
         for row in member.parts {
-            let cached = sandbox.layout.cachedPart(row.part.sha256)
-            if let bytes = try? AtomicFile.read(cached, limit: ManifestCoding.maxDocumentBytes),
-                SHA256Digest.of(bytes) == row.part.sha256
+            out.partBytes[row.team] = try await partBytes(row, sandbox: sandbox, transport: transport, base: base)
+            if !delegation.rootChanged, index.shards == nil, let acc = accepted[row.team], acc.serial == row.serial,
+                acc.sha256 == row.part.sha256, let digest = acc.entries, known[row.team] == nil
             {
-                out.partBytes[row.team] = bytes
-                continue
-            }
-            do throws(FetchError) {
-                let doc = try await transport.document(
-                    url(base, row.part.path), etag: nil,
-                    maxBytes: Int(min(max(row.part.size, 0), Int64(ManifestCoding.maxDocumentBytes))))
-                out.partBytes[row.team] = doc.data
-            } catch {
-                throw SyncError(
-                    DelegationRefusal.partMismatch(team: row.team, detail: "fetching \(row.part.path): \(error)"))
+                known[row.team] = digest
+                knownRows.append(row)
+            } else {
+                rows.append(row)
             }
         }
         do {
+            let root = delegation.root.document
+            // Parts accepted before: their signatures again (cheap), not their decoding.
+            _ = try DelegationCheck.checkParts(
+                knownRows, partBytes: out.partBytes, root: root, accepted: accepted, now: setup.clock(), decode: false)
             out.parts = try DelegationCheck.checkParts(
-                member.parts, partBytes: out.partBytes, root: delegation.root.document,
-                accepted: acceptedParts(sandbox.layout), now: setup.clock())
-            try DelegationCheck.checkComposition(index, parts: out.parts, root: delegation.root.document)
+                rows, partBytes: out.partBytes, root: root, accepted: accepted, now: setup.clock())
+            try DelegationCheck.checkComposition(
+                index, parts: out.parts, root: delegation.root.document, known: known)
         } catch { throw SyncError(error) }
+        out.known = known
         return out
+    }
+
+    /// A part's bytes: the cached copy under its digest, else fetched.
+    private func partBytes(_ row: PartRow, sandbox: Sandbox, transport: any Transport, base: URL)
+        async throws(SyncError) -> Data
+    {
+        let cached = sandbox.layout.cachedPart(row.part.sha256)
+        if let bytes = try? AtomicFile.read(cached, limit: ManifestCoding.maxDocumentBytes),
+            SHA256Digest.of(bytes) == row.part.sha256
+        {
+            return bytes
+        }
+        do throws(FetchError) {
+            let doc = try await transport.document(
+                url(base, row.part.path), etag: nil,
+                maxBytes: Int(min(max(row.part.size, 0), Int64(ManifestCoding.maxDocumentBytes))))
+            return doc.data
+        } catch {
+            throw SyncError(
+                DelegationRefusal.partMismatch(team: row.team, detail: "fetching \(row.part.path): \(error)"))
+        }
     }
 
     /// Each team's part serial and digest this device accepted.
@@ -174,7 +206,9 @@ extension Syncer {
                 let path = layout.cachedPart(row.part.sha256)
                 keep.insert("\(row.part.sha256.hex).json")
                 if let bytes = d.partBytes[row.team], !AtomicFile.exists(path) { try AtomicFile.write(bytes, to: path) }
-                record.parts[row.team] = AcceptedPart(serial: row.serial, sha256: row.part.sha256)
+                let digest =
+                    d.known[row.team] ?? d.parts[row.team].flatMap { DelegationCheck.entriesDigest($0.packages) }
+                record.parts[row.team] = AcceptedPart(serial: row.serial, sha256: row.part.sha256, entries: digest)
             }
             try AtomicFile.write(try ManifestCoding.encode(record), to: layout.acceptedParts)
             let dir = layout.cachedPart(d.root.name.sha256).parentPath

@@ -136,7 +136,8 @@ func teamKeyPath(_ t: Int) -> FilePath { keyDir.joined("team-\(t)") }
 do {
     var publisher = Publisher(key: key)
     if teams > 0, let only {
-        publisher = Publisher(key: try PublisherKeys.loadPrivateKey(FilePath(teamKeyPath(teamOf(only)).string + ".key")))
+        publisher = Publisher(
+            key: try PublisherKeys.loadPrivateKey(FilePath(teamKeyPath(teamOf(only)).string + ".key")))
         publisher.indexKeys = [key]
     }
     if sharded { publisher.indexLayout = .sharded }

@@ -336,6 +336,18 @@ struct DelegationCheckTests {
         var dropped = index
         dropped.packages.removeFirst()
         #expect(code(dropped) == "delegation-part-mismatch")
+        // A team accepted before, not decoded again: its entries are compared by their digest.
+        let payDigest = try #require(DelegationCheck.entriesDigest(ps["pay"]!.packages))
+        let onlyShop = ps.filter { $0.key == "shop" }
+        try DelegationCheck.checkComposition(index, parts: onlyShop, root: f.root, known: ["pay": payDigest])
+        do {
+            try DelegationCheck.checkComposition(changed, parts: onlyShop, root: f.root, known: ["pay": payDigest])
+            Issue.record("an index whose entries differ from the accepted part's digest was accepted")
+        } catch { #expect(error.code == "delegation-part-mismatch") }
+        do {
+            try DelegationCheck.checkComposition(dropped, parts: onlyShop, root: f.root, known: ["pay": payDigest])
+            Issue.record("an index missing an entry of a known part was accepted")
+        } catch { #expect(error.code == "delegation-part-mismatch") }
     }
 
     @Test("in a sharded index, on-demand entries are checked shard by shard")
