@@ -16,6 +16,7 @@ and the last included). The operations:
   rollback        `larder rollback app` (2.0.0 → 1.0.0)
   confirm         `larder confirm app` (2.0.0 pending → confirmed)
   gc              `larder gc --keep 0` (three versions installed; the oldest removed)
+  sync-delegated  `larder sync` 3.0.0 → 4.0.0 of a repository delegated to a team (manifests §18)
 
 After each crash: `larder doctor` exits 0 (the next open cleans leftovers; the active version is
 complete, every file checked: I1, I3); the active version is the old or the new one; every file of
@@ -54,7 +55,7 @@ def main():
     work = ls.scratch_dir("larder-crash.", "CRASH_TEST_DIR", shm=True)
     totals = []
     try:
-        run, ops = cs.operations(larder, work)
+        run, ops = cs.operations(larder, work, delegated=True)
         outside = cs.tree_digest(work, skip=os.path.join(work, "cases"))
         for name, template, command, allowed, expected in ops:
             totals.append(crash_operation(larder, run, work, name, template, command, allowed, expected, points))

@@ -98,9 +98,10 @@ class Run:
 SYNC = ["sync", "--root", "@ROOT"]
 
 
-def operations(larder, work):
+def operations(larder, work, delegated=False):
     """The scenarios, after building their templates: (run, [(name, template, command, versions
-    allowed after an interruption, the version active after the command completes)])."""
+    allowed after an interruption, the version active after the command completes)]). With
+    `delegated`, also `sync-delegated` (crash-test.py only)."""
     run = Run(larder, work)
     v1 = run.sandbox("v1", run.repo1, [SYNC, ["confirm", "app", "--root", "@ROOT"]])
     run.retarget(v1, run.repo2)
@@ -177,7 +178,8 @@ def operations(larder, work):
     larder.must("init", "--root", encrypted, "--repo", "file://" + repo7, "--public-key", run.pub)
     bundle2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "bundle.zip")
     files2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "files.json")
-    return run, [
+    extra = [delegation_case(larder, run, work, v3, src4)] if delegated else []
+    return run, extra + [
         ("install", v1, ["install", "--root", "@ROOT", "--id", "app", "--version", "2.0.0", "--files", files2,
                          bundle2], {"1.0.0", "2.0.0"}, "2.0.0"),
         ("sync-first", fresh, SYNC, {None, "1.0.0"}, "1.0.0"),
@@ -191,6 +193,26 @@ def operations(larder, work):
         ("sync-sharded", sharded, SYNC, {"3.0.0"}, "3.0.0"),
         ("sync-encrypted", encrypted, SYNC + ["--recipient-key", recipient + ".key"], {"3.0.0", "4.0.0"}, "4.0.0"),
     ]
+
+
+def delegation_case(larder, run, work, v3, src4):
+    """`sync-delegated` (manifests §18): repo-8 is repo-4 delegated to a team "apps" (root and
+    index key: the publisher's), which claims app and packs 4.0.0 in the clear with its own key. A
+    device on 3.0.0 that trusts the publisher's key syncs it: it follows root 1, checks the team's
+    part, keeps trust/ before it records the index, and installs 4.0.0."""
+    repo8 = os.path.join(work, "repo-8")
+    shutil.copytree(run.repo4, repo8)
+    team = os.path.join(work, "keys", "team")
+    larder.must("keygen", "--out", team)
+    larder.must("delegate", "add", "apps", "--repo", repo8, "--key", run.key, "--public-key", team + ".pub",
+                "--packages", "app", "mini*")
+    larder.must("delegate", "claim", "--repo", repo8, "--key", team + ".key", "--index-key", run.key)
+    larder.must("pack", src4, "--repo", repo8, "--id", "app", "--version", "4.0.0", "--key", team + ".key",
+                "--index-key", run.key)
+    template = os.path.join(work, "templates", "delegated")
+    shutil.copytree(v3, template, symlinks=True)
+    larder.must("init", "--root", template, "--repo", "file://" + repo8, "--public-key", run.pub)
+    return ("sync-delegated", template, SYNC, {"3.0.0", "4.0.0"}, "4.0.0")
 
 
 def active(larder, root):
