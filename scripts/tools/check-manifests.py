@@ -58,6 +58,11 @@ VALID = {  # example file -> schema
     "index-encrypted.json": "index.schema.json",
     "shard.json": "shard.schema.json",
     "catalog.json": "catalog.schema.json",
+    "root.json": "root.schema.json",
+    "root.json.sig": "signature.schema.json",
+    "part.json": "part.schema.json",
+    "index-delegated.json": "index.schema.json",
+    "index-delegated.json.sig": "signature.schema.json",
 }
 INVALID_PREFIX = {  # invalid example prefix -> schema
     "index-": "index.schema.json",
@@ -67,6 +72,8 @@ INVALID_PREFIX = {  # invalid example prefix -> schema
     "delta-": "delta.schema.json",
     "shard-": "shard.schema.json",
     "catalog-": "catalog.schema.json",
+    "root-": "root.schema.json",
+    "part-": "part.schema.json",
 }
 MAX_DOCUMENT_BYTES = 16 << 20  # ManifestCoding.maxDocumentBytes
 
@@ -345,6 +352,62 @@ if all(k in docs for k in ("index-sharded.json", "shard.json", "catalog.json")):
     rows = {(r["id"], r["channel"]) for r in docs["catalog.json"]["packages"]}
     missing = [e["id"] for e in docs["shard.json"]["packages"] if (e["id"], e.get("channel", "stable")) not in rows]
     report(not missing, "examples/shard.json entries have catalog rows", ", ".join(missing) or "each one")
+
+
+def threshold_met(data, signatures, key_ids, keys, threshold):
+    """How many distinct keys of `key_ids` (public keys by id in `keys`) signed `data` validly,
+    and whether that reaches `threshold`; an invalid signature by one of them is a failure."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    good = set()
+    for s in signatures:
+        if s["keyId"] in key_ids and s["keyId"] in keys:
+            pub = Ed25519PublicKey.from_public_bytes(base64.b64decode(keys[s["keyId"]]))
+            try:
+                pub.verify(base64.b64decode(s["signature"]), data)
+            except InvalidSignature:
+                return 0, False
+            good.add(s["keyId"])
+    return len(good), len(good) >= threshold
+
+
+if all(k in docs for k in ("root.json", "root.json.sig", "part.json", "index-delegated.json",
+                           "index-delegated.json.sig")):
+    # The delegation examples (manifests §18): root keys named by their ids, the root signed by
+    # its root keys' threshold, the index by its index keys', and the index naming the root and
+    # the part, whose team's signatures in the index verify over its bytes.
+    root, index, part = docs["root.json"], docs["index-delegated.json"], docs["part.json"]
+    keys = {k["keyId"]: k["key"] for k in root["keys"]}
+    wrong = [k["keyId"] for k in root["keys"]
+             if hashlib.sha256(base64.b64decode(k["key"])).hexdigest()[:16] != k["keyId"]]
+    report(not wrong, "examples/root.json keyIds", ", ".join(wrong) or "each sha256(key)[:16]")
+    try:
+        n, ok = threshold_met(raw["root.json"], docs["root.json.sig"]["signatures"], root["roles"]["root"]["keyIds"],
+                              keys, root["roles"]["root"]["threshold"])
+        report(ok, "examples/root.json.sig verifies over examples/root.json", f"{n} root key(s)")
+        n, ok = threshold_met(raw["index-delegated.json"], docs["index-delegated.json.sig"]["signatures"],
+                              root["roles"]["index"]["keyIds"], keys, root["roles"]["index"]["threshold"])
+        report(ok, "examples/index-delegated.json.sig verifies with the root's index keys", f"{n} index key(s)")
+        named = {"version": root["version"], "size": len(raw["root.json"]),
+                 "sha256": hashlib.sha256(raw["root.json"]).hexdigest()}
+        report(index["delegations"]["root"] == named and docs["index-delegated.json.sig"].get("root") == named,
+               "examples/index-delegated.json and its signature file name examples/root.json", f"root {root['version']}")
+        row = next((r for r in index["delegations"]["parts"] if r["team"] == part["team"]), None)
+        team = next((t for t in root["teams"] if t["name"] == part["team"]), None)
+        if row is None or team is None:
+            report(False, "examples/index-delegated.json names examples/part.json", f"no row or team {part['team']}")
+        else:
+            data = raw["part.json"]
+            report(row["part"]["size"] == len(data) and row["part"]["sha256"] == hashlib.sha256(data).hexdigest()
+                   and row["serial"] == part["serial"], "examples/index-delegated.json names examples/part.json",
+                   "size, sha256 and serial")
+            n, ok = threshold_met(data, row["signatures"], team["keyIds"], keys, team["threshold"])
+            report(ok, f"team {team['name']}'s signatures in the index verify over examples/part.json", f"{n} key(s)")
+            listed = [e for e in index["packages"] if e["id"] in {p["id"] for p in part["packages"]}]
+            report(listed == part["packages"], "examples/index-delegated.json lists examples/part.json's entries",
+                   "equal" if listed == part["packages"] else "they differ")
+    except ImportError as e:
+        report(False, "delegation example signatures", f"cannot be checked: {e}")
 
 print(f"{failures} surprise(s)" if failures else "all manifests checks passed")
 sys.exit(1 if failures else 0)
