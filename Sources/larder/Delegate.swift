@@ -20,7 +20,7 @@ struct DelegationKeys: ParsableArguments {
     @Option(
         name: .customLong("index-key"),
         help: ArgumentHelp(
-            "The online key that signs the composed index (default: $LARDER_INDEX_KEY; without one, only the root or part is written and `larder compose` publishes it).",
+            "The online key that signs the composed index (default: $LARDER_INDEX_KEY; --key and --co-sign count too when they are index keys; without one, only the root or part is written and `larder compose` publishes it).",
             valueName: "KEY"))
     var indexKey: FilePath?
     @Option(help: ArgumentHelp("Days until the composed index expires.", valueName: "DAYS")) var ttlDays = 30.0
