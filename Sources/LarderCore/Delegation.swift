@@ -219,6 +219,26 @@ package struct TeamPart: Codable, Sendable, Equatable, RepositoryDocument, Schem
         self.packages = packages
     }
 
+    enum CodingKeys: String, CodingKey { case schemaVersion, team, serial, packages }
+
+    /// Decodes a part, refusing a team name that is not one and a serial of 0.
+    package init(from decoder: Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        schemaVersion = try c.decode(Int.self, forKey: .schemaVersion)
+        team = try c.decode(String.self, forKey: .team)
+        serial = try c.decode(UInt64.self, forKey: .serial)
+        packages = try c.decode([PackageEntry].self, forKey: .packages)
+        guard PackageID.isValid(team) else {
+            throw DecodingError.dataCorruptedError(
+                forKey: .team, in: c,
+                debugDescription: "\(quoted(team)) is not a team name: expected [a-z0-9][a-z0-9._-]{0,63}")
+        }
+        guard serial >= 1 else {
+            throw DecodingError.dataCorruptedError(
+                forKey: .serial, in: c, debugDescription: "a part's serial is 1 or more")
+        }
+    }
+
     /// Where a team's part of a serial lives in the repository.
     package static func path(team: String, serial: UInt64) -> String { "parts/\(team)/\(serial).json" }
 }

@@ -35,13 +35,19 @@ extension Publisher {
         let layout = RepositoryLayout(root: repository)
         let lock = try publishLock(layout)
         defer { lock.unlock() }
-        guard var index = try loadIndex(layout) else {
+        // In a delegated repository, the team of this key rewraps its own packages only.
+        let (loaded, target) = try openTarget(layout)
+        guard var index = loaded else {
             throw .existingIndexUntrusted(detail: "\(layout.index) does not exist")
         }
         var versions: [String] = []
         for i in index.packages.indices {
             let e = index.packages[i]
             guard let encryption = e.encryption, wanted.isEmpty || wanted.contains(e.id.rawValue) else { continue }
+            if let team = target.team, let root = target.delegated?.root, root.owner(of: e.id)?.name != team.name {
+                if wanted.contains(e.id.rawValue) { try requireOwned(e.id, by: team, root) }
+                continue
+            }
             let info = Encryption.keyInfo(e.id, e.version)
             var opened: [WrappedKey]?
             for k in holding {
@@ -64,7 +70,7 @@ extension Publisher {
                 ids.isEmpty
                     ? "the index has no encrypted version" : "no encrypted version of \(ids.joined(separator: ", "))")
         }
-        let result = try publish(&index, layout, ttl: timeToLive)
+        let (result, _) = try publishChange(&index, target, layout, ttl: timeToLive)
         return RewrapReport(
             serial: result.serial, expires: result.expires, versions: versions,
             recipients: recipients.map(ContentKeys.keyID), signedBy: key.publicKey.keyID)

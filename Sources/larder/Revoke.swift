@@ -132,6 +132,12 @@ extension LarderCommand {
             name: .customLong("co-sign"),
             help: ArgumentHelp("Another private key that also signs the index (repeatable).", valueName: "KEY"))
         var coSign: [FilePath] = []
+        @Option(
+            name: .customLong("index-key"),
+            help: ArgumentHelp(
+                "In a delegated repository, the online key that composes the index (default: $LARDER_INDEX_KEY); a team rewraps its own packages only.",
+                valueName: "KEY"))
+        var indexKey: FilePath?
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
@@ -147,7 +153,9 @@ extension LarderCommand {
                 let coSigners = try coSign.map { try PublisherKeys.loadPrivateKey($0) }
                 let holding = try recipientKeys.map { try PublisherKeys.loadRecipientKey($0) }
                 let recipients = try encryptTo.map { try PublisherKeys.loadRecipientPublicKey($0) }
-                report = try Publisher(key: privateKey, coSigners: coSigners).rewrap(
+                var publisher = Publisher(key: privateKey, coSigners: coSigners)
+                publisher.indexKeys = try DelegationKeys.indexKeys(indexKey)
+                report = try publisher.rewrap(
                     ids: ids, to: recipients, holding: holding, repository: repo, timeToLive: ttlDays * 24 * 3600)
             } catch let e as PublishError {
                 throw Output.failure(command: "rewrap", code: e.code, message: e.description, json: output.json)

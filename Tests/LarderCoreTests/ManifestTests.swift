@@ -158,6 +158,34 @@ struct ManifestTests {
         #expect(encrypted.packages.first?.encryption?.recipients.count == 1)
         #expect(encrypted.packages.first?.encryption?.padding == Encryption.padme)
         #expect(IndexRules.issues(encrypted).isEmpty, "\(IndexRules.issues(encrypted))")
+        try delegatedExamples(dir)
+    }
+
+    /// The delegation examples (§18), checked as a device checks them: the root (anchored on its
+    /// own keys), the index's signature by its index keys, and team pay's part.
+    func delegatedExamples(_ dir: URL) throws {
+        func read(_ name: String) throws -> Data { try Data(contentsOf: dir.appendingPathComponent(name)) }
+        let now = Date(timeIntervalSince1970: 1_798_761_600)  // 2027-01-01, before the example root expires
+        let rootBytes = try read("root.json")
+        let root = try ManifestCoding.decode(RootDocument.self, from: rootBytes, document: "root.json")
+        #expect(root.problem() == nil)
+        let indexBytes = try read("index-delegated.json")
+        let sig = try ManifestCoding.decode(
+            SignatureFile.self, from: try read("index-delegated.json.sig"), document: "index-delegated.json.sig")
+        let named = try #require(sig.root)
+        let held = try DelegationCheck.followRoots(
+            held: nil, configured: root.keys.compactMap(\.publicKey),
+            chain: [DelegationCheck.Signed(bytes: rootBytes, signature: try read("root.json.sig"))], named: named,
+            now: now)
+        try DelegationCheck.requireIndexSignature(indexBytes, signatures: sig, root: held.document, now: now)
+        let index = try ManifestCoding.decode(RepositoryIndex.self, from: indexBytes, document: "index-delegated.json")
+        let partBytes = try read("part.json")
+        let part = try ManifestCoding.decode(TeamPart.self, from: partBytes, document: "part.json")
+        let rows = (index.delegations?.parts ?? []).filter { $0.team == part.team }
+        let parts = try DelegationCheck.checkParts(
+            rows, partBytes: [part.team: partBytes], root: held.document, accepted: [:], now: now)
+        let ids = Set(part.packages.map(\.id))
+        #expect(parts[part.team] == part && index.packages.filter { ids.contains($0.id) } == part.packages)
     }
 
     /// Examples that only the JSON Schema refuses (scripts/tools/check-manifests.py checks them): the
@@ -198,6 +226,13 @@ struct ManifestTests {
                 refused = (try? ManifestCoding.decode(IndexCatalog.self, from: data, document: name)) == nil
             } else if name.hasPrefix("delta-") {
                 refused = (try? ManifestCoding.decode(DeltaManifest.self, from: data, document: name)) == nil
+            } else if name.hasPrefix("root-") {
+                refused =
+                    (try? ManifestCoding.decode(RootDocument.self, from: data, document: name)).map {
+                        $0.problem() != nil
+                    } ?? true
+            } else if name.hasPrefix("part-") {
+                refused = (try? ManifestCoding.decode(TeamPart.self, from: data, document: name)) == nil
             } else {
                 Issue.record("unexpected invalid example \(name)")
             }

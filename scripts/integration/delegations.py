@@ -13,7 +13,8 @@ and Varnish (edge, Examples/cdn), both on 127.0.0.1, started here; devices sync 
      follow, a device configured with the old key walks the chain from root 1, one configured with
      the new key starts at the newest root;
   6. a sharded index and an encrypted package under delegations: a team's on-demand package in
-     shards, fetched at first use; another team's package sealed to a device's recipient key;
+     shards, fetched at first use; another team's package sealed to a device's recipient key, then
+     rewrapped for a second recipient by its team (another team's key is refused);
   7. hostile (a device on the origin, the repository forged with the real online key and a team's
      or an attacker's key): a package outside the team's patterns, fewer signatures than the
      threshold, a revoked key, an expired key, a part older than accepted, a part that is not the
@@ -249,6 +250,19 @@ def scenario_sharded_encrypted(r, devices):
           rc == 0 and r.versions(devices[0]).get("shop.mini") == "1.0.0", res.stdout[-300:] + res.stderr[-300:])
     v = r.verify("root2")
     check("6: verify checks the shards against the parts", v.returncode == 0, v.stdout + v.stderr)
+    r.larder.must("keygen", "--recipient", "--out", r.key("device2", ""))
+    wrap = ["rewrap", "--repo", r.repo, "--recipient-key", r.key("device"), "--encrypt-to", r.key("device", ".pub"),
+            "--encrypt-to", r.key("device2", ".pub"), "--index-key", r.key("online")]
+    refused = r.larder.run(*wrap, "--key", r.key("shop1"), "--id", "news-secret")
+    check("6: shop's key cannot rewrap news's package (exit %d, delegation-outside)" % refused.returncode,
+          refused.returncode == 1 and "delegation-outside" in refused.stderr, refused.stderr[-300:])
+    before = part_serials(r)
+    r.larder.must(*wrap, "--key", r.key("news1"), "--co-sign", r.key("news2"))
+    after = part_serials(r)
+    check("6: news rewraps its encrypted package: its part only (%s -> %s)" % (before, after),
+          after["news"] == before["news"] + 1 and all(after[t] == before[t] for t in before if t != "news"))
+    time.sleep(1.5)
+    all_sync(r, devices, "6: after the rewrap", {"news-secret": "1.0.0", "shop": "1.1.0"})
 
 
 class Forger:

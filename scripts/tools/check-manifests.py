@@ -10,7 +10,12 @@
 - the examples must agree with each other: key id = sha256(key)[:16], the signature verifies
   (with Python's `cryptography`), index.json's reference to files.json has its size and
   sha256, files.json is sorted and collision-free, and every example is in the canonical JSON
-  form that ManifestCoding writes.
+  form that ManifestCoding writes;
+- the delegation examples (root.json, part.json, index-delegated.json and their signature files,
+  root-*.json and part-*.json invalid, manifests §18) agree too: root key ids, the root's role and
+  team rules that the schema cannot state, the root's and the index's signatures by their roles'
+  thresholds, the names of the root and the part, the team's signatures over the part, and the
+  part's entries within the team's patterns and in the index.
 
 Prints one line per check and exits 1 on any surprise. Needs a Python 3 with `jsonschema` and
 `cryptography`: when the python3 running it lacks them, it runs again under $PYTHON or Debian's
@@ -19,6 +24,7 @@ python3-cryptography are installed first (as scripts/bootstrap does). A signatur
 be checked is a failure, not a skip.
 """
 import base64
+import fnmatch
 import hashlib
 import importlib.util
 import json
@@ -381,6 +387,17 @@ if all(k in docs for k in ("root.json", "root.json.sig", "part.json", "index-del
     wrong = [k["keyId"] for k in root["keys"]
              if hashlib.sha256(base64.b64decode(k["key"])).hexdigest()[:16] != k["keyId"]]
     report(not wrong, "examples/root.json keyIds", ", ".join(wrong) or "each sha256(key)[:16]")
+    # RootDocument.problem's rules that the schema cannot state (all but the overlap of patterns).
+    roles = [("root role", root["roles"]["root"]), ("index role", root["roles"]["index"])]
+    roles += [(f"team {t['name']}", t) for t in root["teams"]]
+    names = [t["name"] for t in root["teams"]]
+    wrong = [f"keys: {k} listed twice" for k in sorted(keys) if [x["keyId"] for x in root["keys"]].count(k) > 1]
+    wrong += [f"{what}: {', '.join(r['keyIds'])} threshold {r['threshold']}" for what, r in roles
+              if not set(r["keyIds"]) <= set(keys) or len(set(r["keyIds"])) != len(r["keyIds"])
+              or r["threshold"] > len(r["keyIds"])]
+    wrong += [f"team {n} listed twice" for n in sorted(set(names)) if names.count(n) > 1]
+    report(not wrong, "examples/root.json roles and teams", "; ".join(wrong) or
+           "keys known and named once, thresholds reachable, team names unique")
     try:
         n, ok = threshold_met(raw["root.json"], docs["root.json.sig"]["signatures"], root["roles"]["root"]["keyIds"],
                               keys, root["roles"]["root"]["threshold"])
@@ -392,6 +409,12 @@ if all(k in docs for k in ("root.json", "root.json.sig", "part.json", "index-del
                  "sha256": hashlib.sha256(raw["root.json"]).hexdigest()}
         report(index["delegations"]["root"] == named and docs["index-delegated.json.sig"].get("root") == named,
                "examples/index-delegated.json and its signature file name examples/root.json", f"root {root['version']}")
+        named = {"size": len(raw["index-delegated.json"]), "sha256": hashlib.sha256(raw["index-delegated.json"]).hexdigest()}
+        report(docs["index-delegated.json.sig"].get("index") == named,
+               "examples/index-delegated.json.sig names examples/index-delegated.json", f"{named['size']} bytes")
+        wrong = [r["part"]["path"] for r in index["delegations"]["parts"]
+                 if r["part"]["path"] != f"parts/{r['team']}/{r['serial']}.json"]
+        report(not wrong, "examples/index-delegated.json part paths", ", ".join(wrong) or "parts/<team>/<serial>.json")
         row = next((r for r in index["delegations"]["parts"] if r["team"] == part["team"]), None)
         team = next((t for t in root["teams"] if t["name"] == part["team"]), None)
         if row is None or team is None:
@@ -403,6 +426,12 @@ if all(k in docs for k in ("root.json", "root.json.sig", "part.json", "index-del
                    "size, sha256 and serial")
             n, ok = threshold_met(data, row["signatures"], team["keyIds"], keys, team["threshold"])
             report(ok, f"team {team['name']}'s signatures in the index verify over examples/part.json", f"{n} key(s)")
+            # A pattern is [a-z0-9._*-] only, so fnmatchcase's `*` is the pattern's and nothing else applies.
+            owners = {e["id"]: [t["name"] for t in root["teams"] if t["role"] == "release"
+                                and any(fnmatch.fnmatchcase(e["id"], p) for p in t["packages"])] for e in part["packages"]}
+            wrong = [f"{i}: {', '.join(o) or 'no team'}" for i, o in owners.items() if o != [team["name"]]]
+            report(not wrong and team["role"] == "release", "examples/part.json entries owned by team " + team["name"],
+                   "; ".join(wrong) or "each id matched by its patterns only")
             listed = [e for e in index["packages"] if e["id"] in {p["id"] for p in part["packages"]}]
             report(listed == part["packages"], "examples/index-delegated.json lists examples/part.json's entries",
                    "equal" if listed == part["packages"] else "they differ")
