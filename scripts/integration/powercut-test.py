@@ -3,7 +3,8 @@
 built from a recorded run and checked like a crash (ALICE's method, with strace as the recorder).
 
 For each device command of `scripts/integration/crash-test.py` (install, first sync, object update, revocation
-rollback, rollback, confirm, gc) the script runs the command once under `strace -f -y` on a copy
+rollback, rollback, confirm, gc, and the later ones: evict, fetch, sync-sharded, sync-encrypted,
+sync-delegated) the script runs the command once under `strace -f -y` on a copy
 of its starting sandbox, and reads from the trace every call that changes a file under the sandbox
 (creating open, write, pwrite, ftruncate, rename, link, unlink, mkdir, rmdir) with its bytes and
 offsets, and every flush (fsync, fdatasync, syncfs). Nothing of Larder's own is used to record:
@@ -444,7 +445,7 @@ def main():
     work = ls.scratch_dir("larder-powercut.", "POWERCUT_TEST_DIR", shm=True)
     totals = []
     try:
-        run, ops = cs.operations(larder, work)
+        run, ops = cs.operations(larder, work, delegated=True)
         for name, template, command, allowed, expected in ops:
             totals.append(powercut_operation(larder, strace, run, work, name, template, command, allowed, expected,
                                              limit))

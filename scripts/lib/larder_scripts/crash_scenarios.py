@@ -101,7 +101,7 @@ SYNC = ["sync", "--root", "@ROOT"]
 def operations(larder, work, delegated=False):
     """The scenarios, after building their templates: (run, [(name, template, command, versions
     allowed after an interruption, the version active after the command completes)]). With
-    `delegated`, also `sync-delegated` (crash-test.py only)."""
+    `delegated`, also `sync-delegated` (crash-test.py and powercut-test.py)."""
     run = Run(larder, work)
     v1 = run.sandbox("v1", run.repo1, [SYNC, ["confirm", "app", "--root", "@ROOT"]])
     run.retarget(v1, run.repo2)
