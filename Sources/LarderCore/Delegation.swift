@@ -286,6 +286,18 @@ package struct PartRow: Codable, Sendable, Equatable {
     }
 }
 
+extension PartRow {
+    /// The row of a team's part whose bytes are `bytes`: at its own path, by their size and SHA-256.
+    package init(team: String, serial: UInt64, bytes: Data, signatures: [SignatureEntry]) {
+        self.init(
+            team: team, serial: serial,
+            part: BlobRef(
+                path: TeamPart.path(team: team, serial: serial), size: Int64(bytes.count),
+                sha256: SHA256Digest.of(bytes)),
+            signatures: signatures)
+    }
+}
+
 /// `index.json`'s `delegations` member: the root the view was composed under, and each team's
 /// current part.
 package struct Delegations: Codable, Sendable, Equatable {

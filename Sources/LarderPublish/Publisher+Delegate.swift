@@ -305,13 +305,9 @@ extension Publisher {
     {
         var parts: [String: PublishedPart] = [:]
         for (team, p) in existing?.parts ?? [:] where team != dropTeam && next.team(named: team) != nil {
-            let ref = BlobRef(
-                path: TeamPart.path(team: team, serial: p.part.serial), size: Int64(p.bytes.count),
-                sha256: SHA256Digest.of(p.bytes))
             do {
                 _ = try DelegationCheck.checkParts(
-                    [PartRow(team: team, serial: p.part.serial, part: ref, signatures: p.signatures.signatures)],
-                    partBytes: [team: p.bytes], root: next, accepted: [:], now: now())
+                    [p.row], partBytes: [team: p.bytes], root: next, accepted: [:], now: now())
                 parts[team] = p
             } catch {
                 if strict {

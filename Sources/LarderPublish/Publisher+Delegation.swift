@@ -22,6 +22,11 @@ struct PublishedPart {
     var part: TeamPart
     var bytes: Data
     var signatures: SignatureFile
+
+    /// The row the composed index names it by.
+    var row: PartRow {
+        PartRow(team: part.team, serial: part.serial, bytes: bytes, signatures: signatures.signatures)
+    }
 }
 
 extension RepositoryLayout {
@@ -36,8 +41,12 @@ extension RepositoryLayout {
 
     /// The newest root version whose document and signature are both there (the signature is
     /// written first).
-    func newestRootVersion() -> UInt64? {
-        guard let names = try? SystemCalls.listDirectory(roots) else { return nil }
+    func newestRootVersion() -> UInt64? { Self.newestSigned(in: roots) }
+
+    /// The highest `n` of the complete `<n>.json` in `dir` (its `.sig` beside it: the signature
+    /// is written first), or nil when there is none. Roots and team parts are kept this way.
+    static func newestSigned(in dir: FilePath) -> UInt64? {
+        guard let names = try? SystemCalls.listDirectory(dir) else { return nil }
         let files = Set(names.map(\.name.string))
         return files.compactMap { name -> UInt64? in
             guard name.hasSuffix(".json"), files.contains(name + ".sig") else { return nil }
@@ -78,10 +87,7 @@ extension Publisher {
             let sigBytes = try io { () throws(FileSystemError) in try AtomicFile.read(layout.resolve(rel + ".sig")) }
             do throws(DelegationRefusal) {
                 let sig = try DelegationCheck.signatureFile(sigBytes, document: rel + ".sig")
-                let row = PartRow(
-                    team: team.name, serial: serial,
-                    part: BlobRef(path: rel, size: Int64(bytes.count), sha256: SHA256Digest.of(bytes)),
-                    signatures: sig.signatures)
+                let row = PartRow(team: team.name, serial: serial, bytes: bytes, signatures: sig.signatures)
                 let checked = try DelegationCheck.checkParts(
                     [row], partBytes: [team.name: bytes], root: root, accepted: [:], now: now())
                 if let part = checked[team.name] {
@@ -94,12 +100,7 @@ extension Publisher {
 
     /// The highest serial of a team's complete parts (`parts/<team>/<n>.json` with its `.sig`).
     func newestPartSerial(_ layout: RepositoryLayout, team: String) -> UInt64? {
-        guard let names = try? SystemCalls.listDirectory(layout.root.joined("parts").joined(team)) else { return nil }
-        let files = Set(names.map(\.name.string))
-        return files.compactMap { name -> UInt64? in
-            guard name.hasSuffix(".json"), files.contains(name + ".sig") else { return nil }
-            return UInt64(name.dropLast(5))
-        }.max()
+        RepositoryLayout.newestSigned(in: layout.root.joined("parts").joined(team))
     }
 
     /// The index a delegated repository's publishers work on: every team's newest part's entries,
@@ -206,14 +207,7 @@ extension Publisher {
         index.keys = nil
         index.delegations = Delegations(
             root: repo.rootName,
-            parts: repo.parts.values.sorted { $0.part.team < $1.part.team }.map { p in
-                PartRow(
-                    team: p.part.team, serial: p.part.serial,
-                    part: BlobRef(
-                        path: TeamPart.path(team: p.part.team, serial: p.part.serial), size: Int64(p.bytes.count),
-                        sha256: SHA256Digest.of(p.bytes)),
-                    signatures: p.signatures.signatures)
-            })
+            parts: repo.parts.values.sorted { $0.part.team < $1.part.team }.map(\.row))
         return try publish(&index, layout, ttl: ttl, signers: signers, root: repo.rootName)
     }
 }
