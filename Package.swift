@@ -46,6 +46,11 @@ var package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.100.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.30.0"),
+        // The telemetry collector's stores (`larder collect`): SQLite embedded, PostgreSQL for fleets.
+        .package(url: "https://github.com/vapor/sqlite-nio", from: "1.13.2"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.2"),
+        // The collector's HTML report page (`larder report --html`, `/report`).
+        .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
         // `swift package generate-documentation` (the DocC catalog in Sources/Larder/Larder.docc).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -178,6 +183,23 @@ var package = Package(
             ],
             swiftSettings: strict
         ),
+        // The telemetry collector (`larder collect`, `larder report`): batches over Hummingbird into
+        // SQLite (sqlite-nio) or PostgreSQL (postgres-nio). Linked by the CLI only, like the gateway,
+        // so an app that embeds the library links no server and no database.
+        .target(
+            name: "LarderCollect",
+            dependencies: [
+                "LarderCore", "LarderArchive",
+                .product(name: "Mustache", package: "swift-mustache"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "SQLiteNIO", package: "sqlite-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ],
+            swiftSettings: strict
+        ),
         // The web-view path, platform-neutral (tested on Linux): the scheme-task driver and a web
         // view's page health. Each web-view engine's glue is a thin target over it: WebKit's is
         // LarderWebKit (compiled only where WebKit exists).
@@ -250,7 +272,7 @@ var package = Package(
         .executableTarget(
             name: "larder",
             dependencies: [
-                "Larder", "LarderFetch", "LarderFileSystem", "LarderGateway", "LarderPublish",
+                "Larder", "LarderCollect", "LarderFetch", "LarderFileSystem", "LarderGateway", "LarderPublish",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

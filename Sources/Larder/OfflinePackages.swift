@@ -53,6 +53,11 @@ public final class OfflinePackages: Sendable {
         /// How long such a request waits before it is answered as the package's policy says
         /// (the network, or 503 for a local-only package).
         public var firstUseDeadline: Duration = .seconds(10)
+        /// Whether this app reports what happens to each release (off by default): events are
+        /// recorded and sent, after each sync, only when this is on AND the signed index names a
+        /// collector that samples this install (docs/privacy.md lists every field). Turning it
+        /// off deletes the spool and the install id.
+        public var telemetry = false
 
         /// A configuration with the defaults for everything but where and whom to trust.
         public init(root: FilePath, repository: String, trustedKeys: [PublicKey]) {
@@ -127,11 +132,12 @@ public final class OfflinePackages: Sendable {
         let existing = try? SyncConfig.load(root: c.root)
         let wanted = c.repository.hasSuffix("/") ? c.repository : c.repository + "/"
         if existing?.repository != wanted || existing?.channel != c.channel || existing?.appVersion != c.appVersion
-            || existing?.diskBudget != c.diskBudget
+            || existing?.diskBudget != c.diskBudget || (existing?.telemetry ?? false) != c.telemetry
         {
             _ = try SyncConfig.initialise(
                 root: c.root, repository: c.repository, keys: c.trustedKeys, channel: c.channel,
-                appVersion: c.appVersion, allowInsecureHTTP: false, diskBudget: c.diskBudget)
+                appVersion: c.appVersion, allowInsecureHTTP: false, diskBudget: c.diskBudget, telemetry: c.telemetry)
+            if !c.telemetry { try? TelemetrySpool(root: c.root).turnOff() }
         }
         resolver = try Resolver(root: c.root, schemes: c.schemes, handoff: handoff)
         loader = ResourceLoader(resolver: resolver, reporter: StoreFailureReporter(root: c.root, handoff: handoff))
@@ -209,8 +215,11 @@ public final class OfflinePackages: Sendable {
         do {
             var setup = configuration.sync
             setup.handoff = handoff
-            let report = try await Syncer(root: configuration.root, setup: setup).sync(SyncRequest(preload: preload))
+            let syncer = Syncer(root: configuration.root, setup: setup)
+            let report = try await syncer.sync(SyncRequest(preload: preload))
             hub.publish(.synced(report))
+            // Sent after the sync, in its own task: telemetry never delays or fails a sync.
+            if configuration.telemetry { Task.detached { _ = await syncer.sendTelemetry() } }
             return report
         } catch {
             hub.publish(.syncFailed(error))
@@ -229,6 +238,18 @@ public final class OfflinePackages: Sendable {
         }
         return await syncNow(preload: network)
     }
+
+    /// Sends the telemetry the spool holds now, ignoring the back-off (what `larder telemetry
+    /// flush` does); syncs send it on their own.
+    @discardableResult
+    public func flushTelemetry() async -> TelemetrySendReport {
+        var setup = configuration.sync
+        setup.handoff = handoff
+        return await Syncer(root: configuration.root, setup: setup).sendTelemetry(force: true)
+    }
+
+    /// Whether telemetry is on, where it goes, and what waits to be sent (`larder telemetry status`).
+    public var telemetryStatus: TelemetryStatus { TelemetrySpool(root: configuration.root).status(now: Date()) }
 
     /// What one web view needs: a scheme-task driver over the sandbox, pinned (when `pinning`
     /// is not empty: those packages; nil: every active package) to the versions its page loaded

@@ -170,6 +170,19 @@ package enum Gzip {
         }
     }
 
+    /// Inflates a whole gzip stream held in memory, refusing more than `limit` bytes out, a
+    /// stream that does not end, and bytes after its end.
+    package static func decompress(_ data: Data, limit: Int) throws -> Data {
+        let inflater = try Inflater(limit: Int64(limit))
+        var out = Data()
+        try data.withUnsafeBytes { input in
+            try inflater.feed(input) { out.append(contentsOf: $0) }
+            try inflater.drain { out.append(contentsOf: $0) }
+        }
+        guard inflater.isFinished else { throw GzipError.truncated }
+        return out
+    }
+
     /// Compresses bytes as `compressFile` does (level 9, no name, mtime 0): the same bytes give
     /// the same gzip.
     package static func compress(_ data: Data) throws -> Data {

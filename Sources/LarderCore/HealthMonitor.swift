@@ -105,6 +105,9 @@ package struct HealthMonitor: Sendable, Equatable {
     package private(set) var scriptErrors: [String] = []
     /// How many uncaught script errors were seen in all.
     package private(set) var scriptErrorCount = 0
+    /// Why the page failed, as telemetry's `health-failed` reasons name it (`not-ready`,
+    /// `script-error`, `load-failed`, `process-terminated`); nil while undecided or healthy.
+    package private(set) var failureKind: String?
 
     /// A monitor for a page of `activation` whose load began at `now`.
     package init(activation: ActivationRef, settings: PageHealthSettings = .standard, startedAt now: TimeInterval) {
@@ -146,11 +149,11 @@ package struct HealthMonitor: Sendable, Equatable {
             guard scriptErrorCount >= settings.maxScriptErrors else { return nil }
             let count =
                 scriptErrorCount == 1 ? "an uncaught script error" : "\(scriptErrorCount) uncaught script errors"
-            return decide(.failed(reason: "\(count) before the page was ready, the last: \(lastError)"))
+            return decide(.failed(reason: "\(count) before the page was ready, the last: \(lastError)"), "script-error")
         case .loadFailed(let reason):
-            return decide(.failed(reason: "the main document failed to load: \(reason)" + errorsSuffix))
+            return decide(.failed(reason: "the main document failed to load: \(reason)" + errorsSuffix), "load-failed")
         case .processTerminated(let reason):
-            return decide(.failed(reason: "the web content process \(reason)" + errorsSuffix))
+            return decide(.failed(reason: "the web content process \(reason)" + errorsSuffix), "process-terminated")
         }
     }
 
@@ -162,19 +165,24 @@ package struct HealthMonitor: Sendable, Equatable {
             return nil
         case .loading(let d) where now >= d:
             return decide(
-                .failed(reason: "the page did not finish loading within \(seconds) s" + errorsSuffix))
+                .failed(reason: "the page did not finish loading within \(seconds) s" + errorsSuffix), "not-ready")
         case .waiting(let d) where now >= d:
             return decide(
-                .failed(reason: "no ready signal within \(seconds) s after the page loaded" + errorsSuffix))
+                .failed(reason: "no ready signal within \(seconds) s after the page loaded" + errorsSuffix), "not-ready"
+            )
         case .loading, .waiting:
             return nil
         }
     }
 
-    private mutating func decide(_ v: HealthVerdict) -> HealthVerdict {
+    private mutating func decide(_ v: HealthVerdict, _ kind: String? = nil) -> HealthVerdict {
         phase = .decided(v)
+        failureKind = kind
         return v
     }
+
+    /// What telemetry reports about the page once decided (format §19).
+    package var facts: PageFacts { PageFacts(failure: failureKind, scriptErrors: scriptErrorCount) }
 
     private var seconds: String {
         let d = settings.readyDeadline
@@ -236,4 +244,22 @@ public struct PageSignalError: Error, Sendable, Equatable, CustomStringConvertib
     public let description: String
     /// Creates an error.
     package init(_ description: String) { self.description = description }
+}
+
+/// What telemetry reports about one page's verdict (format §19): why it failed, and how many
+/// uncaught script errors it threw while watched.
+package struct PageFacts: Sendable, Equatable {
+    /// `health-failed`'s reason, or nil for a healthy page.
+    package var failure: String?
+    /// Uncaught script errors (and unhandled rejections) seen.
+    package var scriptErrors: Int
+
+    /// Nothing to report.
+    package static let none = PageFacts(failure: nil, scriptErrors: 0)
+
+    /// Creates facts.
+    package init(failure: String?, scriptErrors: Int) {
+        self.failure = failure
+        self.scriptErrors = scriptErrors
+    }
 }

@@ -60,6 +60,9 @@ package enum IndexRules {
                 }
             }
         }
+        if let why = index.telemetry?.problem {
+            out.append(IndexIssue(code: "bad-telemetry", package: nil, version: nil, message: "telemetry: \(why)"))
+        }
         return out
     }
 

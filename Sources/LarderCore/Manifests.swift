@@ -328,11 +328,14 @@ package struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument
     package var shards: IndexShards?
     /// A delegated repository's composition (format §18): the root and each team's part.
     package var delegations: Delegations?
+    /// Where devices that turned telemetry on send their events (format §19); nil: nowhere.
+    package var telemetry: TelemetrySettings?
 
     /// Creates an index.
     package init(
         schemaVersion: Int = currentSchemaVersion, serial: UInt64, expires: Date, packages: [PackageEntry],
-        keys: [KeyFile]? = nil, shards: IndexShards? = nil, delegations: Delegations? = nil
+        keys: [KeyFile]? = nil, shards: IndexShards? = nil, delegations: Delegations? = nil,
+        telemetry: TelemetrySettings? = nil
     ) {
         self.schemaVersion = schemaVersion
         self.serial = serial
@@ -341,9 +344,12 @@ package struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument
         self.keys = keys
         self.shards = shards
         self.delegations = delegations
+        self.telemetry = telemetry
     }
 
-    enum CodingKeys: String, CodingKey { case schemaVersion, serial, expires, packages, keys, shards, delegations }
+    enum CodingKeys: String, CodingKey {
+        case schemaVersion, serial, expires, packages, keys, shards, delegations, telemetry
+    }
 
     /// Decodes an index, refusing `shards` in schema version 1 and its absence in 2.
     package init(from decoder: Decoder) throws {
@@ -355,6 +361,7 @@ package struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument
         keys = try c.decodeIfPresent([KeyFile].self, forKey: .keys)
         shards = try c.decodeIfPresent(IndexShards.self, forKey: .shards)
         delegations = try c.decodeIfPresent(Delegations.self, forKey: .delegations)
+        telemetry = try c.decodeIfPresent(TelemetrySettings.self, forKey: .telemetry)
         if (shards != nil) != (schemaVersion == ShardedIndex.schemaVersion),
             Self.supportedSchemaVersions.contains(schemaVersion)
         {

@@ -41,6 +41,8 @@ package struct PackRequest: Sendable {
     package var corsOrigins: [String]?
     /// Hosts the package's pages may reach through passthrough and bypass routes; nil: any.
     package var networkHosts: [String]?
+    /// A change to the index's telemetry member (format §19): set it, or remove it (nil: keep it).
+    package var telemetry: TelemetryChange?
     /// How long the new index stays valid.
     package var timeToLive: TimeInterval = 30 * 24 * 3600
     /// Limits on the tree (files, sizes, path lengths and depth), also applied to the bundle's self-check.
@@ -132,4 +134,18 @@ package struct PartReport: Sendable, Codable, Equatable {
     /// Whether the index was composed with it (false without the index keys: `larder compose`
     /// publishes it).
     package var composed: Bool
+}
+
+/// What a pack does to the index's `telemetry` member.
+package enum TelemetryChange: Sendable, Equatable {
+    /// Devices that turned telemetry on send their events here.
+    case set(TelemetrySettings)
+    /// The index names no collector.
+    case remove
+
+    /// The member after the change.
+    package var settings: TelemetrySettings? {
+        if case .set(let s) = self { return s }
+        return nil
+    }
 }

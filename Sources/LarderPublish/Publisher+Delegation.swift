@@ -113,7 +113,7 @@ extension Publisher {
         packages.sort { ($0.id, $0.channel) < ($1.id, $1.channel) }
         return RepositoryIndex(
             serial: current?.serial ?? 0, expires: current?.expires ?? now(), packages: packages,
-            shards: current?.shards)
+            shards: current?.shards, telemetry: current?.telemetry)
     }
 
     /// The release team `key` belongs to.
@@ -259,7 +259,10 @@ extension Publisher {
             if let why = unclaimed(repo, current: target.current) {
                 logger.notice("\(why)")
             } else {
-                let index = try composeIndex(repo, current: target.current, layout, signers: signers, ttl: ttl)
+                // Index-level members (the telemetry endpoint) as the change left them.
+                var current = target.current
+                current?.telemetry = view.telemetry
+                let index = try composeIndex(repo, current: current, layout, signers: signers, ttl: ttl)
                 return (index, PartReport(team: team.name, serial: serial, composed: true))
             }
         }

@@ -71,6 +71,13 @@ extension Publisher {
             index.packages.removeAll { $0.id == v.id && $0.channel == request.channel }
             index.packages.append(entry)
         }
+        // The index's own member: later packs keep it unless told.
+        if let change = requests.first(where: { $0.telemetry != nil })?.telemetry {
+            if let repo = target.delegated, indexSigners(repo.root) == nil {
+                throw .delegationSetup("the telemetry endpoint is a member of the composed index: give --index-key")
+            }
+            index.telemetry = change.settings
+        }
         // Checked against the rules before anything becomes visible.
         if let issue = IndexRules.issues(index).first { throw .indexRule(issue) }
 

@@ -9,6 +9,15 @@ import SystemPackage
 package protocol HealthRecording: Sendable {
     /// Records `verdict` about `activation`; must not block the caller.
     func record(_ verdict: HealthVerdict, for activation: ActivationRef)
+    /// Records `verdict` with what telemetry reports about the page (by default, the verdict alone).
+    func record(_ verdict: HealthVerdict, for activation: ActivationRef, facts: PageFacts)
+}
+
+extension HealthRecording {
+    /// The verdict alone.
+    package func record(_ verdict: HealthVerdict, for activation: ActivationRef, facts: PageFacts) {
+        record(verdict, for: activation)
+    }
 }
 
 /// The page-health monitors of the pages a container has open, on one clock.
@@ -87,13 +96,13 @@ public final class PageHealthTracker: Sendable {
     package func signal(_ signal: PageSignal, page token: String) -> Bool {
         start(page: token)
         let now = clock()
-        let result = pages.withLock { pages -> (Bool, (HealthVerdict, ActivationRef)?) in
+        let result = pages.withLock { pages -> (Bool, (HealthVerdict, ActivationRef, PageFacts)?) in
             guard var monitor = pages[token] else { return (false, nil) }
             let verdict = monitor.handle(signal, at: now)
             if verdict == nil { pages[token] = monitor } else { pages[token] = nil }
-            return (true, verdict.map { ($0, monitor.activation) })
+            return (true, verdict.map { ($0, monitor.activation, monitor.facts) })
         }
-        if let (verdict, activation) = result.1 { recorder.record(verdict, for: activation) }
+        if let (verdict, activation, facts) = result.1 { recorder.record(verdict, for: activation, facts: facts) }
         return result.0
     }
 
@@ -110,15 +119,15 @@ public final class PageHealthTracker: Sendable {
         let now = clock()
         let deadline = settings.readyDeadline
         unstarted.withLock { u in u = u.filter { now < $0.value.servedAt + deadline } }
-        let decided = pages.withLock { pages -> [(HealthVerdict, ActivationRef)] in
-            var out: [(HealthVerdict, ActivationRef)] = []
+        let decided = pages.withLock { pages -> [(HealthVerdict, ActivationRef, PageFacts)] in
+            var out: [(HealthVerdict, ActivationRef, PageFacts)] = []
             for (token, var monitor) in pages where (monitor.deadline ?? 0) <= now {
-                if let v = monitor.tick(at: now) { out.append((v, monitor.activation)) }
+                if let v = monitor.tick(at: now) { out.append((v, monitor.activation, monitor.facts)) }
                 pages[token] = nil
             }
             return out
         }
-        for (verdict, activation) in decided { recorder.record(verdict, for: activation) }
+        for (verdict, activation, facts) in decided { recorder.record(verdict, for: activation, facts: facts) }
     }
 
     /// How many pages are being watched.
@@ -158,7 +167,21 @@ package final class StoreHealthRecorder: HealthRecording, Sendable {
 
     /// Queues the verdict and returns at once.
     package func record(_ verdict: HealthVerdict, for activation: ActivationRef) {
+        record(verdict, for: activation, facts: .none)
+    }
+
+    /// Queues the verdict, with what telemetry reports about the page, and returns at once.
+    package func record(_ verdict: HealthVerdict, for activation: ActivationRef, facts: PageFacts) {
         queue.async { [self] in
+            if facts.scriptErrors > 0 {
+                TelemetrySpool(root: root).record { ctx in
+                    [
+                        TelemetryEvent(
+                            .pageError, package: activation.package, version: activation.version, channel: ctx.channel,
+                            reason: "script-error", count: min(facts.scriptErrors, TelemetryEvent.maxCount), at: Date())
+                    ]
+                }
+            }
             if verdict == .healthy, confirmed.withLock({ $0.contains(activation) }) {
                 onOutcome(.success(PageHealthOutcome(activation: activation, verdict: verdict, effect: .unchanged)))
                 return
@@ -169,7 +192,7 @@ package final class StoreHealthRecorder: HealthRecording, Sendable {
             do throws(StoreError) {
                 let sandbox = try Sandbox.open(root, options: options)
                 defer { sandbox.close() }
-                let outcome = try sandbox.recordPageHealth(verdict, for: activation)
+                let outcome = try sandbox.recordPageHealth(verdict, for: activation, facts: facts)
                 if verdict == .healthy, outcome.effect == .confirmed || outcome.effect == .unchanged {
                     confirmed.withLock { known in
                         if known.count > 4096 { known.removeAll() }

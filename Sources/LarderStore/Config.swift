@@ -52,6 +52,9 @@ package struct SyncConfig: Codable, Sendable, Equatable {
     /// The most bytes the sandbox's packages may hold; after each sync, fetch and gc, on-demand
     /// packages are evicted, least recently used first, to stay within it. Nil: no budget.
     package var diskBudget: Int64?
+    /// The app turned telemetry on (format §19): events are recorded and sent only then, and only
+    /// to a collector the signed index names. Nil or false: off.
+    package var telemetry: Bool?
 
     /// Creates a config.
     package init(
@@ -95,6 +98,19 @@ package struct SyncConfig: Codable, Sendable, Equatable {
         return out
     }
 
+    /// Turns telemetry on or off (format §19); off also deletes the spool and the install id.
+    package func withTelemetry(_ on: Bool, root: FilePath) throws(ConfigError) -> SyncConfig {
+        var c = self
+        c.telemetry = on
+        do {
+            try AtomicFile.write(try ManifestCoding.encode(c), to: Self.path(root: root))
+            if !on { try TelemetrySpool(root: root).turnOff() }
+        } catch {
+            throw .invalid("cannot write \(Self.path(root: root)): \(error)")
+        }
+        return c
+    }
+
     /// Replaces the trusted keys (key rotation announced by a verified index).
     package func withKeys(_ keys: [KeyFile], root: FilePath) throws(ConfigError) -> SyncConfig {
         var c = self
@@ -108,7 +124,7 @@ package struct SyncConfig: Codable, Sendable, Equatable {
     /// Writes (or rewrites) the config of the sandbox at `root`, keeping an existing device id.
     package static func initialise(
         root: FilePath, repository: String, keys: [PublicKey], channel: Channel, appVersion: SemanticVersion,
-        allowInsecureHTTP: Bool, diskBudget: Int64? = nil
+        allowInsecureHTTP: Bool, diskBudget: Int64? = nil, telemetry: Bool? = nil
     ) throws(ConfigError) -> SyncConfig {
         if let b = diskBudget, b <= 0 { throw .invalid("a disk budget must be positive, not \(b)") }
         guard let url = URL(string: repository), let scheme = url.scheme?.lowercased(),
@@ -126,6 +142,8 @@ package struct SyncConfig: Codable, Sendable, Equatable {
             trustedKeys: keys.map { KeyFile(public: $0) },
             channel: channel, appVersion: appVersion, deviceId: device, allowInsecureHTTP: allowInsecureHTTP)
         config.diskBudget = diskBudget
+        // Kept across re-inits unless the call says.
+        config.telemetry = telemetry ?? existing?.telemetry
         do {
             try AtomicFile.makeDirectories(root)
             try AtomicFile.write(try ManifestCoding.encode(config), to: path(root: root))

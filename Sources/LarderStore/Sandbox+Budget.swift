@@ -114,6 +114,7 @@ extension Sandbox {
         }
         report.keptPinned.sort()
         guard !victims.isEmpty else { return report }
+        let versions = Dictionary(uniqueKeysWithValues: victims.map { ($0, state.packages[$0.rawValue]?.active) })
         let outcome = try removePackages(victims)
         for id in victims where outcome.failed[id.rawValue] == nil {
             report.evicted.append(id.rawValue)
@@ -123,6 +124,19 @@ extension Sandbox {
             try? SystemCalls.rmdir(layout.lists.joined(id.rawValue))
         }
         report.after = bytesOnDisk().values.reduce(0, +)
+        let evicted = victims.filter { outcome.failed[$0.rawValue] == nil }
+        reportTelemetry { ctx in
+            evicted.compactMap { id in
+                versions[id].flatMap { v in
+                    v.map {
+                        TelemetryEvent(
+                            .evicted, package: id, version: $0, channel: ctx.channel, reason: "budget",
+                            bytes: sizes[id],
+                            at: now)
+                    }
+                }
+            }
+        }
         return report
     }
 

@@ -28,6 +28,7 @@ extension Sandbox {
         let to = pkg.recordFailure(reason, policy: options.healthPolicy, at: now)
         state[id] = pkg
         try commit()
+        if let to, let from { reportRollback(id, from: from, to: to, cause: "health") }
         return outcome(id, from: to == nil ? nil : from, to: to)
     }
 
@@ -36,9 +37,9 @@ extension Sandbox {
     /// its reason and rolls a pending version back to its fallback at once. A verdict about an
     /// activation that is no longer current (a sync or rollback happened since the page loaded)
     /// changes nothing. Writes the state only when something changed.
-    package func recordPageHealth(_ verdict: HealthVerdict, for activation: ActivationRef) throws(StoreError)
-        -> PageHealthOutcome
-    {
+    package func recordPageHealth(
+        _ verdict: HealthVerdict, for activation: ActivationRef, facts: PageFacts = .none
+    ) throws(StoreError) -> PageHealthOutcome {
         try requireWritable()
         var pkg = state[activation.package]
         guard let current = pkg.activationRef(activation.package), current == activation else {
@@ -53,6 +54,16 @@ extension Sandbox {
         let to = pkg.recordPageHealth(verdict, at: now)
         state[activation.package] = pkg
         try commit()
+        if case .failed = verdict {
+            reportTelemetry { ctx in
+                [
+                    TelemetryEvent(
+                        .healthFailed, package: activation.package, version: activation.version, channel: ctx.channel,
+                        reason: facts.failure ?? "not-ready", at: now)
+                ]
+            }
+            if let to { reportRollback(activation.package, from: activation.version, to: to, cause: "health") }
+        }
         let effect: PageHealthOutcome.Effect =
             switch verdict {
             case .healthy: .confirmed
@@ -74,6 +85,14 @@ extension Sandbox {
             results.append(outcome(id, from: to == nil ? nil : from, to: to))
         }
         if !results.isEmpty { try commit() }
+        // Launched again and again without confirming: a crash loop.
+        for r in results {
+            if let id = PackageID(r.id), let from = r.rolledBackFrom.flatMap(SemanticVersion.init),
+                let to = r.rolledBackTo.flatMap(SemanticVersion.init)
+            {
+                reportRollback(id, from: from, to: to, cause: "crash-loop")
+            }
+        }
         return results
     }
 
@@ -88,8 +107,10 @@ extension Sandbox {
 
     /// Activates the fallback of `id`, or `version` when it is on disk. The version left is
     /// recorded as failed (never installed again automatically).
+    /// `cause` is what telemetry reports (`manual`, or `revoked` for a sync's).
     package func rollback(
-        id: PackageID, to version: SemanticVersion?, reason: String = "rolled back by the operator"
+        id: PackageID, to version: SemanticVersion?, reason: String = "rolled back by the operator",
+        cause: String = "manual"
     ) throws(StoreError) -> RollbackReport {
         try requireWritable()
         let id = try knownPackage(id)
@@ -105,7 +126,25 @@ extension Sandbox {
         let from = pkg.rollBack(to: target, reason: reason, at: now)
         state[id] = pkg
         try commit()
+        if let from { reportRollback(id, from: from, to: target, cause: cause) }
         return RollbackReport(id: id.rawValue, from: from?.description, to: target.description)
     }
 
+    // MARK: telemetry
+
+    /// Records events in the sandbox's telemetry spool, when the device reports (format §19).
+    package func reportTelemetry(_ make: (TelemetrySpool.Context) -> [TelemetryEvent]) {
+        guard readOnly == nil else { return }
+        TelemetrySpool(root: layout.root, logger: options.logger).record(now: now, make)
+    }
+
+    /// A `rolled-back` event: the device left `from` for `to`.
+    func reportRollback(_ id: PackageID, from: SemanticVersion, to: SemanticVersion, cause: String) {
+        reportTelemetry { ctx in
+            [
+                TelemetryEvent(
+                    .rolledBack, package: id, version: to, channel: ctx.channel, reason: cause, from: from, at: now)
+            ]
+        }
+    }
 }

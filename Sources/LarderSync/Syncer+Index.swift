@@ -63,6 +63,8 @@ extension Syncer {
                 metadata: ["keys": "\(keys.map(\.keyId))", "serial": "\(index.serial)"])
         }
         if record {
+            // The collector this index names, or none (format §19): signed, so no mirror sets it.
+            TelemetrySpool(root: root, logger: setup.logger).setCollector(decision.index.telemetry)
             try recordAccepted(
                 decision, entries: index.packages, shardsFetched: read.fetched, bytes: bytes, signature: sigBytes,
                 etag: etag, sandbox: sandbox)

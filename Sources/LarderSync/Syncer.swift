@@ -139,7 +139,12 @@ public struct Syncer: Sendable {
     public func sync(_ request: SyncRequest = SyncRequest()) async throws(SyncError) -> SyncReport {
         var run = self
         run.request = request
-        guard request.dryRun else { return try await run.apply() }
+        guard request.dryRun else {
+            let report = try await run.apply()
+            // An up-to-date sync's report lists no package: adoption (`checked`) comes from the state.
+            if report.upToDate { run.reportTelemetry(report, releases: [:]) }
+            return report
+        }
         let (plan, index) = try await run.plan(request)
         var report = SyncReport(serial: index.serial, indexChanged: false, packages: [], removedByGC: [])
         report.plan = plan
@@ -185,6 +190,7 @@ public struct Syncer: Sendable {
             serial: p.index.serial, indexChanged: p.indexChanged, packages: results, removedByGC: removed)
         report.budget = budget
         recordSettled(report, sandbox: sandbox, config: p.scope.config)
+        reportTelemetry(report, releases: p.releases)
         return report
     }
 
@@ -209,7 +215,8 @@ public struct Syncer: Sendable {
             case .rollback:
                 guard let to = a.to else { continue }
                 do throws(StoreError) {
-                    _ = try p.scope.sandbox.rollback(id: a.id, to: to, reason: "revoked by the repository: \(a.reason)")
+                    _ = try p.scope.sandbox.rollback(
+                        id: a.id, to: to, reason: "revoked by the repository: \(a.reason)", cause: "revoked")
                     results.append(result(a, started: started, .done, a.reason))
                 } catch {
                     results.append(result(a, started: started, .failed, error.description, failure: .store(error)))

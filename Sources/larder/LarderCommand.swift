@@ -25,7 +25,7 @@ struct LarderCommand: AsyncParsableCommand {
             Keygen.self, Pack.self, Revoke.self, RotateKey.self, Rewrap.self, Delegate.self, Compose.self, Verify.self,
             Upload.self,
             Init.self, Sync.self, Fetch.self, Plan.self, Resolve.self, Serve.self,
-            Install.self, Status.self, Confirm.self, Rollback.self, GC.self, Doctor.self,
+            Install.self, Status.self, Confirm.self, Rollback.self, GC.self, Doctor.self, Telemetry.self,
             ShowVersion.self,
         ]
     )

@@ -116,6 +116,19 @@ extension LarderCommand {
                     + "own, e.g. api.example.com or *.example.com (repeatable; default: any host).", valueName: "HOST"))
         var networkHosts: [String] = []
 
+        @Option(
+            help: ArgumentHelp(
+                "Where devices that turned telemetry on send their events (an http(s) URL such as "
+                    + "https://collect.example.com/v1/events), signed into the index; later packs keep it; none removes it.",
+                valueName: "URL"))
+        var telemetryEndpoint: String?
+
+        @Option(
+            help: ArgumentHelp(
+                "The share of installs that report, 0 < RATE <= 1 (with --telemetry-endpoint; default 1).",
+                valueName: "RATE"))
+        var telemetrySample: Double?
+
         @Option(help: ArgumentHelp("Days until the new index expires.", valueName: "DAYS"))
         var ttlDays = 30.0
 
@@ -248,6 +261,7 @@ extension LarderCommand {
             request.corsOrigins = corsOrigins.isEmpty ? nil : corsOrigins
             request.networkHosts = networkHosts.isEmpty ? nil : networkHosts
             request.timeToLive = ttlDays * 24 * 3600
+            request.telemetry = try telemetryChange(json: output.json)
             request.limits = limits
             request.deltaBases = deltas
             request.pad = pad
@@ -262,5 +276,25 @@ extension LarderCommand {
             }
             try Output.emit(report, json: output.json)
         }
+    }
+}
+
+extension LarderCommand.Pack {
+    /// `--telemetry-endpoint` / `--telemetry-sample` as a change to the index (nil: keep it).
+    func telemetryChange(json: Bool) throws -> TelemetryChange? {
+        guard let endpoint = telemetryEndpoint else {
+            if telemetrySample != nil {
+                throw Output.failure(
+                    command: "pack", code: "usage", message: "--telemetry-sample needs --telemetry-endpoint", json: json
+                )
+            }
+            return nil
+        }
+        if endpoint == "none" { return .remove }
+        let settings = TelemetrySettings(endpoint: endpoint, sample: telemetrySample)
+        if let why = settings.problem {
+            throw Output.failure(command: "pack", code: "bad-telemetry", message: "telemetry: \(why)", json: json)
+        }
+        return .set(settings)
     }
 }

@@ -31,6 +31,11 @@ extension LarderCommand {
                     + "on-demand packages are evicted, least recently used first, to stay within it.",
                 valueName: "SIZE"))
         var diskBudget: ByteSize?
+        @Option(
+            help: ArgumentHelp(
+                "Report what happens to each release (on or off; kept across re-inits, off at first): events go "
+                    + "only to a collector the signed index names (docs/privacy.md).", valueName: "on|off"))
+        var telemetry: TelemetrySwitch?
         @OptionGroup var output: OutputOptions
 
         func validate() throws {
@@ -49,10 +54,11 @@ extension LarderCommand {
                 config = try SyncConfig.initialise(
                     root: root, repository: repo, keys: keys, channel: Channel(rawValue: channel),
                     appVersion: appVersion,
-                    allowInsecureHTTP: allowHttp, diskBudget: diskBudget?.bytes)
+                    allowInsecureHTTP: allowHttp, diskBudget: diskBudget?.bytes, telemetry: telemetry.map { $0 == .on })
             } catch {
                 throw Output.failure(command: "init", code: error.code, message: error.description, json: output.json)
             }
+            if telemetry == .off { try? TelemetrySpool(root: root).turnOff() }
             try Output.emit(InitOutput(config: config, root: root.string), json: output.json)
             for warning in warnings() { Output.diagnostic("larder init: warning: \(warning)") }
         }
@@ -275,6 +281,10 @@ func runSync(
     }
     renderer.finish()
     try Output.emit(report, json: json)
+    // After the report: telemetry never delays or fails a sync (at most one 10 s attempt when the
+    // collector is unreachable, then a back-off).
+    let sent = await syncer.sendTelemetry()
+    if let why = sent.deferred { Output.diagnostic("larder \(command): telemetry not sent, will retry: \(why)") }
     return report
 }
 

@@ -159,6 +159,15 @@ struct ManifestTests {
         #expect(encrypted.packages.first?.encryption?.padding == Encryption.padme)
         #expect(IndexRules.issues(encrypted).isEmpty, "\(IndexRules.issues(encrypted))")
         try delegatedExamples(dir)
+        // Telemetry (§19): the index member, and a batch as a collector takes it.
+        let withTelemetry = try ManifestCoding.decode(
+            RepositoryIndex.self, from: try Data(contentsOf: dir.appendingPathComponent("index-telemetry.json")),
+            document: "index-telemetry.json")
+        #expect(withTelemetry.telemetry?.rate == 0.25 && IndexRules.issues(withTelemetry).isEmpty)
+        let batch = try TelemetryBatch.accept(
+            try Data(contentsOf: dir.appendingPathComponent("batch.json")),
+            now: Date(timeIntervalSince1970: 1_796_403_600))
+        #expect(batch.events.count == 5)
     }
 
     /// The delegation examples (§18), checked as a device checks them: the root (anchored on its
@@ -231,6 +240,10 @@ struct ManifestTests {
                     (try? ManifestCoding.decode(RootDocument.self, from: data, document: name)).map {
                         $0.problem() != nil
                     } ?? true
+            } else if name.hasPrefix("batch-") {
+                // The collector's clock an hour after the example's events.
+                let now = Date(timeIntervalSince1970: 1_796_403_600)
+                refused = (try? TelemetryBatch.accept(data, now: now)) == nil
             } else if name.hasPrefix("part-") {
                 refused = (try? ManifestCoding.decode(TeamPart.self, from: data, document: name)) == nil
             } else {

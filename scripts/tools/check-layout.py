@@ -4,7 +4,7 @@
     allows; a target missing from the table fails too;
   - only LarderArchive imports the C libraries (CArchive, CZlib, CZstd), and only LarderWebKitGTK
     imports WebKitGTK (CWebKitGTK);
-  - only LarderGateway imports Hummingbird (HTTPTypes, the HTTP value types — `HTTPRequest.Method`
+  - only LarderGateway and LarderCollect (the telemetry collector) import Hummingbird (HTTPTypes, the HTTP value types — `HTTPRequest.Method`
     in the loader's, forwarder's and web-view driver's requests — goes wherever the table shows it);
   - only LarderFetchNIO and LarderGateway import AsyncHTTPClient and NIO (and LarderTestSupport,
     not a product, for the fault-injecting origin the test suites start); only
@@ -84,8 +84,9 @@ def importers(modules):
     return found
 
 for modules, owners in ((["CArchive", "CZlib", "CZstd"], ["LarderArchive"]), (["CWebKitGTK"], ["LarderWebKitGTK"]),
-                        (["Hummingbird"], ["LarderGateway"]),
-                        (["AsyncHTTPClient", "NIOCore", "NIOHTTP1", "NIOPosix", "NIOSSL"], ["LarderFetchNIO", "LarderGateway", "LarderTestSupport", "larder-bench-nio"]),
+                        (["Hummingbird"], ["LarderGateway", "LarderCollect"]),
+                        (["AsyncHTTPClient", "NIOCore", "NIOHTTP1", "NIOPosix", "NIOSSL"], ["LarderFetchNIO", "LarderGateway", "LarderCollect", "LarderTestSupport", "larder-bench-nio"]),
+                        (["SQLiteNIO", "PostgresNIO", "Mustache"], ["LarderCollect"]),
                         (["FoundationNetworking"], ["LarderFetchURLSession"])):
     owner = " and ".join([", ".join(owners[:-1]), owners[-1]] if len(owners) > 2 else owners)
     others = {k: v for k, v in importers(modules).items() if k not in owners}

@@ -69,8 +69,11 @@ VALID = {  # example file -> schema
     "part.json": "part.schema.json",
     "index-delegated.json": "index.schema.json",
     "index-delegated.json.sig": "signature.schema.json",
+    "index-telemetry.json": "index.schema.json",
+    "batch.json": "batch.schema.json",
 }
 INVALID_PREFIX = {  # invalid example prefix -> schema
+    "batch-": "batch.schema.json",
     "index-": "index.schema.json",
     "files-": "files.schema.json",
     "signature-": "signature.schema.json",

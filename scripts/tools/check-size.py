@@ -30,7 +30,7 @@ PRODUCT = {"Larder", "LarderArchive", "LarderCore", "LarderFetch", "LarderFetchN
            "LarderWebKit", "LarderWebKitGTK", "LarderWebView"}
 # name: (limit now, the structure issue's target)
 LIMITS = {
-    "public declarations in the product modules": (529, 600),
+    "public declarations in the product modules": (551, 600),
     "functions over 60 lines": (9, 9),
     "files over 400 lines": (4, 6),
     "@unchecked Sendable": (15, 15),

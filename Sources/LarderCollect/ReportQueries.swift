@@ -1,0 +1,93 @@
+import Foundation
+import LarderCore
+
+extension TelemetryStore {
+    static let attemptKinds = "('activated', 'download-failed', 'install-failed', 'no-space')"
+    static let failureKinds = "('download-failed', 'install-failed', 'no-space', 'health-failed')"
+    static let adoptionKinds = "('checked', 'activated')"
+
+    /// The report for events since `since` (to the hour), of `package` only when given
+    /// (format §19, "Reports").
+    package func report(since: Date, until: Date = Date(), package: String? = nil) async throws -> ReleaseReport {
+        let from = Int64(TelemetryEvent.hour(of: since).timeIntervalSince1970)
+        var binds: [SQLValue] = [.int(from)]
+        var only = ""
+        if let p = package {
+            binds.append(.text(p))
+            only = " AND package = $2"
+        }
+        let scope = "hour >= $1" + only
+        func counts(_ sql: String) async throws -> [PackageVersion: Int] {
+            var out: [PackageVersion: Int] = [:]
+            for r in try await runner.query(sql, binds, columns: [.text, .text, .int]) {
+                out[PackageVersion(r[0].text, r[1].text)] = Int(r[2].int)
+            }
+            return out
+        }
+        var rows = ReportRows()
+        rows.devices = try await counts(
+            """
+            SELECT package, version, COUNT(DISTINCT install) FROM (
+              SELECT package, version, install FROM larder_events WHERE \(scope)
+              UNION ALL
+              SELECT package, from_version AS version, install FROM larder_events
+                WHERE kind = 'rolled-back' AND from_version IS NOT NULL AND \(scope)
+            ) seen GROUP BY package, version
+            """)
+        rows.attempts = try await counts(
+            "SELECT package, version, COUNT(DISTINCT install) FROM larder_events WHERE kind IN \(Self.attemptKinds) AND \(scope) GROUP BY package, version"
+        )
+        rows.failures = try await counts(
+            "SELECT package, version, COUNT(DISTINCT install) FROM larder_events WHERE kind IN \(Self.failureKinds) AND \(scope) GROUP BY package, version"
+        )
+        rows.rollbacks = try await counts(
+            "SELECT package, from_version, COUNT(DISTINCT install) FROM larder_events WHERE kind = 'rolled-back' AND from_version IS NOT NULL AND \(scope) GROUP BY package, from_version"
+        )
+        rows.pageErrors = try await counts(
+            "SELECT package, version, SUM(n) FROM larder_events WHERE kind = 'page-error' AND \(scope) GROUP BY package, version"
+        )
+        try await addReasons(&rows, scope: scope, binds: binds)
+        try await addAdoption(&rows, scope: scope, binds: binds)
+        let batches = try await runner.query(
+            "SELECT COUNT(*), COALESCE(SUM(dropped), 0) FROM larder_batches WHERE received >= $1", [.int(from)],
+            columns: [.int, .int])
+        rows.batches = Int(batches.first?[0].int ?? 0)
+        rows.dropped = Int(batches.first?[1].int ?? 0)
+        return ReleaseReport.make(rows, since: Date(timeIntervalSince1970: Double(from)), until: until)
+    }
+
+    /// Failures and rollbacks by kind and reason.
+    func addReasons(_ rows: inout ReportRows, scope: String, binds: [SQLValue]) async throws {
+        let reasons = try await runner.query(
+            """
+            SELECT package, version, kind, reason, COUNT(DISTINCT install) FROM larder_events
+              WHERE kind IN \(Self.failureKinds) AND \(scope) GROUP BY package, version, kind, reason
+            UNION ALL
+            SELECT package, from_version, kind, reason, COUNT(DISTINCT install) FROM larder_events
+              WHERE kind = 'rolled-back' AND from_version IS NOT NULL AND \(scope)
+              GROUP BY package, from_version, kind, reason
+            """, binds, columns: [.text, .text, .text, .text, .int])
+        for r in reasons {
+            rows.reasons[PackageVersion(r[0].text, r[1].text), default: []].append(
+                ReasonCount(kind: r[2].text, reason: r[3].text, devices: Int(r[4].int)))
+        }
+    }
+
+    /// Installs per version and hour, and per package and hour.
+    func addAdoption(_ rows: inout ReportRows, scope: String, binds: [SQLValue]) async throws {
+        let adoption = try await runner.query(
+            "SELECT package, version, hour, COUNT(DISTINCT install) FROM larder_events WHERE kind IN \(Self.adoptionKinds) AND \(scope) GROUP BY package, version, hour",
+            binds, columns: [.text, .text, .int, .int])
+        for r in adoption {
+            rows.adoption[PackageVersion(r[0].text, r[1].text), default: [:]][
+                Date(timeIntervalSince1970: Double(r[2].int))] =
+                Int(r[3].int)
+        }
+        let hours = try await runner.query(
+            "SELECT package, hour, COUNT(DISTINCT install) FROM larder_events WHERE kind IN \(Self.adoptionKinds) AND \(scope) GROUP BY package, hour",
+            binds, columns: [.text, .int, .int])
+        for r in hours {
+            rows.packageHours[r[0].text, default: [:]][Date(timeIntervalSince1970: Double(r[1].int))] = Int(r[2].int)
+        }
+    }
+}
