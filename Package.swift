@@ -228,6 +228,8 @@ var package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],
+            // Apple's privacy manifest: required-reason APIs and what telemetry can send (docs/privacy.md).
+            resources: [.copy("PrivacyInfo.xcprivacy")],
             swiftSettings: strict + (urlSessionEverywhere ? [.define("LARDER_URLSESSION")] : [])
         ),
         // The resolve benchmark (scripts/benchmarks/bench-resolve.sh); not a product.
@@ -378,7 +380,8 @@ var package = Package(
         .testTarget(
             name: "LarderCLITests",
             dependencies: [
-                "LarderCore", "LarderPublish", "Larder", "larder", "LarderTestSupport",
+                "LarderCore", "LarderPublish", "Larder", "larder", "LarderTestSupport", "LarderCollect",
+                "LarderArchive",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ],

@@ -125,3 +125,58 @@ extension Data {
         return Data(s.replacingCharacters(in: r, with: b).utf8)
     }
 }
+
+/// docs/privacy.md lists every field a device sends, field for field, and the privacy manifest parses.
+@Suite struct PrivacyPageTests {
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    func fields(_ table: String, in page: String) throws -> [String: String] {
+        let start = try #require(page.range(of: "<!-- privacy-fields: \(table)"))
+        let end = try #require(page.range(of: "<!-- end privacy-fields -->", range: start.upperBound..<page.endIndex))
+        var out: [String: String] = [:]
+        for line in page[start.upperBound..<end.lowerBound].split(separator: "\n") where line.hasPrefix("| `") {
+            let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+            out[cells[0].trimmingCharacters(in: CharacterSet(charactersIn: "`"))] = cells[1]
+        }
+        return out
+    }
+
+    @Test func thePageListsEveryFieldAndNoOther() throws {
+        let page = try String(contentsOf: root.appendingPathComponent("docs/privacy.md"), encoding: .utf8)
+        let batch = try fields("batch", in: page)
+        #expect(Set(batch.keys) == Set(TelemetryBatch.CodingKeys.allCases.map(\.rawValue)))
+        let event = try fields("event", in: page)
+        #expect(Set(event.keys) == Set(TelemetryEvent.CodingKeys.allCases.map(\.rawValue)))
+        // The closed sets, as the page names them.
+        for k in TelemetryKind.allCases { #expect(event["kind"]?.contains("`\(k.rawValue)`") == true, "\(k)") }
+        for p in TelemetryPlatform.allCases { #expect(batch["platform"]?.contains("`\(p.rawValue)`") == true, "\(p)") }
+        // What a batch encodes is what the page lists.
+        let sample = TelemetryBatch(
+            batch: TelemetryBatch.randomID(), install: TelemetryBatch.randomID(), app: "1.0.0", dropped: 0,
+            events: [
+                TelemetryEvent(
+                    .activated, package: PackageID("p")!, version: SemanticVersion(1, 0, 0), channel: .default,
+                    reason: "bundle", from: SemanticVersion(0, 9, 0), bytes: 1, at: Date())
+            ])
+        let json = try #require(
+            try JSONSerialization.jsonObject(with: try ManifestCoding.encode(sample)) as? [String: Any])
+        #expect(Set(json.keys) == Set(batch.keys))
+        let first = try #require((json["events"] as? [[String: Any]])?.first)
+        #expect(Set(first.keys) == Set(event.keys))
+    }
+
+    @Test func thePrivacyManifestDeclaresNoTracking() throws {
+        let data = try Data(contentsOf: root.appendingPathComponent("Sources/Larder/PrivacyInfo.xcprivacy"))
+        let plist = try #require(try PropertyListSerialization.propertyList(from: data, format: nil) as? [String: Any])
+        #expect(plist["NSPrivacyTracking"] as? Bool == false)
+        let apis = (plist["NSPrivacyAccessedAPITypes"] as? [[String: Any]] ?? []).compactMap {
+            $0["NSPrivacyAccessedAPIType"] as? String
+        }
+        #expect(
+            Set(apis) == [
+                "NSPrivacyAccessedAPICategoryFileTimestamp", "NSPrivacyAccessedAPICategoryDiskSpace",
+                "NSPrivacyAccessedAPICategorySystemBootTime",
+            ])
+    }
+}
