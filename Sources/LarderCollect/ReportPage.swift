@@ -9,7 +9,7 @@ import Mustache
 package enum ReportPage {
     static let width = 640.0
     static let height = 220.0
-    static let margin = (left: 48.0, right: 16.0, top: 12.0, bottom: 28.0)
+    static let margin = (left: 48.0, right: 110.0, top: 12.0, bottom: 28.0)
     static let colors = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
     /// The page for `report`.
@@ -38,7 +38,7 @@ package enum ReportPage {
                     ["x": String(format: "%.1f", x($0.hour)), "y": String(format: "%.1f", y($0.share))]
                 },
                 "legendY": String(format: "%.0f", margin.top + 14 + Double(i) * 16),
-                "legendX": String(format: "%.0f", width - margin.right - 120),
+                "legendX": String(format: "%.0f", width - margin.right + 14),
             ]
         }
         var bars: [[String: Any]] = []

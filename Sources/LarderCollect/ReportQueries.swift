@@ -4,7 +4,7 @@ import LarderCore
 extension TelemetryStore {
     static let attemptKinds = "('activated', 'download-failed', 'install-failed', 'no-space')"
     static let failureKinds = "('download-failed', 'install-failed', 'no-space', 'health-failed')"
-    static let adoptionKinds = "('checked', 'activated')"
+    static let adoptionKinds = "('checked', 'activated', 'rolled-back')"
 
     /// The report for events since `since` (to the hour), of `package` only when given
     /// (format §19, "Reports").
@@ -47,7 +47,7 @@ extension TelemetryStore {
             "SELECT package, version, SUM(n) FROM larder_events WHERE kind = 'page-error' AND \(scope) GROUP BY package, version"
         )
         try await addReasons(&rows, scope: scope, binds: binds)
-        try await addAdoption(&rows, scope: scope, binds: binds)
+        try await addAdoption(&rows, scope: scope, binds: binds, until: until)
         let batches = try await runner.query(
             "SELECT COUNT(*), COALESCE(SUM(dropped), 0) FROM larder_batches WHERE received >= $1", [.int(from)],
             columns: [.int, .int])
@@ -73,21 +73,16 @@ extension TelemetryStore {
         }
     }
 
-    /// Installs per version and hour, and per package and hour.
-    func addAdoption(_ rows: inout ReportRows, scope: String, binds: [SQLValue]) async throws {
-        let adoption = try await runner.query(
-            "SELECT package, version, hour, COUNT(DISTINCT install) FROM larder_events WHERE kind IN \(Self.adoptionKinds) AND \(scope) GROUP BY package, version, hour",
-            binds, columns: [.text, .text, .int, .int])
-        for r in adoption {
-            rows.adoption[PackageVersion(r[0].text, r[1].text), default: [:]][
-                Date(timeIntervalSince1970: Double(r[2].int))] =
-                Int(r[3].int)
-        }
-        let hours = try await runner.query(
-            "SELECT package, hour, COUNT(DISTINCT install) FROM larder_events WHERE kind IN \(Self.adoptionKinds) AND \(scope) GROUP BY package, hour",
-            binds, columns: [.text, .int, .int])
-        for r in hours {
-            rows.packageHours[r[0].text, default: [:]][Date(timeIntervalSince1970: Double(r[1].int))] = Int(r[2].int)
-        }
+    /// Adoption hour by hour, from the events that say which version each install runs.
+    func addAdoption(_ rows: inout ReportRows, scope: String, binds: [SQLValue], until: Date) async throws {
+        let found = try await runner.query(
+            "SELECT package, install, hour, kind, version FROM larder_events WHERE kind IN \(Self.adoptionKinds) AND \(scope)",
+            binds, columns: [.text, .text, .int, .text, .text])
+        rows.addAdoption(
+            found.map {
+                StateEvent(
+                    package: $0[0].text, install: $0[1].text, hour: Date(timeIntervalSince1970: Double($0[2].int)),
+                    kind: $0[3].text, version: $0[4].text)
+            }, until: until)
     }
 }

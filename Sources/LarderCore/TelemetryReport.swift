@@ -140,6 +140,83 @@ package struct PackageVersion: Hashable, Sendable, Comparable {
     }
 }
 
+/// One event that says which version an install runs (`checked`, `activated`, or `rolled-back`,
+/// whose `version` is the one it went back to).
+package struct StateEvent: Sendable {
+    package var package: String
+    package var install: String
+    package var hour: Date
+    package var kind: String
+    package var version: String
+
+    /// Creates one.
+    package init(package: String, install: String, hour: Date, kind: String, version: String) {
+        self.package = package
+        self.install = install
+        self.hour = hour
+        self.kind = kind
+        self.version = version
+    }
+
+    /// Which of an hour's events says where the install ended that hour: a rollback after the
+    /// activation it undid, an activation after the check that preceded it.
+    var rank: Int {
+        switch kind {
+        case "rolled-back": 2
+        case "activated": 1
+        default: 0
+        }
+    }
+}
+
+extension ReportRows {
+    /// Adoption hour by hour (format §19, "Reports"): each install runs, from the hour of an event
+    /// that says so until the next, the version its last event of that hour names; a version's
+    /// share of an hour is the installs running it over the installs seen by then.
+    package mutating func addAdoption(_ events: [StateEvent], until: Date) {
+        let last = TelemetryEvent.hour(of: until)
+        for (package, ofPackage) in Dictionary(grouping: events, by: \.package) {
+            guard let first = ofPackage.map(\.hour).min(), first <= last else { continue }
+            let hours = Int((last.timeIntervalSince(first) / 3600).rounded()) + 1
+            func slot(_ d: Date) -> Int { min(hours - 1, max(0, Int((d.timeIntervalSince(first) / 3600).rounded()))) }
+            // +1 where an install starts running a version, -1 where it stops: summed hour by hour.
+            var change: [String: [Int]] = [:]
+            var seen = [Int](repeating: 0, count: hours + 1)
+            for (_, ofInstall) in Dictionary(grouping: ofPackage, by: \.install) {
+                var ends: [Int: StateEvent] = [:]
+                for e in ofInstall {
+                    let s = slot(e.hour)
+                    if let have = ends[s], have.rank >= e.rank { continue }
+                    ends[s] = e
+                }
+                let states = ends.sorted { $0.key < $1.key }
+                seen[states[0].key] += 1
+                for (i, (s, e)) in states.enumerated() {
+                    let next = i + 1 < states.count ? states[i + 1].key : hours
+                    change[e.version, default: [Int](repeating: 0, count: hours + 1)][s] += 1
+                    change[e.version, default: [Int](repeating: 0, count: hours + 1)][next] -= 1
+                }
+            }
+            var total = 0
+            var totals: [Date: Int] = [:]
+            for h in 0..<hours {
+                total += seen[h]
+                totals[first.addingTimeInterval(Double(h) * 3600)] = total
+            }
+            packageHours[package] = totals
+            for (version, deltas) in change {
+                var running = 0
+                var points: [Date: Int] = [:]
+                for h in 0..<hours {
+                    running += deltas[h]
+                    points[first.addingTimeInterval(Double(h) * 3600)] = running
+                }
+                adoption[PackageVersion(package, version)] = points
+            }
+        }
+    }
+}
+
 extension ReleaseReport {
     /// The report the rows make, for the window from `since` to `until`.
     package static func make(_ rows: ReportRows, since: Date, until: Date) -> ReleaseReport {
@@ -149,7 +226,7 @@ extension ReleaseReport {
             let attempts = rows.attempts[k] ?? 0
             let totals = rows.packageHours[k.package] ?? [:]
             let adoption = (rows.adoption[k] ?? [:]).sorted { $0.key < $1.key }.map { hour, n in
-                AdoptionPoint(hour: hour, devices: n, share: Double(n) / Double(max(n, totals[hour] ?? n)))
+                AdoptionPoint(hour: hour, devices: n, share: n == 0 ? 0 : Double(n) / Double(max(n, totals[hour] ?? n)))
             }
             let latest = totals.keys.max()
             return VersionReport(

@@ -119,8 +119,9 @@ struct CollectorTests {
             #expect(v11.byReason.contains(ReasonCount(kind: "download-failed", reason: "hash-mismatch", devices: 1)))
             let v10 = try #require(report.versions.first { $0.version == "1.0.0" })
             #expect(v10.adoption.first?.devices == 10 && v10.adoption.first?.share == 1)
-            // The last hour: 8 named 1.1.0 (activated) of the 8 reporting then.
-            #expect(v11.adoption.last?.devices == 8)
+            // From the hour of the update on: 8 took 1.1.0, 2 rolled back off it, so 6 of the 10 run it.
+            #expect(v11.adoption.last?.devices == 6 && v11.current == 0.6)
+            #expect(v10.adoption.last?.devices == 4 && v11.adoption.count == 3 && v11.adoption.first?.devices == 0)
             let gate = try FailCondition.parseList("failure-rate>20%,rollback-rate-lower>50%")
             #expect(gate[0].holds(v11) && !gate[1].holds(v11))
             // Only one package, and an empty window.

@@ -12,6 +12,7 @@ Usage: scripts/bench [--quick] [-k RUNS] [--no-write]   every row in one table (
        scripts/bench --encrypted [-k RUNS] [--no-write]         (see bench_encrypted.py)
        scripts/bench --pageload [-k RUNS] [--no-write]          (see bench_pageload.py)
        scripts/bench --delegations [-k RUNS] [--no-write]       (see bench_delegations.py)
+       scripts/bench --telemetry [--devices N] [--screenshot PNG] [--no-write]  (see bench_telemetry.py)
 (scripts/bench runs this file, scripts/benchmarks/bench.py; the modules named are beside it.)
 
 Without a mode, the script measures every row (install, resolve, serve, network, memory, deltas,
@@ -109,10 +110,15 @@ def main():
                          "writes its table into BENCHMARKS.md")
     ap.add_argument("--delegations", action="store_true",
                     help="a sync of 1,000 packages in 20 delegated teams against one key's (bench_delegations.py)")
+    ap.add_argument("--telemetry", action="store_true",
+                    help="the collector under 100,000 devices' events, SQLite and PostgreSQL side by side "
+                         "(bench_telemetry.py)")
+    ap.add_argument("--screenshot", help="with --telemetry: render the HTML report into this PNG too")
     ap.add_argument("--offline", action="store_true",
                     help="instead: how fast a forwarded request fails in a network namespace with no route or "
                          "resolver, beside curl (root)")
-    ap.add_argument("--devices", type=int, default=1000, help="with --edge: the number of devices (default 1000)")
+    ap.add_argument("--devices", type=int,
+                    help="with --edge: the number of devices (default 1000); with --telemetry: 100000")
     ap.add_argument("--jobs", type=int, default=16, help="with --edge: syncs at once (default 16)")
     ap.add_argument("--quick", action="store_true",
                     help="the whole table: a reduced set in under two minutes, written only with --write; with "
@@ -124,7 +130,7 @@ def main():
     if a.runs is not None and a.runs < 1:
         die("the number of runs must be at least 1")
     if not (a.install or a.scale or a.net or a.edge or a.deltas or a.offline or a.on_demand or a.encrypted
-            or a.pageload or a.delegations):
+            or a.pageload or a.delegations or a.telemetry):
         import bench_table
         write = a.write or not (a.quick or a.no_write)
         sys.exit(bench_table.main(a.quick, a.runs, write))
@@ -137,6 +143,10 @@ def main():
     if a.encrypted:
         import bench_encrypted
         sys.exit(bench_encrypted.main(ls.larder_binary("release"), bi.wheel_of, a.runs or 5, not a.no_write))
+    if a.telemetry:
+        import bench_telemetry
+        sys.exit(bench_telemetry.main(ls.larder_binary("release"), a.devices or 100000, not a.no_write,
+                                      a.screenshot))
     if a.delegations:
         import bench_delegations
         scale = ls._common("swift_product_bin", "larder-bench-scale", "release")
@@ -153,7 +163,7 @@ def main():
         return
     if a.edge:
         import bench_edge
-        sys.exit(bench_edge.main(ls.larder_binary("release"), a.devices, a.jobs, not a.no_write))
+        sys.exit(bench_edge.main(ls.larder_binary("release"), a.devices or 1000, a.jobs, not a.no_write))
     if a.net:
         import bench_net
         engines = [("AsyncHTTPClient", ls.larder_binary("release"))]

@@ -13,7 +13,9 @@
 #                 varnish (the CDN edge of scripts/integration/edge.py), shellcheck and pyflakes3
 #                 (the scripts' own gates, scripts/tools/lint.sh), libwebkitgtk-6.0-dev, xvfb and
 #                 xauth (WebKitGTK under Xvfb: scripts/webview and scripts/integration/webkit.py),
-#                 publicsuffix (the Public Suffix List the cookie bridge reads, manifests §17);
+#                 publicsuffix (the Public Suffix List the cookie bridge reads, manifests §17),
+#                 postgresql (the telemetry collector's fleet store: scripts/integration/telemetry.py
+#                 starts its own cluster on 127.0.0.1; the Debian service is not started);
 #                 and python3-jsonschema python3-cryptography (scripts/tools/check-manifests.py: the
 #                 schemas and the example signature), unless a python3 already imports both
 # A working python3 command (a pyenv, say) stands for python3, and any nginx for nginx-light.
@@ -32,7 +34,7 @@ case "$purpose" in
   demo) packages+=(python3) ;;
   test)
     packages+=(libarchive-tools zip unzip gzip zstd python3 nginx-light time chromium strace curl varnish
-      shellcheck pyflakes3 libwebkitgtk-6.0-dev xvfb xauth publicsuffix)
+      shellcheck pyflakes3 libwebkitgtk-6.0-dev xvfb xauth publicsuffix postgresql)
     ;;
 esac
 

@@ -119,6 +119,7 @@ step "fuzz targets: every committed seed and hostile archive replayed through th
 step "publishing through a CDN edge (Varnish before nginx): releases published while devices sync, index and signature cached apart, no failure" scripts/integration/edge.py
 step "delegations over nginx and a Varnish edge: four teams, migration from one key, alone and at once, key and root rotations, shards and encryption, eight hostile refusals with their codes" scripts/integration/delegations.py
 step "encrypted packages over nginx and a Varnish edge: install, update by delta, rollback, refusals with their codes, verify with and without the key, no plaintext in the repository or the edge's cache" scripts/integration/encrypted.py
+step "release telemetry over nginx, SQLite and PostgreSQL: a fleet's sandboxes sync with telemetry on, a broken release rolls back by page health in Chromium on part of it, both stores' reports match what the sandboxes did, --fail-if gates, the HTML report renders, hostile batches refused" scripts/integration/telemetry.py
 step "resolve makes no system call (strace over a pass of 1,000 resolves, with a control)" env BENCH_BIN="$bin/larder-bench-resolve" scripts/benchmarks/bench-resolve.sh --check-syscalls-only
 
 echo "== the background lane (waiting for it)"
