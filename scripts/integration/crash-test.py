@@ -17,6 +17,9 @@ and the last included). The operations:
   confirm         `larder confirm app` (2.0.0 pending → confirmed)
   gc              `larder gc --keep 0` (three versions installed; the oldest removed)
   sync-delegated  `larder sync` 3.0.0 → 4.0.0 of a repository delegated to a team (manifests §18)
+  sync-telemetry  `larder sync` 3.0.0 → 4.0.0 with telemetry on (manifests §19): events spooled, a send to
+                  a closed port that fails (outbox and back-off written); after each crash every telemetry
+                  file is whole and the activation is spooled at most once
 
 After each crash: `larder doctor` exits 0 (the next open cleans leftovers; the active version is
 complete, every file checked: I1, I3); the active version is the old or the new one; every file of
@@ -29,7 +32,8 @@ removal, lock, record) and the phases hit are printed per operation.
 
 Usage: scripts/integration/crash-test.py [POINTS]   (crash points per operation, default 35; scripts/test runs
 the default: 205 crashes). Prints one line per failed check, a table per operation, and
-`crash-test: N passed, M failed`. Environment: LARDER_BIN, CRASH_TEST_DIR.
+`crash-test: N passed, M failed`. Environment: LARDER_BIN, CRASH_TEST_DIR, CRASH_TEST_ONLY=NAME (that
+operation alone).
 """
 import os
 import shutil
@@ -57,7 +61,10 @@ def main():
     try:
         run, ops = cs.operations(larder, work, delegated=True)
         outside = cs.tree_digest(work, skip=os.path.join(work, "cases"))
+        only = os.environ.get("CRASH_TEST_ONLY")
         for name, template, command, allowed, expected in ops:
+            if only and name != only:
+                continue
             totals.append(crash_operation(larder, run, work, name, template, command, allowed, expected, points))
         check_outside = cs.tree_digest(work, skip=os.path.join(work, "cases"))
         CHECKS.check("nothing outside the sandboxes changed in any crash (repositories, templates, keys: %d entries)"

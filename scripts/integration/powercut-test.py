@@ -4,7 +4,7 @@ built from a recorded run and checked like a crash (ALICE's method, with strace 
 
 For each device command of `scripts/integration/crash-test.py` (install, first sync, object update, revocation
 rollback, rollback, confirm, gc, and the later ones: evict, fetch, sync-sharded, sync-encrypted,
-sync-delegated) the script runs the command once under `strace -f -y` on a copy
+sync-delegated, sync-telemetry) the script runs the command once under `strace -f -y` on a copy
 of its starting sandbox, and reads from the trace every call that changes a file under the sandbox
 (creating open, write, pwrite, ftruncate, rename, link, unlink, mkdir, rmdir) with its bytes and
 offsets, and every flush (fsync, fdatasync, syncfs). Nothing of Larder's own is used to record:

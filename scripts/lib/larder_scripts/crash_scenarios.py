@@ -11,7 +11,8 @@ from larder_scripts import SetupError
 
 
 PHASES = [
-    ("download", "/downloads/"), ("staging", "/staging/"), ("removal", "/trash/"), ("list write", "/lists/"),
+    ("telemetry", "/telemetry/"), ("download", "/downloads/"), ("staging", "/staging/"), ("removal", "/trash/"),
+    ("list write", "/lists/"),
     ("state write", "state"), ("state write", "/generation"), ("record", "last-sync"), ("index cache", "repository-index"),
     ("placement", "/packages/"), ("lock", "/.lock"),
 ]
@@ -176,6 +177,16 @@ def operations(larder, work, delegated=False):
     encrypted = os.path.join(work, "templates", "encrypted")
     shutil.copytree(v3, encrypted, symlinks=True)
     larder.must("init", "--root", encrypted, "--repo", "file://" + repo7, "--public-key", run.pub)
+    # Release telemetry (manifests §19): repo-9 is repo-4 with app 4.0.0 in the clear, its index
+    # naming a collector on a closed port; a device on 3.0.0 with telemetry on syncs it, spools its
+    # events and fails to send them (the outbox and the back-off written).
+    repo9 = os.path.join(work, "repo-9")
+    shutil.copytree(run.repo4, repo9)
+    larder.must("pack", src4, "--repo", repo9, "--id", "app", "--version", "4.0.0", "--key", run.key,
+                "--telemetry-endpoint", "http://127.0.0.1:9/v1/events")
+    telemetry = os.path.join(work, "templates", "telemetry")
+    shutil.copytree(v3, telemetry, symlinks=True)
+    larder.must("init", "--root", telemetry, "--repo", "file://" + repo9, "--public-key", run.pub, "--telemetry", "on")
     bundle2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "bundle.zip")
     files2 = os.path.join(run.repo2, "packages", "app", "2.0.0", "files.json")
     extra = [delegation_case(larder, run, work, v3, src4)] if delegated else []
@@ -192,6 +203,7 @@ def operations(larder, work, delegated=False):
         ("fetch", fetch, ["fetch", "mini", "--root", "@ROOT"], {"3.0.0"}, "3.0.0"),
         ("sync-sharded", sharded, SYNC, {"3.0.0"}, "3.0.0"),
         ("sync-encrypted", encrypted, SYNC + ["--recipient-key", recipient + ".key"], {"3.0.0", "4.0.0"}, "4.0.0"),
+        ("sync-telemetry", telemetry, SYNC, {"3.0.0", "4.0.0"}, "4.0.0"),
     ]
 
 
@@ -281,6 +293,23 @@ def check_after_interruption(larder, run, root, case, command, allowed, expected
         rc2, doc, _ = larder.json("resolve", "larder://mini/index.html", "--root", root)
         quiet(case + ": mini 1.0.0 is still held and resolves", got == "1.0.0" and rc2 == 0 and (doc or {}).get("file"),
               "%s %s" % (got, doc))
+    if case.startswith("sync-telemetry"):
+        # Every telemetry file whole (each written whole), and 4.0.0's activation spooled at most once.
+        torn, activations = [], 0
+        for dirpath, _, files in os.walk(os.path.join(root, "telemetry")):
+            for name in files:
+                if not name.endswith(".json"):
+                    continue
+                try:
+                    with open(os.path.join(dirpath, name)) as h:
+                        doc = json.load(h)
+                except ValueError:
+                    torn.append(name)
+                    continue
+                events = doc if isinstance(doc, list) else (doc.get("batch") or {}).get("events", [])
+                activations += sum(1 for e in events if e.get("kind") == "activated" and e.get("version") == "4.0.0")
+        quiet(case + ": every telemetry file whole, the activation spooled at most once",
+              not torn and activations <= 1, "torn %s, %d activations" % (torn, activations))
     if case.startswith("evict"):
         # The evicted package was whole or gone (doctor above); gc run again leaves it gone.
         again = larder.run("gc", "--root", root)
