@@ -109,7 +109,7 @@ package enum ReportPage {
         {{#packages}}
         <section class="package" data-package="{{name}}">
         <h2>{{name}}</h2>
-        <h3>Adoption: share of the package's reporting devices on each version, hour by hour</h3>
+        <h3>Adoption: the share of the package's devices seen so far that run each version, hour by hour</h3>
         <svg class="adoption" width="640" height="220" viewBox="0 0 640 220" role="img" aria-label="adoption of {{name}}">
         {{#ticks}}<line class="grid" x1="{{axisLeft}}" x2="{{axisRight}}" y1="{{y}}" y2="{{y}}"/><text x="{{x}}" y="{{y}}" text-anchor="end" dominant-baseline="middle">{{label}}</text>{{/ticks}}
         <line class="axis" x1="{{axisLeft}}" x2="{{axisRight}}" y1="{{axisBottom}}" y2="{{axisBottom}}"/>
