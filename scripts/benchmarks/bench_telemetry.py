@@ -11,7 +11,7 @@ threads over keep-alive connections on the same machine (the client's cost is in
   report              `larder report --json` over the whole day (wall clock, process start included)
 The ratio is PostgreSQL ÷ SQLite. The table is printed and written into BENCHMARKS.md between the
 telemetry markers; with --screenshot FILE the HTML report of the SQLite store is also rendered in
-headless Chromium (the picture in docs/privacy.md's neighbour, docs/telemetry-report.png).
+headless Chromium (the README shows it: docs/telemetry-report.png).
 """
 import gzip
 import http.client
