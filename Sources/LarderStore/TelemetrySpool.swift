@@ -87,7 +87,7 @@ package struct TelemetrySpool: Sendable {
     /// Records the accepted index's collector (nil removes it). Called when a sync accepts an index.
     package func setCollector(_ settings: TelemetrySettings?) {
         guard isOn || settings == nil else { return }
-        let current: TelemetrySettings? = read(collectorFile)
+        let current: TelemetrySettings? = load(collectorFile)
         guard current != settings else { return }
         attempt("record the collector") { () throws(FileSystemError) in
             if let s = settings {
@@ -109,7 +109,7 @@ package struct TelemetrySpool: Sendable {
     /// collector, or not in the sample). Makes or renews the install id.
     package func context(now: Date) -> Context? {
         guard let cfg = try? SyncConfig.load(root: directory.removingLastComponent()), cfg.telemetry == true,
-            let collector: TelemetrySettings = read(collectorFile)
+            let collector: TelemetrySettings = load(collectorFile)
         else { return nil }
         let install = installID(now: now)
         guard let install, collector.includes(install: install) else { return nil }
@@ -117,7 +117,7 @@ package struct TelemetrySpool: Sendable {
     }
 
     private func installID(now: Date) -> String? {
-        if let i: Install = read(installFile), now.timeIntervalSince(i.created) < Self.installLifetime,
+        if let i: Install = load(installFile), now.timeIntervalSince(i.created) < Self.installLifetime,
             now >= i.created
         {
             return i.id
@@ -157,7 +157,7 @@ package struct TelemetrySpool: Sendable {
             var files = try spoolFiles()
             // Merged into the newest file while it is small and of the same hour.
             if let last = files.last, last.size < Self.mergeBytes,
-                let held: [TelemetryEvent] = read(spoolDirectory.joined(last.name)),
+                let held: [TelemetryEvent] = load(spoolDirectory.joined(last.name)),
                 held.first.map({ $0.hour == events[0].hour }) ?? false
             {
                 let merged = TelemetryEvent.merged(held + events)
@@ -211,7 +211,7 @@ package struct TelemetrySpool: Sendable {
             var events: [TelemetryEvent] = []
             var through: UInt64 = 0
             for f in try spoolFiles() {
-                guard let held: [TelemetryEvent] = read(spoolDirectory.joined(f.name)) else {
+                guard let held: [TelemetryEvent] = load(spoolDirectory.joined(f.name)) else {
                     // A file this code cannot read is dropped, and counted.
                     try SystemCalls.unlink(spoolDirectory.joined(f.name))
                     continue
@@ -272,12 +272,12 @@ package struct TelemetrySpool: Sendable {
 
     /// The spool's status.
     package func status(now: Date) -> TelemetryStatus {
-        let collector: TelemetrySettings? = read(collectorFile)
+        let collector: TelemetrySettings? = load(collectorFile)
         let on = isOn
         let files = (try? spoolFiles()) ?? []
         let outbox = readOutbox()
         let s = readState()
-        let install: Install? = read(installFile)
+        let install: Install? = load(installFile)
         return TelemetryStatus(
             on: on, endpoint: collector?.endpoint, sample: collector?.rate,
             sampled: on ? collector.map { c in install.map { c.includes(install: $0.id) } ?? false } : nil,
@@ -288,7 +288,7 @@ package struct TelemetrySpool: Sendable {
 
     /// The events waiting in the spool, oldest first (not those of the outbox).
     package func spooledEvents() -> [TelemetryEvent] {
-        ((try? spoolFiles()) ?? []).flatMap { f -> [TelemetryEvent] in read(spoolDirectory.joined(f.name)) ?? [] }
+        ((try? spoolFiles()) ?? []).flatMap { f -> [TelemetryEvent] in load(spoolDirectory.joined(f.name)) ?? [] }
     }
 
     // MARK: files
@@ -322,10 +322,10 @@ package struct TelemetrySpool: Sendable {
         for f in try spoolFiles() where f.seq <= seq { try SystemCalls.unlink(spoolDirectory.joined(f.name)) }
     }
 
-    func readState() -> SendState { read(stateFile) ?? SendState() }
-    func readOutbox() -> Outbox? { read(outboxFile) }
+    func readState() -> SendState { load(stateFile) ?? SendState() }
+    func readOutbox() -> Outbox? { load(outboxFile) }
 
-    private func read<T: Decodable>(_ path: FilePath) -> T? {
+    private func load<T: Decodable>(_ path: FilePath) -> T? {
         guard AtomicFile.exists(path), let data = try? AtomicFile.read(path, limit: 2 << 20) else { return nil }
         return try? ManifestCoding.decode(T.self, from: data, document: path.lastComponent?.string ?? "telemetry")
     }

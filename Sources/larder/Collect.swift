@@ -2,7 +2,9 @@ import ArgumentParser
 import Foundation
 import Larder
 import LarderCollect
+import LarderFileSystem
 import Logging
+import SystemPackage
 
 /// `collect --listen`: any host (devices reach the collector over the network), and a port.
 struct CollectorAddress: ExpressibleByArgument {
@@ -121,7 +123,7 @@ extension LarderCommand {
             }
             await store.runner.close()
             if let html {
-                do { try Data(ReportPage.render(report).utf8).write(to: URL(fileURLWithPath: html)) } catch {
+                do { try AtomicFile.write(Data(ReportPage.render(report).utf8), to: FilePath(html)) } catch {
                     throw Output.failure(command: "report", code: "io", message: "\(html): \(error)", json: output.json)
                 }
             }

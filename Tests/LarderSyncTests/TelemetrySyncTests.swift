@@ -156,4 +156,54 @@ struct TelemetrySyncTests {
         let s = TelemetrySpool(root: env.root).status(now: Date())
         #expect(s.endpoint == nil && spooled(env).map(\.kind) == ["activated", "checked"])
     }
+
+    @Test func revocationsCrashLoopsNoSpaceOnDemandAndEvictionAreReported() async throws {
+        let env = try env(telemetry: true)
+        defer { env.cleanup() }
+        _ = try await env.sync()
+        // Revoked by the repository: the sync rolls back.
+        try env.publish("1.1.0")
+        _ = try await env.sync()
+        _ = try Publisher(key: env.key).revoke(id: "sample-app", version: "1.1.0", repository: FilePath(env.repo.path))
+        _ = try await env.sync()
+        var last = try #require(spooled(env).last { $0.kind == "rolled-back" })
+        #expect(last.reason == "revoked" && last.from == "1.1.0" && last.version == "1.0.0")
+        // Launched again and again without a confirmation: a crash loop.
+        try env.publish("1.2.0")
+        _ = try await env.sync()
+        let sandbox = try Sandbox.open(env.root)
+        for _ in 0..<4 { _ = try sandbox.beginLaunch() }
+        sandbox.close()
+        last = try #require(spooled(env).last { $0.kind == "rolled-back" })
+        #expect(last.reason == "crash-loop" && last.from == "1.2.0", "\(last)")
+        // No room for the next release.
+        try env.publish("1.3.0")
+        var setup = SyncSetup(engine: .tested)
+        setup.availableSpace = { _ in 10 }
+        _ = try await Syncer(root: env.root, setup: setup).sync()
+        let full = try #require(spooled(env).last { $0.kind == "no-space" })
+        #expect(full.version == "1.3.0" && full.reason == "no-space")
+        // On-demand packages fetched at first use, then one evicted to keep within a budget.
+        for id in ["mini-a", "mini-b"] {
+            try env.repository.publish("1.0.0", id: id, at: env.clock) { $0.install = InstallPolicy(mode: .onDemand) }
+        }
+        func fetch(_ id: String) async throws {
+            var request = SyncRequest()
+            request.fetching = [PackageID(id)!]
+            request.packages = request.fetching
+            _ = try await Syncer(root: env.root, setup: SyncSetup(engine: .tested)).sync(request)
+        }
+        try await fetch("mini-a")
+        let size = try #require(env.state().packages["mini-a"]?.versions.reduce(0) { $0 + $1.size })
+        let eager = try #require(env.state().packages["sample-app"]?.versions.reduce(0) { $0 + $1.size })
+        _ = try SyncConfig.initialise(
+            root: env.root, repository: env.repo.absoluteString, keys: [env.key.publicKey], channel: "stable",
+            appVersion: SemanticVersion(2, 0, 0), allowInsecureHTTP: false, diskBudget: eager + size + size / 2)
+        try await fetch("mini-b")
+        let events = spooled(env)
+        #expect(events.contains { $0.kind == "on-demand" && $0.package == "mini-a" && $0.reason == "fetched" })
+        #expect(
+            events.contains { $0.kind == "evicted" && $0.package == "mini-a" && $0.reason == "budget" }, "\(events)")
+        #expect(TelemetrySpool(root: env.root).isOn, "a re-init without --telemetry keeps it on")
+    }
 }
