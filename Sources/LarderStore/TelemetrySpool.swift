@@ -304,7 +304,10 @@ package struct TelemetrySpool: Sendable {
     }
 
     /// The spool's files, oldest first (a name this code did not write is ignored).
-    func spoolFiles() throws(FileSystemError) -> [SpoolFile] {
+    /// A merge writes the file of a `seq` anew under a larger count and then removes the old name;
+    /// when a power cut loses that removal, the larger supersedes it (it holds its events), so
+    /// only it is listed (`all` lists every file, for removal).
+    func spoolFiles(all: Bool = false) throws(FileSystemError) -> [SpoolFile] {
         guard AtomicFile.isDirectory(spoolDirectory) else { return [] }
         var out: [SpoolFile] = []
         for e in try SystemCalls.listDirectory(spoolDirectory) {
@@ -315,11 +318,20 @@ package struct TelemetrySpool: Sendable {
             let size = (try? SystemCalls.lstat(spoolDirectory.joined(name)).size).map(Int.init) ?? 0
             out.append(SpoolFile(name: name, seq: seq, count: count, size: size))
         }
+        if !all {
+            var newest: [UInt64: SpoolFile] = [:]
+            for f in out where (newest[f.seq]?.count ?? -1) < f.count { newest[f.seq] = f }
+            out = Array(newest.values)
+        }
         return out.sorted { $0.seq < $1.seq }
     }
 
+    /// Removes the spool files an outbox took, durably before anything is sent: a lost removal
+    /// would bring events back after the collector took them.
     private func removeSpool(through seq: UInt64) throws(FileSystemError) {
-        for f in try spoolFiles() where f.seq <= seq { try SystemCalls.unlink(spoolDirectory.joined(f.name)) }
+        let taken = try spoolFiles(all: true).filter { $0.seq <= seq }
+        for f in taken { try SystemCalls.unlink(spoolDirectory.joined(f.name)) }
+        if !taken.isEmpty { try AtomicFile.syncDirectory(spoolDirectory) }
     }
 
     func readState() -> SendState { load(stateFile) ?? SendState() }

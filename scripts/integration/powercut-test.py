@@ -36,7 +36,7 @@ Usage: scripts/integration/powercut-test.py [STATES]  (distinct states checked p
 cuts, plus every state a cut after the command finished may leave; default 12 — 118 states
 today, scripts/test; `all` checks every distinct state, 789 today: the soak).
 Prints failed checks, a table per command and `powercut-test: N passed, M failed`.
-Environment: LARDER_BIN, POWERCUT_TEST_DIR.
+Environment: LARDER_BIN, POWERCUT_TEST_DIR, POWERCUT_TEST_ONLY=NAME (that operation alone).
 """
 import hashlib
 import os
@@ -446,7 +446,10 @@ def main():
     totals = []
     try:
         run, ops = cs.operations(larder, work, delegated=True)
+        only = os.environ.get("POWERCUT_TEST_ONLY")
         for name, template, command, allowed, expected in ops:
+            if only and name != only:
+                continue
             totals.append(powercut_operation(larder, strace, run, work, name, template, command, allowed, expected,
                                              limit))
     except SetupError as e:
