@@ -82,6 +82,13 @@ struct ListenAddress: ExpressibleByArgument, Equatable, CustomStringConvertible 
     /// `HOST:PORT`, an IPv6 host with or without brackets (`[::1]:8080`, `::1:8080`); nil when the
     /// host is not loopback or the port is not a number in 0...65535.
     init?(argument text: String) {
+        guard let (host, port) = Self.split(text), ["127.0.0.1", "::1", "localhost"].contains(host) else { return nil }
+        self.init(host: host, port: port)
+    }
+
+    /// `HOST:PORT` as its parts (brackets taken off an IPv6 host); nil when the port is not a number
+    /// in 0...65535 or the host is empty. `collect --listen` takes any host this way.
+    static func split(_ text: String) -> (host: String, port: Int)? {
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
             (0...65535).contains(port)
         else {
@@ -89,8 +96,7 @@ struct ListenAddress: ExpressibleByArgument, Equatable, CustomStringConvertible 
         }
         var host = String(text[..<colon])
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard ["127.0.0.1", "::1", "localhost"].contains(host) else { return nil }
-        self.init(host: host, port: port)
+        return host.isEmpty ? nil : (host, port)
     }
 
     /// `HOST:PORT` (an IPv6 host in brackets).

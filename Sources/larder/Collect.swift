@@ -12,12 +12,7 @@ struct CollectorAddress: ExpressibleByArgument {
     let port: Int
 
     init?(argument text: String) {
-        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
-            (0...65535).contains(port)
-        else { return nil }
-        var host = String(text[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty else { return nil }
+        guard let (host, port) = ListenAddress.split(text) else { return nil }
         self.host = host
         self.port = port
     }
