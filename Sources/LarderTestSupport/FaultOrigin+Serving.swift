@@ -145,8 +145,7 @@ extension FaultOrigin {
             let echo = Data("\(method) \(target) body=".utf8) + body
             let id = answer(asked, 201, fault: nil, declared: echo.count)
             try await writer.head(201, [("Content-Type", "text/plain"), ("Content-Length", "\(echo.count)")])
-            try await writer.body(echo)
-            update(id, sent: echo.count)
+            try await sendPiece(echo, log: id, sentBefore: 0, writer: writer)
             return true
         }
         let fault = pick(asked.path, hasRange: fields["range"] != nil)
@@ -165,8 +164,7 @@ extension FaultOrigin {
             if let retryAfter { h.append(("Retry-After", retryAfter)) }
             try await writer.head(code, h)
             if !asked.isHead {
-                try await writer.body(text)
-                update(id, sent: text.count)
+                try await sendPiece(text, log: id, sentBefore: 0, writer: writer)
             }
             return true
         case .redirect, .redirectLoop, .redirectToOtherHost, .redirectToHTTP, .redirectSettingCookies:
@@ -202,8 +200,7 @@ extension FaultOrigin {
             let id = answer(asked, 404, fault: fault, declared: text.count)
             try await writer.head(404, [("Content-Type", "text/plain"), ("Content-Length", "\(text.count)")])
             if !asked.isHead {
-                try await writer.body(text)
-                update(id, sent: text.count)
+                try await sendPiece(text, log: id, sentBefore: 0, writer: writer)
             }
             return true
         }
@@ -302,14 +299,12 @@ extension FaultOrigin {
         switch fault {
         case .truncate(let after, let reset):
             let n = min(after ?? bytes.count / 2, bytes.count)
-            try await writer.body(bytes.prefix(n))
-            update(id, sent: n)
+            try await sendPiece(bytes.prefix(n), log: id, sentBefore: 0, writer: writer)
             await writer.end(reset: reset)
             return false
         case .stall(let after, let seconds):
             let n = min(after, bytes.count)
-            try await writer.body(bytes.prefix(n))
-            update(id, sent: n)
+            try await sendPiece(bytes.prefix(n), log: id, sentBefore: 0, writer: writer)
             await writer.wait(seconds)
             await writer.end(reset: false)
             return false
@@ -317,20 +312,30 @@ extension FaultOrigin {
             var sent = 0
             while sent < bytes.count, !Task.isCancelled {
                 let n = min(max(1, piece), bytes.count - sent)
-                do { try await writer.body(bytes[(bytes.startIndex + sent)..<(bytes.startIndex + sent + n)]) } catch {
-                    break
-                }
+                do {
+                    let piece = bytes[(bytes.startIndex + sent)..<(bytes.startIndex + sent + n)]
+                    try await sendPiece(piece, log: id, sentBefore: sent, writer: writer)
+                } catch { break }
                 sent += n
-                update(id, sent: sent)
                 if sent < bytes.count { try? await Task.sleep(for: every) }
             }
             await writer.end(reset: false)
             return false
         default:
-            try await writer.body(bytes)
-            update(id, sent: bytes.count)
+            try await sendPiece(bytes, log: id, sentBefore: 0, writer: writer)
             if closes { await writer.end(reset: false) }
             return !closes
+        }
+    }
+
+    /// Writes one piece of a body, its entry's `sent` counting it before the write: a client can
+    /// hold the bytes (and a test read the log) before the write returns here. A failed write puts
+    /// the count back.
+    private func sendPiece(_ piece: Data, log id: Int, sentBefore: Int, writer: Writer) async throws {
+        update(id, sent: sentBefore + piece.count)
+        do { try await writer.body(piece) } catch {
+            update(id, sent: sentBefore)
+            throw error
         }
     }
 
