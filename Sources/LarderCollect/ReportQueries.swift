@@ -86,3 +86,39 @@ extension TelemetryStore {
             }, until: until)
     }
 }
+
+extension TelemetryStore {
+    /// The guard's figures (format §20) for events whose hour is at or after `since`'s: per
+    /// package version, the installs that reported it (any kind, or a rollback off it) and those
+    /// that failed on it or rolled back off it for health or a crash loop.
+    package func guardFigures(since: Date) async throws -> [PackageVersion: (devices: Int, failures: Int)] {
+        let from = Int64(TelemetryEvent.hour(of: since).timeIntervalSince1970)
+        let binds: [SQLValue] = [.int(from)]
+        var out: [PackageVersion: (devices: Int, failures: Int)] = [:]
+        let devices = try await runner.query(
+            """
+            SELECT package, version, COUNT(DISTINCT install) FROM (
+              SELECT package, version, install FROM larder_events WHERE hour >= $1
+              UNION ALL
+              SELECT package, from_version AS version, install FROM larder_events
+                WHERE kind = 'rolled-back' AND from_version IS NOT NULL AND hour >= $1
+            ) seen GROUP BY package, version
+            """, binds, columns: [.text, .text, .int])
+        for r in devices { out[PackageVersion(r[0].text, r[1].text)] = (Int(r[2].int), 0) }
+        let failures = try await runner.query(
+            """
+            SELECT package, version, COUNT(DISTINCT install) FROM (
+              SELECT package, version, install FROM larder_events WHERE kind IN \(Self.failureKinds) AND hour >= $1
+              UNION ALL
+              SELECT package, from_version AS version, install FROM larder_events
+                WHERE kind = 'rolled-back' AND reason IN ('health', 'crash-loop') AND from_version IS NOT NULL
+                AND hour >= $1
+            ) failed GROUP BY package, version
+            """, binds, columns: [.text, .text, .int])
+        for r in failures {
+            let key = PackageVersion(r[0].text, r[1].text)
+            out[key, default: (0, 0)].failures = Int(r[2].int)
+        }
+        return out
+    }
+}

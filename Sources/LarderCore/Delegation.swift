@@ -208,18 +208,24 @@ package struct TeamPart: Codable, Sendable, Equatable, RepositoryDocument, Schem
     package var team: String
     /// 1, 2, …: one more with each publication of the team.
     package var serial: UInt64
-    /// The team's package entries, every channel.
+    /// The team's package entries, every channel (none in a rollout team's part).
     package var packages: [PackageEntry]
+    /// A rollout team's holds (format §20); nil in a release team's part.
+    package var holds: [RolloutHold]?
 
     /// Creates a part.
-    package init(schemaVersion: Int = currentSchemaVersion, team: String, serial: UInt64, packages: [PackageEntry]) {
+    package init(
+        schemaVersion: Int = currentSchemaVersion, team: String, serial: UInt64, packages: [PackageEntry],
+        holds: [RolloutHold]? = nil
+    ) {
         self.schemaVersion = schemaVersion
         self.team = team
         self.serial = serial
         self.packages = packages
+        self.holds = holds
     }
 
-    enum CodingKeys: String, CodingKey { case schemaVersion, team, serial, packages }
+    enum CodingKeys: String, CodingKey { case schemaVersion, team, serial, packages, holds }
 
     /// Decodes a part, refusing a team name that is not one and a serial of 0.
     package init(from decoder: Decoder) throws {
@@ -228,6 +234,11 @@ package struct TeamPart: Codable, Sendable, Equatable, RepositoryDocument, Schem
         team = try c.decode(String.self, forKey: .team)
         serial = try c.decode(UInt64.self, forKey: .serial)
         packages = try c.decode([PackageEntry].self, forKey: .packages)
+        holds = try c.decodeIfPresent([RolloutHold].self, forKey: .holds)
+        if let holds, holds.count > RolloutHold.maxHolds {
+            throw DecodingError.dataCorruptedError(
+                forKey: .holds, in: c, debugDescription: "\(holds.count) holds: at most \(RolloutHold.maxHolds)")
+        }
         guard PackageID.isValid(team) else {
             throw DecodingError.dataCorruptedError(
                 forKey: .team, in: c,

@@ -200,8 +200,24 @@ package enum DelegationCheck {
         }
     }
 
-    /// Every entry of a part is of a package its team owns; a rollout team's part has none.
+    /// Every entry of a part is of a package its team owns; a rollout team's part has none, and
+    /// only a rollout team's part has holds, each on a package its patterns match.
     static func checkOwnership(_ part: TeamPart, team: Team, root: RootDocument) throws(DelegationRefusal) {
+        var held = Set<String>()
+        for h in part.holds ?? [] {
+            guard team.role == .rollout else {
+                throw .outside(team: team.name, id: h.id, detail: "a release team's part holds no holds (format §20)")
+            }
+            guard team.claims(h.id) else {
+                throw .outside(
+                    team: team.name, id: h.id,
+                    detail:
+                        "its hold is not matched by its patterns \(team.packages.map(\.text).joined(separator: ", "))")
+            }
+            guard held.insert("\(h.id)\u{0}\(h.channel)").inserted else {
+                throw .partMismatch(team: team.name, detail: "it holds \(h.id) (\(h.channel)) twice")
+            }
+        }
         var seen = Set<EntryKey>()
         for e in part.packages {
             guard seen.insert(EntryKey(e)).inserted else {
@@ -245,6 +261,7 @@ package enum DelegationCheck {
             try requireSigned(e, signed: signed, root: root)
             listed.insert(EntryKey(e))
         }
+        try checkHolds(index, parts: parts, signed: signed)
         for (team, digest) in known where entriesDigest(ofKnown[team] ?? []) != digest {
             throw .partMismatch(team: team, detail: "the index's entries of the team differ from those of its part")
         }
@@ -255,6 +272,24 @@ package enum DelegationCheck {
                     team: root.owner(of: e.id)?.name ?? "?",
                     detail: "its entry for \(e.id) (\(e.channel)) is missing from the index")
             }
+        }
+    }
+
+    /// The index's holds are exactly its rollout parts' holds, in team order, and none raises a
+    /// release past the ceiling its release team signed (format §20). Every rollout team's part
+    /// is decoded (`parts`), never taken from a record.
+    private static func checkHolds(
+        _ index: RepositoryIndex, parts: [String: TeamPart], signed: [EntryKey: PackageEntry]
+    )
+        throws(DelegationRefusal)
+    {
+        let fromParts = parts.keys.sorted().flatMap { parts[$0]?.holds ?? [] }
+        guard fromParts == (index.holds ?? []) else {
+            let team = parts.keys.sorted().first { !(parts[$0]?.holds ?? []).isEmpty } ?? "rollout"
+            throw .partMismatch(team: team, detail: "the index's holds differ from those its rollout parts signed")
+        }
+        for h in fromParts {
+            if let e = signed[EntryKey(id: h.id, channel: h.channel)], let why = h.raise(e) { throw .rolloutRaise(why) }
         }
     }
 
@@ -284,6 +319,10 @@ package enum DelegationCheck {
         init(_ e: PackageEntry) {
             id = e.id
             channel = e.channel
+        }
+        init(id: PackageID, channel: Channel) {
+            self.id = id
+            self.channel = channel
         }
     }
 

@@ -24,6 +24,8 @@ package enum DelegationRefusal: Error, Sendable, Equatable, CustomStringConverti
     case outside(team: String?, id: PackageID, detail: String)
     /// A root or part document cannot be read.
     case malformed(ManifestError)
+    /// A hold caps a release above the ceiling its release key signed (format §20).
+    case rolloutRaise(String)
 
     /// The reason code.
     package var code: ReasonCode {
@@ -38,6 +40,7 @@ package enum DelegationRefusal: Error, Sendable, Equatable, CustomStringConverti
         case .partRollback: "delegation-part-rollback"
         case .outside: "delegation-outside"
         case .malformed(let e): e.code(or: "delegation-document")
+        case .rolloutRaise: "rollout-raise"
         }
     }
 
@@ -62,6 +65,7 @@ package enum DelegationRefusal: Error, Sendable, Equatable, CustomStringConverti
         case .outside(let team, let id, let d):
             team.map { "team \($0) may not publish package \(id): \(d)" } ?? "package \(id): \(d)"
         case .malformed(let e): "\(e)"
+        case .rolloutRaise(let d): "\(d); a rollout key can only hold a release back"
         }
     }
 }

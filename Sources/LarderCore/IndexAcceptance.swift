@@ -151,6 +151,7 @@ package enum IndexAcceptance {
             if index.serial == acc.serial && digest != acc.sha256 { throw .serialReused(serial: index.serial) }
         }
         if index.expires <= input.now { throw .expired(index.expires) }
+        if let why = index.holdRaise() { throw .delegation(.rolloutRaise(why)) }
         let fresh = isFresh(bytes: input.bytes, notModified: input.notModified, accepted: input.accepted)
         var rotated: [KeyFile]?
         if input.root == nil, fresh, let keys = index.keys, !keys.isEmpty, keys != input.trustedKeys {

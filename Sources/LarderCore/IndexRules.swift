@@ -38,6 +38,15 @@ package enum IndexRules {
             if !(0...100).contains(p.rollout.percent) {
                 add("bad-rollout", "rollout percent \(p.rollout.percent) is outside 0...100")
             }
+            if let schedule = p.rollout.schedule {
+                if let why = schedule.problem { add("bad-rollout", why) }
+                if schedule.steps.first != p.rollout.percent {
+                    add(
+                        "bad-rollout",
+                        "rollout percent \(p.rollout.percent) is not the schedule's first step \(schedule.steps.first ?? 0)"
+                    )
+                }
+            }
             if RelativePath(p.entry) == nil {
                 add("bad-entry", "entry \(quoted(p.entry)) is not a valid relative path")
             }
@@ -60,8 +69,31 @@ package enum IndexRules {
                 }
             }
         }
+        out += holdIssues(index)
         if let why = index.telemetry?.problem {
             out.append(IndexIssue(code: "bad-telemetry", package: nil, version: nil, message: "telemetry: \(why)"))
+        }
+        return out
+    }
+
+    /// Each hold well formed, at most one per package and channel (a single-key index; a delegated
+    /// one repeats its rollout teams' holds, which may overlap), and none capping a release above
+    /// the ceiling its entry signs (format §20).
+    private static func holdIssues(_ index: RepositoryIndex) -> [IndexIssue] {
+        var out: [IndexIssue] = []
+        var seen = Set<String>()
+        for h in index.holds ?? [] {
+            func add(_ message: String) {
+                out.append(
+                    IndexIssue(
+                        code: "bad-hold", package: h.id.rawValue, version: h.version.description,
+                        message: "\(h.id) \(h.version): hold: \(message)"))
+            }
+            if let why = h.problem { add(why) }
+            if index.delegations == nil, !seen.insert("\(h.id)\u{0}\(h.channel)").inserted {
+                add("a second hold on \(h.id) (\(h.channel)): one per package and channel")
+            }
+            for e in index.packages { if let why = h.raise(e) { add(why) } }
         }
         return out
     }

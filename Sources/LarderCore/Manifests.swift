@@ -81,11 +81,15 @@ package struct Rollout: Codable, Sendable, Equatable {
     package var percent: Int
     /// Mixed into the bucket hash so that each release draws its own devices.
     package var salt: String
+    /// The share following the clock (format §20); `percent` is then its first step, what a
+    /// device that does not read schedules follows.
+    package var schedule: RolloutSchedule?
 
     /// Creates a rollout.
-    package init(percent: Int, salt: String) {
+    package init(percent: Int, salt: String, schedule: RolloutSchedule? = nil) {
         self.percent = percent
         self.salt = salt
+        self.schedule = schedule
     }
 }
 
@@ -330,12 +334,14 @@ package struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument
     package var delegations: Delegations?
     /// Where devices that turned telemetry on send their events (format §19); nil: nowhere.
     package var telemetry: TelemetrySettings?
+    /// Holds on releases (format §20): pauses, caps and halts, signed by a rollout key.
+    package var holds: [RolloutHold]?
 
     /// Creates an index.
     package init(
         schemaVersion: Int = currentSchemaVersion, serial: UInt64, expires: Date, packages: [PackageEntry],
         keys: [KeyFile]? = nil, shards: IndexShards? = nil, delegations: Delegations? = nil,
-        telemetry: TelemetrySettings? = nil
+        telemetry: TelemetrySettings? = nil, holds: [RolloutHold]? = nil
     ) {
         self.schemaVersion = schemaVersion
         self.serial = serial
@@ -345,10 +351,11 @@ package struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument
         self.shards = shards
         self.delegations = delegations
         self.telemetry = telemetry
+        self.holds = holds
     }
 
     enum CodingKeys: String, CodingKey {
-        case schemaVersion, serial, expires, packages, keys, shards, delegations, telemetry
+        case schemaVersion, serial, expires, packages, keys, shards, delegations, telemetry, holds
     }
 
     /// Decodes an index, refusing `shards` in schema version 1 and its absence in 2.
@@ -362,6 +369,11 @@ package struct RepositoryIndex: Codable, Sendable, Equatable, RepositoryDocument
         shards = try c.decodeIfPresent(IndexShards.self, forKey: .shards)
         delegations = try c.decodeIfPresent(Delegations.self, forKey: .delegations)
         telemetry = try c.decodeIfPresent(TelemetrySettings.self, forKey: .telemetry)
+        holds = try c.decodeIfPresent([RolloutHold].self, forKey: .holds)
+        if let holds, holds.count > RolloutHold.maxHolds {
+            throw DecodingError.dataCorruptedError(
+                forKey: .holds, in: c, debugDescription: "\(holds.count) holds: at most \(RolloutHold.maxHolds)")
+        }
         if (shards != nil) != (schemaVersion == ShardedIndex.schemaVersion),
             Self.supportedSchemaVersions.contains(schemaVersion)
         {

@@ -79,6 +79,8 @@ package enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
     case delegation(DelegationRefusal)
     /// A delegated publication cannot be made as asked (the detail says why and what to do).
     case delegationSetup(String)
+    /// A rollout verb cannot do what it was asked (format §20; the code and detail say why).
+    case rollout(code: ReasonCode, detail: String)
 
     /// A stable machine-readable code.
     package var code: ReasonCode {
@@ -119,6 +121,7 @@ package enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
         case .padWithoutEncryption: "pad-without-encryption"
         case .delegation(let e): e.code
         case .delegationSetup: "delegation"
+        case .rollout(let code, _): code
         }
     }
 
@@ -167,6 +170,7 @@ package enum PublishError: Error, Sendable, Equatable, CustomStringConvertible {
             "padding rounds up the sizes of sealed blobs: it needs --encrypt-to (a version in the clear is not padded)"
         case .delegation(let e): e.description
         case .delegationSetup(let d): d
+        case .rollout(_, let d): d
         }
     }
 }

@@ -29,6 +29,11 @@ package struct PackRequest: Sendable {
     package var rolloutPercent = 100
     /// Defaults to `<id>@<version>` so that every release draws its own devices.
     package var rolloutSalt: String?
+    /// A schedule's steps (format §20): the share follows them from the time of the pack, one
+    /// each `rolloutEvery` seconds; `rolloutPercent` is then ignored (the first step is written).
+    package var rolloutSteps: [Int]?
+    /// Seconds between the schedule's steps.
+    package var rolloutEvery = 3600
     /// Whether the app should apply the release before showing the package.
     package var mandatory = false
     /// When devices install it (`install` in the index); nil: eager, and no member written.

@@ -148,6 +148,15 @@ extension Publisher {
         let previous = repo.parts[team.name]
         if let previous, previous.part.packages == entries, !always { return nil }
         let part = TeamPart(team: team.name, serial: (previous?.part.serial ?? 0) + 1, packages: entries)
+        try writeSigned(part, team: team, &repo, layout)
+        return part
+    }
+
+    /// Writes `part` signed by the keys of this publisher that are its team's (their threshold
+    /// checked first), the signature before the part, and records it as the team's newest.
+    func writeSigned(_ part: TeamPart, team: Team, _ repo: inout DelegatedRepository, _ layout: RepositoryLayout)
+        throws(PublishError)
+    {
         let bytes = try encode(part)
         let signers = ([key] + coSigners).filter { team.keyIds.contains($0.publicKey.keyID) }
         let sig: SignatureFile
@@ -169,7 +178,6 @@ extension Publisher {
             try AtomicFile.write(bytes, to: path)
         }
         repo.parts[team.name] = PublishedPart(part: part, bytes: bytes, signatures: sig)
-        return part
     }
 
     /// The keys of this publisher that sign for the index role, when they reach its threshold.
@@ -205,6 +213,8 @@ extension Publisher {
         if let why = unclaimed(repo, current: current) { throw .delegationSetup(why) }
         var index = delegatedView(repo, current: current)
         index.keys = nil
+        let holds = holdsOfParts(repo)
+        index.holds = holds.isEmpty ? nil : holds
         index.delegations = Delegations(
             root: repo.rootName,
             parts: repo.parts.values.sorted { $0.part.team < $1.part.team }.map(\.row))

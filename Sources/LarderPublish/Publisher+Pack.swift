@@ -60,7 +60,7 @@ extension Publisher {
                 id: v.id, version: v.version, routes: v.routes, entry: v.entry.string,
                 spaFallback: request.spaFallback, policy: request.policy, bundle: s.bundle, files: s.fileList,
                 minClientVersion: v.minClientVersion, channel: request.channel,
-                rollout: Rollout(percent: request.rolloutPercent, salt: request.rolloutSalt ?? "\(v.id)@\(v.version)"),
+                rollout: rollout(request, salt: request.rolloutSalt ?? "\(v.id)@\(v.version)"),
                 mandatory: request.mandatory, revoked: previous?.revoked ?? [], dependencies: v.dependencies)
             entry.filesGzip = s.filesGzip
             entry.encryption = s.encryption
@@ -331,6 +331,11 @@ extension Publisher {
             routes.append(prefix.description)
         }
         guard (0...100).contains(request.rolloutPercent) else { throw .badRollout(request.rolloutPercent) }
+        if let steps = request.rolloutSteps,
+            let why = RolloutSchedule(start: Date(), every: request.rolloutEvery, steps: steps).problem
+        {
+            throw .rollout(code: "bad-rollout", detail: why)
+        }
         var minClient: SemanticVersion?
         if let m = request.minClientVersion {
             guard let v = SemanticVersion(m) else { throw .badVersion(m) }
@@ -385,5 +390,4 @@ extension Publisher {
         }
         return (written, reused, bytes, packed)
     }
-
 }

@@ -142,7 +142,10 @@ extension Syncer {
         var knownRows: [PartRow] = []
         for row in member.parts {
             out.partBytes[row.team] = try await partBytes(row, sandbox: sandbox, transport: transport, base: base)
-            if !delegation.rootChanged, index.shards == nil, let acc = accepted[row.team], acc.serial == row.serial,
+            // A rollout team's part is always decoded: its holds are compared with the index's.
+            let release = delegation.root.document.team(named: row.team)?.role != .rollout
+            if release, !delegation.rootChanged, index.shards == nil, let acc = accepted[row.team],
+                acc.serial == row.serial,
                 acc.sha256 == row.part.sha256, let digest = acc.entries, known[row.team] == nil
             {
                 known[row.team] = digest

@@ -32,6 +32,9 @@ extension Syncer {
         /// covers the index's exact bytes, so the same signature means the same index, and an
         /// index changed under an old signature could not be accepted anyway.
         var signature: SHA256Digest?
+        /// When a rollout schedule of the index next moves a share (format §20): past it, the
+        /// plan may differ, so the record no longer stands.
+        var until: Date?
     }
 
     /// The inputs of a plan besides the index and the state.
@@ -50,7 +53,7 @@ extension Syncer {
 
     /// After a sync of every package that left nothing to do (nothing failed), records what it
     /// saw. Best effort: without the record the next sync only plans again.
-    func recordSettled(_ report: SyncReport, sandbox: Sandbox, config: SyncConfig) {
+    func recordSettled(_ report: SyncReport, sandbox: Sandbox, config: SyncConfig, until: Date? = nil) {
         let layout = sandbox.layout
         guard request.packages.isEmpty, !report.hasFailures, let accepted = sandbox.state.index,
             let state = FileIdentity(layout.state)
@@ -62,7 +65,7 @@ extension Syncer {
         let signature = (try? AtomicFile.read(layout.acceptedSignature, limit: 1 << 16)).map { SHA256Digest.of($0) }
         let marker = SyncMarker(
             serial: accepted.serial, index: accepted.sha256, etag: accepted.etag, expires: accepted.expires,
-            state: state, inputs: planInputs(config), at: now, checkedAt: now, signature: signature)
+            state: state, inputs: planInputs(config), at: now, checkedAt: now, signature: signature, until: until)
         guard let data = try? ManifestCoding.encode(marker) else { return }
         try? AtomicFile.write(data, to: layout.lastSync)
     }
@@ -91,7 +94,8 @@ extension Syncer {
         guard let data = try? AtomicFile.read(layout.lastSync, limit: 1 << 16),
             let marker = try? ManifestCoding.decode(SyncMarker.self, from: data, document: "last-sync.json"),
             let config = try? SyncConfig.load(root: root), marker.inputs == planInputs(config),
-            setup.clock() < marker.expires, let base = URL(string: config.repository),
+            setup.clock() < marker.expires, marker.until.map({ setup.clock() < $0 }) ?? true,
+            let base = URL(string: config.repository),
             let lock = try? FileLock(path: layout.lock, timeout: 0)
         else { return nil }
         defer { lock.unlock() }

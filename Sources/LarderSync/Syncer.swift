@@ -61,6 +61,9 @@ public struct Syncer: Sendable {
         let releases: [PackageID: Release]
         /// The contents the sandbox holds, where.
         let local: [SHA256Digest: FilePath]
+        /// When a schedule of this channel next moves a share (format §20): a plan made now is
+        /// the plan only until then.
+        var scheduleChange: Date? = nil
     }
 
     /// Locks and recovers the sandbox, fetches and verifies the index (recording it when
@@ -74,16 +77,21 @@ public struct Syncer: Sendable {
                 throw SyncError.config(.invalid("bad repository URL"))
             }
             let t = try transportFor(base, config)
-            let (index, changed) = try await acceptIndex(
+            let (accepted, changed) = try await acceptIndex(
                 sandbox: sandbox, config: config, transport: t, base: base, record: record,
                 prefetchedSignature: prefetchedSignature)
+            // Planned with the shares in effect now: each schedule's step, the holds applied
+            // (format §20). What was verified and recorded is the index as signed.
+            let now = setup.clock()
+            let index = accepted.effective(at: now)
             let scope = SyncScope(
                 setup: setup, request: request, config: config, sandbox: sandbox, transport: t, base: base)
             let ctx = context(config)
             let planned = await PlanPhase(scope: scope, index: index, context: ctx).run(record: record)
             return Prepared(
                 scope: scope, index: index, indexChanged: changed, context: ctx, plan: planned.plan,
-                releases: planned.releases, local: planned.local)
+                releases: planned.releases, local: planned.local,
+                scheduleChange: accepted.nextScheduleChange(after: now, channel: ctx.channel))
         } catch {
             sandbox.close()
             throw error
@@ -189,7 +197,7 @@ public struct Syncer: Sendable {
         var report = SyncReport(
             serial: p.index.serial, indexChanged: p.indexChanged, packages: results, removedByGC: removed)
         report.budget = budget
-        recordSettled(report, sandbox: sandbox, config: p.scope.config)
+        recordSettled(report, sandbox: sandbox, config: p.scope.config, until: p.scheduleChange)
         reportTelemetry(report, releases: p.releases)
         return report
     }

@@ -26,7 +26,7 @@ struct LarderCommand: AsyncParsableCommand {
             Upload.self,
             Init.self, Sync.self, Fetch.self, Plan.self, Resolve.self, Serve.self,
             Install.self, Status.self, Confirm.self, Rollback.self, GC.self, Doctor.self, Telemetry.self,
-            Collect.self, Report.self,
+            Collect.self, Report.self, RolloutCommand.self,
             ShowVersion.self,
         ]
     )

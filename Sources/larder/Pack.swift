@@ -63,6 +63,15 @@ extension LarderCommand {
         @Option(help: ArgumentHelp("Salt of the rollout buckets (default ID@VERSION).", valueName: "SALT"))
         var rolloutSalt: String?
 
+        @Option(
+            help: ArgumentHelp(
+                "A rollout schedule devices follow by the clock from now, e.g. 1,5,25,100 (the ceiling is its last step; replaces --rollout).",
+                valueName: "STEPS"))
+        var rolloutSchedule: String?
+
+        @Option(help: ArgumentHelp("Time between the schedule's steps: 30m, 1h, 1d …", valueName: "DURATION"))
+        var every = "1h"
+
         @Flag(help: "Mark the release mandatory.")
         var mandatory = false
 
@@ -251,6 +260,19 @@ extension LarderCommand {
             request.minClientVersion = minClientVersion
             request.rolloutPercent = rollout
             request.rolloutSalt = rolloutSalt
+            if let rolloutSchedule {
+                guard let steps = LarderCommand.RolloutCommand.steps(rolloutSchedule),
+                    let every = Duration.parse(every)
+                else {
+                    throw Output.failure(
+                        command: "pack", code: "usage",
+                        message:
+                            "--rollout-schedule \(rolloutSchedule) --every \(every): expected 1,5,25,100 and 30m, 1h …",
+                        json: output.json)
+                }
+                request.rolloutSteps = steps
+                request.rolloutEvery = Int(every)
+            }
             request.mandatory = mandatory
             // Eager with the default priority writes nothing: the index stays as older tools wrote it.
             request.install =

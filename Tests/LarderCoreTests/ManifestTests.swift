@@ -164,6 +164,12 @@ struct ManifestTests {
             RepositoryIndex.self, from: try Data(contentsOf: dir.appendingPathComponent("index-telemetry.json")),
             document: "index-telemetry.json")
         #expect(withTelemetry.telemetry?.rate == 0.25 && IndexRules.issues(withTelemetry).isEmpty)
+        // A schedule and holds (§20).
+        let rollout = try ManifestCoding.decode(
+            RepositoryIndex.self, from: try Data(contentsOf: dir.appendingPathComponent("index-rollout.json")),
+            document: "index-rollout.json")
+        #expect(rollout.packages[0].rollout.ceiling == 100 && rollout.holds?.map(\.state) == [.paused, .capped])
+        #expect(IndexRules.issues(rollout).isEmpty, "\(IndexRules.issues(rollout))")
         let batch = try TelemetryBatch.accept(
             try Data(contentsOf: dir.appendingPathComponent("batch.json")),
             now: Date(timeIntervalSince1970: 1_796_403_600))

@@ -70,6 +70,7 @@ VALID = {  # example file -> schema
     "index-delegated.json": "index.schema.json",
     "index-delegated.json.sig": "signature.schema.json",
     "index-telemetry.json": "index.schema.json",
+    "index-rollout.json": "index.schema.json",
     "batch.json": "batch.schema.json",
 }
 INVALID_PREFIX = {  # invalid example prefix -> schema
